@@ -1,0 +1,29 @@
+package lockstore
+
+import "time"
+
+// TimeToleranceMs is the fixed clock tolerance of the liveness predicate
+// (ADR-005). It is not configurable: every backend must agree on liveness.
+const TimeToleranceMs = 1000
+
+// DefaultTTL is the lock TTL when a caller gives none.
+const DefaultTTL = 30 * time.Second
+
+// IsLive is the single liveness predicate every backend uses: a lock whose
+// stored expiry is expiresAtMs is live at nowMs (the backend's time
+// authority) while expiresAtMs > nowMs - TimeToleranceMs.
+func IsLive(expiresAtMs, nowMs int64) bool {
+	return expiresAtMs > nowMs-TimeToleranceMs
+}
+
+// ValidateTTL checks that ttl is a positive whole number of milliseconds and
+// returns it in milliseconds.
+func ValidateTTL(ttl time.Duration) (int64, error) {
+	if ttl <= 0 {
+		return 0, Errorf(InvalidArgument, "validate", "ttl must be positive, got %s", ttl)
+	}
+	if ttl%time.Millisecond != 0 {
+		return 0, Errorf(InvalidArgument, "validate", "ttl must be a whole number of milliseconds, got %s", ttl)
+	}
+	return ttl.Milliseconds(), nil
+}

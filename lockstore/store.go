@@ -1,0 +1,132 @@
+package lockstore
+
+import (
+	"context"
+	"time"
+)
+
+// TimeAuthority names whose clock decides expiry.
+type TimeAuthority string
+
+const (
+	// ServerTime: the backend's own clock (Redis TIME, PostgreSQL now()).
+	ServerTime TimeAuthority = "server"
+	// ClientTime: the gateway's clock (Firestore, bolt). Keep it NTP-synced.
+	ClientTime TimeAuthority = "client"
+)
+
+// Capabilities describe a backend to callers that must adapt to it.
+type Capabilities struct {
+	Backend         string        // "bolt", "redis", "postgres", "firestore"
+	SupportsFencing bool          // every fencegate backend issues fences
+	TimeAuthority   TimeAuthority // whose clock decides liveness
+}
+
+// Failure details: the best-effort reason a release or extend returned
+// OK=false, for telemetry only. Backends fill it when it costs no extra I/O.
+const (
+	DetailExpired  = "expired"
+	DetailNotFound = "not-found"
+)
+
+// ReasonLocked is the only contention reason of an acquire.
+const ReasonLocked = "locked"
+
+// AcquireResult is the outcome of one acquire attempt. When OK is false the
+// key is held by someone else and Reason is ReasonLocked.
+type AcquireResult struct {
+	OK          bool
+	Reason      string
+	LockID      string // the holder's secret handle; never log it
+	Fence       string // 15 digits, strictly greater than every earlier fence of the key
+	ExpiresAtMs int64  // authoritative expiry, from the backend's time authority
+}
+
+// ReleaseResult is the outcome of a release. OK is false when the lock was
+// absent, expired or not this lockId's; that is not an error.
+type ReleaseResult struct {
+	OK     bool
+	Detail string // DetailExpired / DetailNotFound / "" (best effort, telemetry only)
+}
+
+// ExtendResult is the outcome of an extend: the new authoritative expiry, or
+// OK=false when the lock was absent or expired (it is never resurrected).
+type ExtendResult struct {
+	OK          bool
+	ExpiresAtMs int64
+	Detail      string
+}
+
+// LockInfo is the sanitised view of a live lock returned by lookups: hashes,
+// never the raw key or lockId.
+type LockInfo struct {
+	KeyHash      string `json:"keyHash"`
+	LockIDHash   string `json:"lockIdHash"`
+	Fence        string `json:"fence"`
+	ExpiresAtMs  int64  `json:"expiresAtMs"`
+	AcquiredAtMs int64  `json:"acquiredAtMs"`
+}
+
+// HeldLock is the raw state of a live lock, for the edge check only (it
+// compares a presented lockId in constant time). It holds a secret.
+type HeldLock struct {
+	LockID       string
+	Fence        string
+	ExpiresAtMs  int64
+	AcquiredAtMs int64
+}
+
+// KeyState is what the edge check reads for a key in one backend call.
+type KeyState struct {
+	// Live is the live lock on the key, or nil.
+	Live *HeldLock
+	// LatestFence is the latest fence ever issued for the key ("" if none).
+	// It is at least Live.Fence.
+	LatestFence string
+	// NowMs is the time authority's clock when the state was read.
+	NowMs int64
+}
+
+// Locker is the part of the contract the Lock helper needs. Both a Store and
+// fencegate's network client implement it.
+type Locker interface {
+	// Acquire tries once to take the lock on key for ttl. Contention is
+	// AcquireResult{OK: false, Reason: "locked"}, not an error.
+	Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error)
+	// Release drops the lock lockID holds, if it is still live.
+	Release(ctx context.Context, lockID string) (ReleaseResult, error)
+	// Extend sets the live lock's expiry to now+ttl (it replaces, it does not
+	// add) and returns the new authoritative expiry.
+	Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error)
+}
+
+// Store is a lock backend. Every operation is a single attempt (retries live
+// in the Lock helper), validates its input before any I/O, maps context
+// cancellation to Aborted and an expired deadline to NetworkTimeout, and
+// returns *Error for system failures.
+type Store interface {
+	Locker
+
+	// IsLocked reports whether key has a live lock. It is read-only.
+	IsLocked(ctx context.Context, key string) (bool, error)
+	// LookupKey returns the sanitised live lock on key, or nil.
+	LookupKey(ctx context.Context, key string) (*LockInfo, error)
+	// LookupLockID returns the sanitised live lock lockID holds, or nil.
+	LookupLockID(ctx context.Context, lockID string) (*LockInfo, error)
+	// Inspect reads, in one backend call and atomically where the backend
+	// allows, the live lock on key and the latest fence ever issued for it.
+	Inspect(ctx context.Context, key string) (KeyState, error)
+
+	// Capabilities describes the backend.
+	Capabilities() Capabilities
+	// Ping checks that the backend is reachable (for readiness probes).
+	Ping(ctx context.Context) error
+	// Close releases the backend's resources. Locks are not released.
+	Close() error
+}
+
+// HeldCounter is implemented by stores that can count live locks cheaply
+// (for the fencegate_locks_held gauge).
+type HeldCounter interface {
+	CountHeld(ctx context.Context) (int64, error)
+}
