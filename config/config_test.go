@@ -1,0 +1,172 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func load(t *testing.T, args []string, env map[string]string) (Config, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	build := Flags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	return build(func(k string) string { return env[k] })
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "fencegate.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultsAreValidAndLoopback(t *testing.T) {
+	c, err := load(t, nil, nil)
+	if err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	if c.Store != DefaultStore || c.HTTP.Addr != DefaultHTTPAddr || c.GRPC.Addr != DefaultGRPCAddr || c.Authz.Addr != DefaultAuthzAddr {
+		t.Fatalf("unexpected defaults: %+v", c)
+	}
+	if c.Admission.Enabled() {
+		t.Fatal("admission must be off without a certificate")
+	}
+	if c.Check.Timeout.Std() != 150*time.Millisecond {
+		t.Fatalf("check timeout %v", c.Check.Timeout.Std())
+	}
+}
+
+func TestPrecedenceFileEnvFlag(t *testing.T) {
+	path := writeFile(t, "store: redis://file:6379/0\nhttp:\n  addr: 127.0.0.1:1111\ngrpc:\n  addr: 127.0.0.1:2222\nlog:\n  level: debug\n")
+	c, err := load(t, []string{"--config", path, "--http-addr", "127.0.0.1:3333"},
+		map[string]string{"FENCEGATE_STORE": "postgres://env/db", "FENCEGATE_HTTP_ADDR": "127.0.0.1:4444"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store != "postgres://env/db" {
+		t.Errorf("env must override file: store=%q", c.Store)
+	}
+	if c.HTTP.Addr != "127.0.0.1:3333" {
+		t.Errorf("flag must override env: http=%q", c.HTTP.Addr)
+	}
+	if c.GRPC.Addr != "127.0.0.1:2222" || c.Log.Level != "debug" {
+		t.Errorf("file values lost: %+v", c)
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	path := writeFile(t, "store: bolt:///tmp/x.db\n")
+	c, err := load(t, nil, map[string]string{"FENCEGATE_CONFIG": path, "FENCEGATE_INSECURE": "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store != "bolt:///tmp/x.db" || !c.Insecure {
+		t.Fatalf("got %+v", c)
+	}
+}
+
+func TestUnknownFieldRejected(t *testing.T) {
+	path := writeFile(t, "stroe: bolt://./x.db\n")
+	_, err := load(t, []string{"--config", path}, nil)
+	if err == nil || !strings.Contains(err.Error(), "stroe") {
+		t.Fatalf("want an error naming the unknown field, got %v", err)
+	}
+}
+
+func TestEmptyFileIsEmptyConfig(t *testing.T) {
+	path := writeFile(t, "")
+	if _, err := load(t, []string{"--config", path}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEveryProblemListed(t *testing.T) {
+	path := writeFile(t, `
+store: mysql://nope
+http:
+  addr: "0.0.0.0:8080"
+grpc:
+  addr: "nonsense"
+log:
+  level: loud
+  format: xml
+tokens:
+  - name: ci
+    sha256: not-a-hash
+    operations: [acquire, fly]
+  - name: ci
+    sha256: 0000000000000000000000000000000000000000000000000000000000000000
+check:
+  timeout: 0s
+`)
+	_, err := load(t, []string{"--config", path, "--insecure=maybe"}, nil)
+	var p Problems
+	if !errors.As(err, &p) {
+		t.Fatalf("want Problems, got %v", err)
+	}
+	for _, want := range []string{"store", "grpc.addr", "log.level", "log.format", "tokens[0].sha256", `"fly"`, "used twice", "check.timeout", "--insecure"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("problems do not mention %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestNonLoopbackNeedsTokensOrInsecure(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		ok   bool
+	}{
+		{"loopback", []string{"--http-addr", "127.0.0.1:8080"}, true},
+		{"localhost", []string{"--http-addr", "localhost:8080"}, true},
+		{"ipv6 loopback", []string{"--http-addr", "[::1]:8080"}, true},
+		{"all interfaces", []string{"--http-addr", ":8080"}, false},
+		{"public grpc", []string{"--grpc-addr", "0.0.0.0:9090"}, false},
+		{"insecure", []string{"--http-addr", "0.0.0.0:8080", "--insecure"}, true},
+		{"authz may bind wide", []string{"--authz-addr", "0.0.0.0:9191"}, true},
+		{"off", []string{"--http-addr", "off", "--grpc-addr", "off"}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(t, tc.args, nil)
+			if (err == nil) != tc.ok {
+				t.Fatalf("ok=%v, err=%v", tc.ok, err)
+			}
+		})
+	}
+}
+
+func TestAdmissionNeedsCertPair(t *testing.T) {
+	_, err := load(t, []string{"--admission-tls-cert", "/nonexistent/cert.pem"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "go together") || !strings.Contains(err.Error(), "no such file") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	if got := EnvName("admission-tls-cert"); got != "FENCEGATE_ADMISSION_TLS_CERT" {
+		t.Fatal(got)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis://user:secret@h:6379/0": "redis://user:xxxxx@h:6379/0",
+		"postgres://u:p@h/db?x=1":      "postgres://u:xxxxx@h/db?x=1",
+		"bolt://./fencegate.db":        "bolt://./fencegate.db",
+		"redis://:onlypass@h:6379":     "redis://:xxxxx@h:6379",
+	} {
+		if got := RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

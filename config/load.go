@@ -1,0 +1,113 @@
+package config
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+)
+
+// setting is one option settable by flag and by FENCEGATE_<NAME>.
+type setting struct {
+	name  string // flag name; the env var is FENCEGATE_ + upper(name with - → _)
+	usage string
+	set   func(c *Config, v string) error
+	bool  bool
+}
+
+var settings = []setting{
+	{name: "store", usage: "store URL: bolt:///abs.db, bolt://./rel.db, redis://…, rediss://…, redis+sentinel://…, postgres://…, firestore://PROJECT (default " + DefaultStore + ")",
+		set: func(c *Config, v string) error { c.Store = v; return nil }},
+	{name: "http-addr", usage: "HTTP lock API, forward-auth, health and metrics listener, or \"off\" (default " + DefaultHTTPAddr + ")",
+		set: func(c *Config, v string) error { c.HTTP.Addr = v; return nil }},
+	{name: "grpc-addr", usage: "gRPC lock API listener, or \"off\" (default " + DefaultGRPCAddr + ")",
+		set: func(c *Config, v string) error { c.GRPC.Addr = v; return nil }},
+	{name: "authz-addr", usage: "Envoy ext_authz gRPC listener, or \"off\" (default " + DefaultAuthzAddr + ")",
+		set: func(c *Config, v string) error { c.Authz.Addr = v; return nil }},
+	{name: "admission-addr", usage: "Kubernetes admission webhook HTTPS listener, or \"off\"; served only with a certificate (default " + DefaultAdmissionAddr + ")",
+		set: func(c *Config, v string) error { c.Admission.Addr = v; return nil }},
+	{name: "admission-tls-cert", usage: "admission webhook certificate file (re-read on change)",
+		set: func(c *Config, v string) error { c.Admission.TLS.CertFile = v; return nil }},
+	{name: "admission-tls-key", usage: "admission webhook key file (re-read on change)",
+		set: func(c *Config, v string) error { c.Admission.TLS.KeyFile = v; return nil }},
+	{name: "insecure", bool: true, usage: "allow the lock API on a non-loopback address without tokens",
+		set: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("must be true or false, got %q", v)
+			}
+			c.Insecure = b
+			return nil
+		}},
+	{name: "log-level", usage: "debug, info, warn or error (default info)",
+		set: func(c *Config, v string) error { c.Log.Level = v; return nil }},
+	{name: "log-format", usage: "text or json (default text)",
+		set: func(c *Config, v string) error { c.Log.Format = v; return nil }},
+}
+
+// EnvName returns the environment variable for a flag name.
+func EnvName(flagName string) string {
+	b := []byte("FENCEGATE_")
+	for i := 0; i < len(flagName); i++ {
+		ch := flagName[i]
+		switch {
+		case ch == '-':
+			ch = '_'
+		case ch >= 'a' && ch <= 'z':
+			ch -= 'a' - 'A'
+		}
+		b = append(b, ch)
+	}
+	return string(b)
+}
+
+// Flags registers serve's flags on fs and returns a loader that, after
+// fs.Parse, builds the Config: defaults, then the config file (--config or
+// FENCEGATE_CONFIG), then FENCEGATE_* variables, then the flags that were set.
+// The returned error lists every problem.
+func Flags(fs *flag.FlagSet) func(getenv func(string) string) (Config, error) {
+	configPath := fs.String("config", "", "YAML config file (env FENCEGATE_CONFIG)")
+	values := make(map[string]string, len(settings))
+	for _, s := range settings {
+		usage := s.usage + " (env " + EnvName(s.name) + ")"
+		record := func(v string) error { values[s.name] = v; return nil }
+		if s.bool {
+			fs.BoolFunc(s.name, usage, record)
+		} else {
+			fs.Func(s.name, usage, record)
+		}
+	}
+	return func(getenv func(string) string) (Config, error) {
+		c := Default()
+		path := *configPath
+		if path == "" {
+			path = getenv("FENCEGATE_CONFIG")
+		}
+		if path != "" {
+			if err := c.LoadFile(path); err != nil {
+				return c, Problems{err.Error()}
+			}
+		}
+		var p Problems
+		for _, s := range settings {
+			if v := getenv(EnvName(s.name)); v != "" {
+				if err := s.set(&c, v); err != nil {
+					p = append(p, fmt.Sprintf("%s: %v", EnvName(s.name), err))
+				}
+			}
+		}
+		for _, s := range settings {
+			if v, ok := values[s.name]; ok {
+				if err := s.set(&c, v); err != nil {
+					p = append(p, fmt.Sprintf("--%s: %v", s.name, err))
+				}
+			}
+		}
+		if err := c.Validate(); err != nil {
+			p = append(p, err.(Problems)...)
+		}
+		if len(p) > 0 {
+			return c, p
+		}
+		return c, nil
+	}
+}
