@@ -1,0 +1,274 @@
+package storetest_test
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/storetest"
+)
+
+// TestReferenceStore runs the suite against refStore, a minimal in-memory
+// store written straight from the contract. It keeps the suite honest: a
+// case that a faithful implementation cannot pass is a bug in the suite.
+func TestReferenceStore(t *testing.T) {
+	var mu sync.Mutex
+	spaces := map[string]*refData{}
+	storetest.Run(t, storetest.Harness{
+		Open: func(t *testing.T, ns string) lockstore.Store {
+			mu.Lock()
+			defer mu.Unlock()
+			d, ok := spaces[ns]
+			if !ok {
+				d = &refData{locks: map[string]refLock{}, fences: map[string]int64{}}
+				spaces[ns] = d
+			}
+			return &refStore{d: d}
+		},
+		SetFence: func(t *testing.T, s lockstore.Store, ns, key string, n int64) {
+			d := s.(*refStore).d
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			k, err := lockstore.NormalizeKey(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.fences[k] = n
+		},
+	})
+}
+
+type refLock struct {
+	key, id        string
+	fence          int64
+	acquired, exps int64
+}
+
+type refData struct {
+	mu     sync.Mutex
+	locks  map[string]refLock // by normalised key
+	fences map[string]int64
+	audit  []lockstore.AuditEvent
+}
+
+type refStore struct{ d *refData }
+
+func (s *refStore) start(ctx context.Context, op string) (func(), error) {
+	if err := lockstore.ContextError(ctx, op); err != nil {
+		return nil, err
+	}
+	s.d.mu.Lock()
+	return s.d.mu.Unlock, nil
+}
+
+func now() int64 { return time.Now().UnixMilli() }
+
+func (s *refStore) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
+	k, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return lockstore.AcquireResult{}, err
+	}
+	ms, err := lockstore.ValidateTTL(ttl)
+	if err != nil {
+		return lockstore.AcquireResult{}, err
+	}
+	unlock, err := s.start(ctx, "acquire")
+	if err != nil {
+		return lockstore.AcquireResult{}, err
+	}
+	defer unlock()
+	n := now()
+	if l, ok := s.d.locks[k]; ok && lockstore.IsLive(l.exps, n) {
+		return lockstore.AcquireResult{Reason: lockstore.ReasonLocked}, nil
+	}
+	f, err := lockstore.FormatFence(s.d.fences[k] + 1)
+	if err != nil {
+		return lockstore.AcquireResult{}, err
+	}
+	id, err := lockstore.NewLockID()
+	if err != nil {
+		return lockstore.AcquireResult{}, err
+	}
+	s.d.fences[k]++
+	s.d.locks[k] = refLock{key: k, id: id, fence: s.d.fences[k], acquired: n, exps: n + ms}
+	return lockstore.AcquireResult{OK: true, LockID: id, Fence: f, ExpiresAtMs: n + ms}, nil
+}
+
+// byID finds the live lock lockID holds; the caller holds the mutex.
+func (s *refStore) byID(id string) (refLock, bool) {
+	for _, l := range s.d.locks {
+		if l.id == id && lockstore.IsLive(l.exps, now()) {
+			return l, true
+		}
+	}
+	return refLock{}, false
+}
+
+func (s *refStore) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
+	if err := lockstore.ValidateLockID(lockID); err != nil {
+		return lockstore.ReleaseResult{}, err
+	}
+	unlock, err := s.start(ctx, "release")
+	if err != nil {
+		return lockstore.ReleaseResult{}, err
+	}
+	defer unlock()
+	l, ok := s.byID(lockID)
+	if !ok {
+		return lockstore.ReleaseResult{Detail: lockstore.DetailNotFound}, nil
+	}
+	delete(s.d.locks, l.key)
+	return lockstore.ReleaseResult{OK: true}, nil
+}
+
+func (s *refStore) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
+	if err := lockstore.ValidateLockID(lockID); err != nil {
+		return lockstore.ExtendResult{}, err
+	}
+	ms, err := lockstore.ValidateTTL(ttl)
+	if err != nil {
+		return lockstore.ExtendResult{}, err
+	}
+	unlock, err := s.start(ctx, "extend")
+	if err != nil {
+		return lockstore.ExtendResult{}, err
+	}
+	defer unlock()
+	l, ok := s.byID(lockID)
+	if !ok {
+		return lockstore.ExtendResult{Detail: lockstore.DetailNotFound}, nil
+	}
+	l.exps = now() + ms
+	s.d.locks[l.key] = l
+	return lockstore.ExtendResult{OK: true, ExpiresAtMs: l.exps}, nil
+}
+
+func (s *refStore) IsLocked(ctx context.Context, key string) (bool, error) {
+	li, err := s.LookupKey(ctx, key)
+	return li != nil, err
+}
+
+func info(l refLock) *lockstore.LockInfo {
+	f, _ := lockstore.FormatFence(l.fence)
+	return &lockstore.LockInfo{KeyHash: lockstore.HashKey(l.key), LockIDHash: lockstore.HashKey(l.id),
+		Fence: f, ExpiresAtMs: l.exps, AcquiredAtMs: l.acquired}
+}
+
+func (s *refStore) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
+	k, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := s.start(ctx, "lookup")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if l, ok := s.d.locks[k]; ok && lockstore.IsLive(l.exps, now()) {
+		return info(l), nil
+	}
+	return nil, nil
+}
+
+func (s *refStore) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
+	if err := lockstore.ValidateLockID(lockID); err != nil {
+		return nil, err
+	}
+	unlock, err := s.start(ctx, "lookup")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if l, ok := s.byID(lockID); ok {
+		return info(l), nil
+	}
+	return nil, nil
+}
+
+func (s *refStore) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
+	k, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return lockstore.KeyState{}, err
+	}
+	unlock, err := s.start(ctx, "inspect")
+	if err != nil {
+		return lockstore.KeyState{}, err
+	}
+	defer unlock()
+	ks := lockstore.KeyState{NowMs: now()}
+	if n := s.d.fences[k]; n > 0 {
+		ks.LatestFence, _ = lockstore.FormatFence(n)
+	}
+	if l, ok := s.d.locks[k]; ok && lockstore.IsLive(l.exps, ks.NowMs) {
+		f, _ := lockstore.FormatFence(l.fence)
+		ks.Live = &lockstore.HeldLock{LockID: l.id, Fence: f, ExpiresAtMs: l.exps, AcquiredAtMs: l.acquired}
+	}
+	return ks, nil
+}
+
+func (s *refStore) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) error {
+	unlock, err := s.start(ctx, "audit")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	s.d.audit = append(s.d.audit, events...)
+	return nil
+}
+
+func (s *refStore) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]lockstore.AuditEvent, error) {
+	unlock, err := s.start(ctx, "audit")
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	var out []lockstore.AuditEvent
+	for _, e := range s.d.audit {
+		if (q.KeyHash == "" || e.KeyHash == q.KeyHash) && e.TimeMs >= q.SinceMs {
+			out = append(out, e)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b lockstore.AuditEvent) int { return cmp.Compare(b.TimeMs, a.TimeMs) })
+	limit := q.Limit
+	if limit <= 0 {
+		limit = lockstore.DefaultAuditLimit
+	}
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+func (s *refStore) CountHeld(ctx context.Context) (int64, error) {
+	unlock, err := s.start(ctx, "count")
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	var n int64
+	for _, l := range s.d.locks {
+		if lockstore.IsLive(l.exps, now()) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (s *refStore) Capabilities() lockstore.Capabilities {
+	return lockstore.Capabilities{Backend: "reference", SupportsFencing: true, TimeAuthority: lockstore.ClientTime}
+}
+
+func (s *refStore) Ping(ctx context.Context) error {
+	// ContextError returns a typed *Error; a nil one must not become a
+	// non-nil error interface.
+	if err := lockstore.ContextError(ctx, "ping"); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (s *refStore) Close() error { return nil }
