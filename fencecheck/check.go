@@ -1,0 +1,256 @@
+package fencecheck
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// DefaultTimeout bounds one check's backend read. Envoy's ext_authz timeout
+// is typically 200–250 ms; deciding well inside it means the proxy sees our
+// fail-closed 503 rather than its own timeout.
+const DefaultTimeout = 150 * time.Millisecond
+
+// Options configure a Checker. The zero value is usable: 150 ms timeout, no
+// audit, unregistered metrics, slog.Default(), time.Now.
+type Options struct {
+	// Timeout bounds the backend read of one check (default 150 ms). The
+	// caller's context deadline, if sooner, wins.
+	Timeout time.Duration
+	// Audit receives an event for every denial and would-deny; nil disables
+	// auditing.
+	Audit *Auditor
+	// AuditRawKeys puts the raw key into audit events next to its hash.
+	AuditRawKeys bool
+	// Registerer registers the check metrics; nil leaves them unregistered.
+	Registerer prometheus.Registerer
+	// Logger logs backend failures (warn) and denials (debug), never a raw
+	// key, fence token or lockId above debug; nil is slog.Default().
+	Logger *slog.Logger
+	// Now stamps audit events; nil is time.Now.
+	Now func() time.Time
+}
+
+// Checker decides edge checks against one store. It is safe for concurrent
+// use.
+type Checker struct {
+	store   lockstore.Store
+	timeout time.Duration
+	audit   *Auditor
+	rawKeys bool
+	log     *slog.Logger
+	now     func() time.Time
+	m       *checkMetrics
+}
+
+// New returns a Checker reading s.
+func New(s lockstore.Store, o Options) *Checker {
+	c := &Checker{
+		store:   s,
+		timeout: o.Timeout,
+		audit:   o.Audit,
+		rawKeys: o.AuditRawKeys,
+		log:     o.Logger,
+		now:     o.Now,
+		m:       newCheckMetrics(o.Registerer),
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultTimeout
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	return c
+}
+
+// Check decides r. A denial is a Decision with Allowed=false and a nil
+// error. A non-nil error means the check could not decide (backend error or
+// deadline, or a Request with an unknown policy or mode); the Decision
+// returned with it is the fail-closed denial (reason "unavailable", status
+// 503), except in dry-run and warn modes, which allow and return a nil error
+// (see the package doc).
+func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
+	start := time.Now()
+	d, err := c.check(ctx, r)
+	c.m.duration.Observe(time.Since(start).Seconds())
+
+	label := decisionAllow
+	switch {
+	case !d.Allowed:
+		label = decisionDeny
+	case d.WouldDeny:
+		label = decisionWouldDeny
+	}
+	reason := string(d.Reason)
+	if reason == "" {
+		reason = reasonNone
+	}
+	c.m.decisions.WithLabelValues(label, reason, string(d.Mode)).Inc()
+
+	if (!d.Allowed || d.WouldDeny) && !r.SkipAudit && c.audit != nil {
+		c.audit.Record(c.event(r, d))
+	}
+	if !d.Allowed || d.WouldDeny {
+		c.log.LogAttrs(ctx, slog.LevelDebug, "fencecheck: negative decision",
+			slog.String("decisionId", d.DecisionID),
+			slog.String("reason", string(d.Reason)),
+			slog.String("mode", string(d.Mode)),
+			slog.String("keyHash", lockstore.HashKey(r.Key)),
+			slog.String("route", r.Route))
+	}
+	return d, err
+}
+
+func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
+	d := Decision{Presented: r.Fence, Key: r.Key, Policy: r.Policy, Mode: r.Mode}
+	if !r.Write {
+		// Reads pass whatever the route's options say, even broken ones.
+		d.Allowed, d.Status = true, http.StatusOK
+		if p, err := ParsePolicy(string(r.Policy)); err == nil {
+			d.Policy = p
+		}
+		if m, err := ParseMode(string(r.Mode)); err == nil {
+			d.Mode = m
+		}
+		return d, nil
+	}
+	var err error
+	if d.Policy, err = ParsePolicy(string(r.Policy)); err != nil {
+		d.Policy, d.Mode = r.Policy, ModeEnforce
+		return c.unavailable(d), err
+	}
+	if d.Mode, err = ParseMode(string(r.Mode)); err != nil {
+		d.Mode = ModeEnforce
+		return c.unavailable(d), err
+	}
+
+	if d.Policy == PolicyOff {
+		d.Allowed, d.Status = true, http.StatusOK
+		return d, nil
+	}
+	d.DecisionID = newDecisionID()
+
+	// Input checks: none of these needs the backend.
+	switch {
+	case r.Fence == "":
+		return c.negative(d, ReasonMissing), nil
+	case !lockstore.ValidFence(r.Fence):
+		return c.negative(d, ReasonMalformed), nil
+	}
+	key, kerr := lockstore.NormalizeKey(r.Key)
+	if kerr != nil {
+		return c.negative(d, ReasonMalformed), nil
+	}
+	if r.LockID != "" && lockstore.ValidateLockID(r.LockID) != nil {
+		return c.negative(d, ReasonMalformed), nil
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	st, ierr := c.store.Inspect(rctx, key)
+	cancel()
+	if ierr != nil {
+		c.log.LogAttrs(ctx, slog.LevelWarn, "fencecheck: backend read failed; failing closed",
+			slog.String("decisionId", d.DecisionID),
+			slog.String("keyHash", lockstore.HashKey(key)),
+			slog.String("code", string(lockstore.CodeOf(ierr))),
+			slog.Any("error", ierr))
+		d = c.unavailable(d)
+		if d.Allowed { // dry-run / warn: observed, not enforced
+			return d, nil
+		}
+		return d, fmt.Errorf("fencecheck: inspect: %w", ierr)
+	}
+	d.Current = st.LatestFence
+	return c.evaluate(d, r, st), nil
+}
+
+// evaluate applies the policy to a state read from the backend.
+func (c *Checker) evaluate(d Decision, r Request, st lockstore.KeyState) Decision {
+	// Both are exactly 15 digits (or latest is empty), so string order is
+	// numeric order.
+	switch latest := st.LatestFence; {
+	case latest == "" || r.Fence > latest:
+		return c.negative(d, ReasonUnknown)
+	case r.Fence < latest:
+		return c.negative(d, ReasonStale)
+	}
+	live := st.Live
+	holds := live != nil && live.Fence == r.Fence
+	if d.Policy == PolicyHolder && !holds {
+		return c.negative(d, ReasonNotHeld)
+	}
+	if r.LockID != "" {
+		if !holds {
+			// A proof of ownership with nothing live to own (policy latest).
+			return c.negative(d, ReasonNotHeld)
+		}
+		if subtle.ConstantTimeCompare([]byte(r.LockID), []byte(live.LockID)) != 1 {
+			return c.negative(d, ReasonWrongOwner)
+		}
+	}
+	d.Allowed, d.Status = true, http.StatusOK
+	return d
+}
+
+// negative turns a negative evaluation into the mode's answer.
+func (c *Checker) negative(d Decision, reason Reason) Decision {
+	d.Reason = reason
+	if d.Mode == ModeDryRun || d.Mode == ModeWarn {
+		d.Allowed, d.WouldDeny, d.Status = true, true, http.StatusOK
+		return d
+	}
+	d.Allowed, d.Status = false, StatusOf(reason)
+	return d
+}
+
+func (c *Checker) unavailable(d Decision) Decision {
+	if d.DecisionID == "" {
+		d.DecisionID = newDecisionID()
+	}
+	return c.negative(d, ReasonUnavailable)
+}
+
+func (c *Checker) event(r Request, d Decision) lockstore.AuditEvent {
+	ev := lockstore.AuditEvent{
+		TimeMs:     c.now().UnixMilli(),
+		DecisionID: d.DecisionID,
+		Source:     r.Source,
+		Route:      r.Route,
+		KeyHash:    lockstore.HashKey(r.Key),
+		Presented:  d.Presented,
+		Current:    d.Current,
+		Reason:     string(d.Reason),
+		Policy:     string(d.Policy),
+		Mode:       string(d.Mode),
+		Peer:       r.Peer,
+		Method:     r.Method,
+		Path:       r.Path,
+	}
+	if c.rawKeys {
+		ev.Key = r.Key
+	}
+	return ev
+}
+
+// decisionIDBytes gives 72 random bits: unique enough to find one decision
+// among billions in an audit trail, short enough for a response header.
+const decisionIDBytes = 9
+
+// newDecisionID returns a random 12-character base64url identifier.
+func newDecisionID() string {
+	var b [decisionIDBytes]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error (Go ≥ 1.24)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}

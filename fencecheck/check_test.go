@@ -1,0 +1,315 @@
+package fencecheck
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// stateStore serves a fixed KeyState (or error) from Inspect and counts the
+// reads; the decision table below is about the policy, not a backend. The
+// transports' tests run the same decisions against the real bolt store.
+type stateStore struct {
+	lockstore.Store // nil: any other method panics, proving Check uses only Inspect
+	state           lockstore.KeyState
+	err             error
+	block           bool // block until ctx is done
+	reads           atomic.Int32
+	lastKey         atomic.Value
+}
+
+func (s *stateStore) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
+	s.reads.Add(1)
+	s.lastKey.Store(key)
+	if s.block {
+		<-ctx.Done()
+		return lockstore.KeyState{}, lockstore.ContextError(ctx, "inspect")
+	}
+	return s.state, s.err
+}
+
+// memLog is an in-memory AuditLog.
+type memLog struct {
+	mu     sync.Mutex
+	events []lockstore.AuditEvent
+	calls  int
+	err    error
+	block  chan struct{} // when non-nil, AppendAudit waits for it or ctx
+}
+
+func (l *memLog) AppendAudit(ctx context.Context, evs []lockstore.AuditEvent) error {
+	if l.block != nil {
+		select {
+		case <-l.block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls++
+	if l.err != nil {
+		return l.err
+	}
+	l.events = append(l.events, evs...)
+	return nil
+}
+
+func (l *memLog) QueryAudit(context.Context, lockstore.AuditQuery) ([]lockstore.AuditEvent, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]lockstore.AuditEvent(nil), l.events...), nil
+}
+
+func (l *memLog) snapshot() []lockstore.AuditEvent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]lockstore.AuditEvent(nil), l.events...)
+}
+
+const (
+	f4 = "000000000000004"
+	f5 = "000000000000005"
+	f6 = "000000000000006"
+)
+
+var (
+	idA = "AAAAAAAAAAAAAAAAAAAAAA"
+	idB = "BBBBBBBBBBBBBBBBBBBBBB"
+)
+
+func live(fence, id string) lockstore.KeyState {
+	return lockstore.KeyState{Live: &lockstore.HeldLock{LockID: id, Fence: fence, ExpiresAtMs: 2e12}, LatestFence: fence, NowMs: 1e12}
+}
+
+func expired(fence string) lockstore.KeyState {
+	return lockstore.KeyState{LatestFence: fence, NowMs: 1e12}
+}
+
+func TestCheckDecisions(t *testing.T) {
+	tests := []struct {
+		name   string
+		state  lockstore.KeyState
+		req    Request
+		reason Reason
+		status int
+		reads  int32
+	}{
+		{"read passes without fence", live(f5, idA), Request{Key: "k", Write: false}, "", 200, 0},
+		{"policy off passes", live(f5, idA), Request{Key: "k", Write: true, Policy: PolicyOff}, "", 200, 0},
+		{"missing", live(f5, idA), Request{Key: "k", Write: true}, ReasonMissing, 428, 0},
+		{"malformed short", live(f5, idA), Request{Key: "k", Write: true, Fence: "5"}, ReasonMalformed, 400, 0},
+		{"malformed sign", live(f5, idA), Request{Key: "k", Write: true, Fence: "+00000000000005"}, ReasonMalformed, 400, 0},
+		{"malformed empty key", live(f5, idA), Request{Key: "", Write: true, Fence: f5}, ReasonMalformed, 400, 0},
+		{"malformed long key", live(f5, idA), Request{Key: string(make([]byte, 513)), Write: true, Fence: f5}, ReasonMalformed, 400, 0},
+		{"malformed lockId", live(f5, idA), Request{Key: "k", Write: true, Fence: f5, LockID: "short"}, ReasonMalformed, 400, 0},
+		{"holder current", live(f5, idA), Request{Key: "k", Write: true, Fence: f5}, "", 200, 1},
+		{"holder stale", live(f5, idA), Request{Key: "k", Write: true, Fence: f4}, ReasonStale, 409, 1},
+		{"holder unknown", live(f5, idA), Request{Key: "k", Write: true, Fence: f6}, ReasonUnknown, 409, 1},
+		{"never issued", lockstore.KeyState{}, Request{Key: "k", Write: true, Fence: f5}, ReasonUnknown, 409, 1},
+		{"holder expired", expired(f5), Request{Key: "k", Write: true, Fence: f5}, ReasonNotHeld, 409, 1},
+		{"latest expired passes", expired(f5), Request{Key: "k", Write: true, Fence: f5, Policy: PolicyLatest}, "", 200, 1},
+		{"latest stale", expired(f5), Request{Key: "k", Write: true, Fence: f4, Policy: PolicyLatest}, ReasonStale, 409, 1},
+		{"latest unknown", expired(f5), Request{Key: "k", Write: true, Fence: f6, Policy: PolicyLatest}, ReasonUnknown, 409, 1},
+		{"lockId match", live(f5, idA), Request{Key: "k", Write: true, Fence: f5, LockID: idA}, "", 200, 1},
+		{"lockId mismatch", live(f5, idA), Request{Key: "k", Write: true, Fence: f5, LockID: idB}, ReasonWrongOwner, 409, 1},
+		{"lockId latest no live lock", expired(f5), Request{Key: "k", Write: true, Fence: f5, LockID: idA, Policy: PolicyLatest}, ReasonNotHeld, 409, 1},
+		{"lockId latest match", live(f5, idA), Request{Key: "k", Write: true, Fence: f5, LockID: idA, Policy: PolicyLatest}, "", 200, 1},
+		{"stale wins over lockId", live(f5, idA), Request{Key: "k", Write: true, Fence: f4, LockID: idA}, ReasonStale, 409, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &stateStore{state: tc.state}
+			c := New(st, Options{})
+			d, err := c.Check(context.Background(), tc.req)
+			if err != nil {
+				t.Fatalf("err = %v", err)
+			}
+			if d.Reason != tc.reason || d.Status != tc.status || d.Allowed != (tc.reason == "") {
+				t.Fatalf("decision = %+v, want reason %q status %d", d, tc.reason, tc.status)
+			}
+			if got := st.reads.Load(); got != tc.reads {
+				t.Fatalf("backend reads = %d, want %d", got, tc.reads)
+			}
+			if tc.reads > 0 && d.Current != tc.state.LatestFence {
+				t.Fatalf("current = %q, want %q", d.Current, tc.state.LatestFence)
+			}
+			if tc.req.Write && tc.req.Policy != PolicyOff && d.DecisionID == "" {
+				t.Fatal("write decision without a decision id")
+			}
+			if d.Presented != tc.req.Fence || d.Key != tc.req.Key {
+				t.Fatalf("presented/key not echoed: %+v", d)
+			}
+		})
+	}
+}
+
+func TestCheckDryRunAndWarn(t *testing.T) {
+	for _, mode := range []Mode{ModeDryRun, ModeWarn} {
+		t.Run(string(mode), func(t *testing.T) {
+			log := &memLog{}
+			a := NewAuditor(log, AuditorOptions{FlushInterval: 10 * time.Millisecond})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go a.Run(ctx)
+			c := New(&stateStore{state: live(f5, idA)}, Options{Audit: a})
+			d, err := c.Check(ctx, Request{Key: "k", Write: true, Fence: f4, Mode: mode, Source: "test"})
+			if err != nil || !d.Allowed || !d.WouldDeny || d.Reason != ReasonStale || d.Status != 200 || d.Mode != mode {
+				t.Fatalf("decision = %+v, %v", d, err)
+			}
+			d, err = c.Check(ctx, Request{Key: "k", Write: true, Fence: f5, Mode: mode})
+			if err != nil || !d.Allowed || d.WouldDeny || d.Reason != "" {
+				t.Fatalf("positive decision = %+v, %v", d, err)
+			}
+			_ = a.Close()
+			evs := log.snapshot()
+			if len(evs) != 1 || evs[0].Mode != string(mode) || evs[0].Reason != "stale" {
+				t.Fatalf("audit = %+v, want one %s stale event", evs, mode)
+			}
+		})
+	}
+}
+
+func TestCheckUnavailable(t *testing.T) {
+	down := &stateStore{err: lockstore.Errorf(lockstore.ServiceUnavailable, "inspect", "connection refused")}
+	c := New(down, Options{})
+	d, err := c.Check(context.Background(), Request{Key: "k", Write: true, Fence: f5})
+	if err == nil || lockstore.CodeOf(err) != lockstore.ServiceUnavailable {
+		t.Fatalf("err = %v, want ServiceUnavailable wrapped", err)
+	}
+	if d.Allowed || d.Reason != ReasonUnavailable || d.Status != 503 || d.DecisionID == "" {
+		t.Fatalf("decision = %+v", d)
+	}
+
+	// Dry-run never blocks traffic, not even when the backend is down.
+	d, err = c.Check(context.Background(), Request{Key: "k", Write: true, Fence: f5, Mode: ModeDryRun})
+	if err != nil || !d.Allowed || !d.WouldDeny || d.Reason != ReasonUnavailable {
+		t.Fatalf("dry-run decision = %+v, %v", d, err)
+	}
+}
+
+func TestCheckDeadline(t *testing.T) {
+	const timeout = 80 * time.Millisecond
+	c := New(&stateStore{block: true}, Options{Timeout: timeout})
+	start := time.Now()
+	d, err := c.Check(context.Background(), Request{Key: "k", Write: true, Fence: f5})
+	elapsed := time.Since(start)
+	if err == nil || d.Allowed || d.Status != 503 || d.Reason != ReasonUnavailable {
+		t.Fatalf("decision = %+v, %v", d, err)
+	}
+	if lockstore.CodeOf(err) != lockstore.NetworkTimeout {
+		t.Fatalf("code = %s, want NetworkTimeout", lockstore.CodeOf(err))
+	}
+	if elapsed < timeout || elapsed > timeout+100*time.Millisecond {
+		t.Fatalf("elapsed %v, want ≈ %v", elapsed, timeout)
+	}
+}
+
+func TestCheckBadOptionsFailClosed(t *testing.T) {
+	st := &stateStore{state: live(f5, idA)}
+	c := New(st, Options{})
+	for _, r := range []Request{
+		{Key: "k", Write: true, Fence: f5, Policy: "newest"},
+		{Key: "k", Write: true, Fence: f5, Mode: "loud"},
+	} {
+		d, err := c.Check(context.Background(), r)
+		if err == nil || d.Allowed || d.Status != 503 {
+			t.Fatalf("%+v: decision = %+v, %v; want fail-closed error", r, d, err)
+		}
+	}
+	// A read passes even on a misconfigured route.
+	if d, err := c.Check(context.Background(), Request{Key: "k", Policy: "newest"}); err != nil || !d.Allowed {
+		t.Fatalf("read on bad route = %+v, %v", d, err)
+	}
+	if st.reads.Load() != 0 {
+		t.Fatal("bad options read the backend")
+	}
+}
+
+func TestCheckAuditEvents(t *testing.T) {
+	for _, raw := range []bool{false, true} {
+		log := &memLog{}
+		a := NewAuditor(log, AuditorOptions{FlushInterval: time.Hour})
+		ctx := context.Background()
+		go a.Run(ctx)
+		now := time.UnixMilli(1_700_000_000_123)
+		c := New(&stateStore{state: live(f5, idA)}, Options{Audit: a, AuditRawKeys: raw, Now: func() time.Time { return now }})
+		req := Request{Key: "orders/42", Write: true, Fence: f4, Route: "orders", Source: "authz-grpc",
+			Peer: "10.0.0.1:5000", Method: "PUT", Path: "/orders/42"}
+		d, _ := c.Check(ctx, req)
+		_, _ = c.Check(ctx, Request{Key: "orders/42", Write: true, Fence: f4, SkipAudit: true})
+		_, _ = c.Check(ctx, Request{Key: "orders/42", Write: true, Fence: f5}) // allowed: not audited
+		_ = a.Close()
+		evs := log.snapshot()
+		if len(evs) != 1 {
+			t.Fatalf("raw=%v: %d events, want 1 (SkipAudit and allows are not audited)", raw, len(evs))
+		}
+		want := lockstore.AuditEvent{TimeMs: now.UnixMilli(), DecisionID: d.DecisionID, Source: "authz-grpc", Route: "orders",
+			KeyHash: lockstore.HashKey("orders/42"), Presented: f4, Current: f5, Reason: "stale", Policy: "holder",
+			Mode: "enforce", Peer: "10.0.0.1:5000", Method: "PUT", Path: "/orders/42"}
+		if raw {
+			want.Key = "orders/42"
+		}
+		if evs[0] != want {
+			t.Fatalf("event = %+v\nwant    %+v", evs[0], want)
+		}
+	}
+}
+
+func TestDecisionIDsUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for range 10000 {
+		id := newDecisionID()
+		if len(id) != 12 || seen[id] {
+			t.Fatalf("id %q: bad length or duplicate", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	st := &stateStore{state: live(f5, idA)}
+	c := New(st, Options{Registerer: reg})
+	c2 := New(st, Options{Registerer: reg}) // a second checker shares the series
+	ctx := context.Background()
+	_, _ = c.Check(ctx, Request{Key: "k", Write: true, Fence: f5})
+	_, _ = c2.Check(ctx, Request{Key: "k", Write: true, Fence: f4})
+	_, _ = c.Check(ctx, Request{Key: "k", Write: true, Fence: f4, Mode: ModeDryRun})
+	m := c.m.decisions
+	for _, tc := range []struct {
+		labels []string
+		want   float64
+	}{
+		{[]string{"allow", "none", "enforce"}, 1},
+		{[]string{"deny", "stale", "enforce"}, 1},
+		{[]string{"would-deny", "stale", "dry-run"}, 1},
+	} {
+		if got := testutil.ToFloat64(m.WithLabelValues(tc.labels...)); got != tc.want {
+			t.Errorf("%v = %v, want %v", tc.labels, got, tc.want)
+		}
+	}
+	if n, err := testutil.GatherAndCount(reg, "fencegate_authz_check_duration_seconds"); err != nil || n != 1 {
+		t.Fatalf("duration histogram: %d, %v", n, err)
+	}
+}
+
+func TestStatusOf(t *testing.T) {
+	want := map[Reason]int{ReasonMissing: 428, ReasonMalformed: 400, ReasonStale: 409, ReasonNotHeld: 409,
+		ReasonUnknown: 409, ReasonWrongOwner: 409, ReasonUnavailable: 503, "": 200}
+	for r, s := range want {
+		if got := StatusOf(r); got != s {
+			t.Errorf("StatusOf(%q) = %d, want %d", r, got, s)
+		}
+	}
+	if len(Reasons) != 7 {
+		t.Fatalf("Reasons has %d entries", len(Reasons))
+	}
+}

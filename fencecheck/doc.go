@@ -1,0 +1,39 @@
+// Package fencecheck is fencegate's edge decision: given a lock key, a
+// presented fence and optionally a lockId, it reads the backend once and says
+// whether a write may pass, and why not. Every denial (and every dry-run or
+// warn "would deny") is handed to an Auditor, which writes audit events in
+// batches off the request path.
+//
+// fencecheck knows nothing of gRPC or HTTP: the transports (authz, admission)
+// turn a Request out of their own wire format, call Checker.Check and turn the
+// Decision back. Check distinguishes the two ways a check can end badly, as
+// Caddy's authenticators do: a denial is a Decision with Allowed=false and a
+// nil error; a check that could not decide (backend error or deadline)
+// returns a non-nil error together with the fail-closed Decision (reason
+// "unavailable", status 503), so a transport that ignores the error still
+// denies.
+//
+// The order of evaluation, and what each step costs:
+//
+//  1. not a write, or policy "off": allow, no backend read;
+//  2. no fence: 428 "missing"; a fence that is not 15 digits, an empty or
+//     over-long key, or a lockId that is not 22 base64url characters: 400
+//     "malformed" — all without a backend read;
+//  3. exactly one Store.Inspect under the per-check deadline (no cache: a
+//     cached answer is exactly what would let a stale write through);
+//  4. presented < latest issued: 409 "stale"; presented > latest, or nothing
+//     ever issued: 409 "unknown";
+//  5. policy "holder": no live lock holding the presented fence: 409
+//     "not-held". Policy "latest": presented == latest is enough, even if
+//     that lock has expired (Kleppmann's rule);
+//  6. a presented lockId must match the live lock's lockId (constant-time);
+//     no live lock to match: 409 "not-held"; a different lockId: 409
+//     "wrong-owner".
+//
+// Modes: "enforce" denies. "dry-run" and "warn" evaluate the same way but
+// allow, with Decision.WouldDeny set and Decision.Reason naming what would
+// have been denied; the would-deny is audited. In dry-run and warn an
+// unavailable backend also allows (WouldDeny, reason "unavailable", nil
+// error): a mode whose promise is "never affects traffic" must not start
+// failing requests when the backend does.
+package fencecheck

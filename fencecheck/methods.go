@@ -1,0 +1,91 @@
+package fencecheck
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// MethodSet says which HTTP methods are writes. The zero value is the
+// default set: every method but GET, HEAD and OPTIONS.
+type MethodSet struct {
+	all    bool            // "*": every method is a write
+	listed map[string]bool // explicit write methods; nil means the default
+}
+
+// DefaultWriteMethodsSpec describes the default set, for docs and errors.
+const DefaultWriteMethodsSpec = "everything but GET, HEAD, OPTIONS"
+
+// WriteMethods parses a route's write-method spec: a comma- or
+// space-separated list of methods ("POST,PUT,PATCH,DELETE"), "*" for every
+// method, or "" for the default (everything but GET, HEAD and OPTIONS).
+// Methods are matched case-insensitively. A token that is not an HTTP method
+// token is an error.
+func WriteMethods(spec string) (MethodSet, error) {
+	fields := strings.FieldsFunc(spec, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+	if len(fields) == 0 {
+		return MethodSet{}, nil
+	}
+	ms := MethodSet{listed: make(map[string]bool, len(fields))}
+	for _, f := range fields {
+		if f == "*" {
+			ms.all = true
+			continue
+		}
+		if !isToken(f) {
+			return MethodSet{}, fmt.Errorf("fencecheck: write methods %q: %q is not an HTTP method", spec, f)
+		}
+		ms.listed[strings.ToUpper(f)] = true
+	}
+	return ms, nil
+}
+
+// IsWrite reports whether method is a write under the set.
+func (ms MethodSet) IsWrite(method string) bool {
+	if ms.all {
+		return true
+	}
+	m := strings.ToUpper(method)
+	if ms.listed == nil {
+		switch m {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+			return false
+		}
+		return true
+	}
+	return ms.listed[m]
+}
+
+// String renders the set in the form WriteMethods parses.
+func (ms MethodSet) String() string {
+	if ms.all {
+		return "*"
+	}
+	if ms.listed == nil {
+		return ""
+	}
+	out := make([]string, 0, len(ms.listed))
+	for m := range ms.listed {
+		out = append(out, m)
+	}
+	slices.Sort(out) // stable output for logs and tests
+	return strings.Join(out, ",")
+}
+
+// isToken reports whether s is an RFC 9110 token (what a method must be).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,74 @@
+package fencecheck
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metric label values for the decision label.
+const (
+	decisionAllow     = "allow"
+	decisionDeny      = "deny"
+	decisionWouldDeny = "would-deny"
+	reasonNone        = "none" // the reason label of an allow
+)
+
+// Audit drop reasons (the reason label of fencegate_audit_dropped_total).
+const (
+	dropQueueFull   = "queue-full"
+	dropWriteFailed = "write-failed"
+	dropClosed      = "closed"
+)
+
+type checkMetrics struct {
+	decisions *prometheus.CounterVec
+	duration  prometheus.Histogram
+}
+
+func newCheckMetrics(reg prometheus.Registerer) *checkMetrics {
+	m := &checkMetrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_authz_decisions_total",
+			Help: "Edge-check decisions by outcome (allow, deny, would-deny), reason and mode.",
+		}, []string{"decision", "reason", "mode"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fencegate_authz_check_duration_seconds",
+			Help: "Time to decide an edge check, backend read included.",
+			// The check sits on every write's path: resolve the sub-millisecond range.
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .15, .25, .5, 1},
+		}),
+	}
+	m.decisions = register(reg, m.decisions)
+	m.duration = register(reg, m.duration)
+	return m
+}
+
+func newDroppedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencegate_audit_dropped_total",
+		Help: "Audit events dropped: queue full, sink write failed, or recorded after Close.",
+	}, []string{"reason"})
+	return register(reg, c)
+}
+
+// register registers c with reg (when reg is non-nil) and returns the
+// collector to use: the already registered one when another Checker or
+// Auditor on the same registry got there first, so that several of them
+// (authz and admission in one process) share one series.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if reg == nil {
+		return c
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		// A conflicting definition under the same name is a programming
+		// error: keep counting locally rather than failing every check.
+	}
+	return c
+}

@@ -1,0 +1,148 @@
+package fencecheck
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Policy is what a presented fence must match.
+type Policy string
+
+// Policies.
+const (
+	// PolicyHolder (the default) allows only the fence of a live lock.
+	PolicyHolder Policy = "holder"
+	// PolicyLatest allows the latest fence ever issued for the key, even
+	// after that lock expired: the protected resource only needs to refuse
+	// writes older than one it may already have seen.
+	PolicyLatest Policy = "latest"
+	// PolicyOff disables the check for the route (no backend read).
+	PolicyOff Policy = "off"
+)
+
+// Mode says what a negative evaluation does.
+type Mode string
+
+// Modes.
+const (
+	// ModeEnforce (the default) denies.
+	ModeEnforce Mode = "enforce"
+	// ModeDryRun allows, audits the would-deny; for rolling a route out.
+	ModeDryRun Mode = "dry-run"
+	// ModeWarn allows, audits the would-deny and lets the transport tell the
+	// caller (admission returns it as a warning).
+	ModeWarn Mode = "warn"
+)
+
+// Reason says why a write was (or would have been) denied.
+type Reason string
+
+// Reasons, with the HTTP status each maps to (StatusOf).
+const (
+	ReasonMissing     Reason = "missing"     // 428: a write without a fence
+	ReasonMalformed   Reason = "malformed"   // 400: fence not 15 digits, bad key or lockId
+	ReasonStale       Reason = "stale"       // 409: presented < latest issued
+	ReasonNotHeld     Reason = "not-held"    // 409: presented == latest, but no live lock holds it
+	ReasonUnknown     Reason = "unknown"     // 409: presented > latest issued (never issued)
+	ReasonWrongOwner  Reason = "wrong-owner" // 409: the lockId proof does not match the live lock
+	ReasonUnavailable Reason = "unavailable" // 503: backend error or deadline; fail closed
+)
+
+// Reasons lists every Reason in a stable order (for metrics and docs).
+var Reasons = []Reason{ReasonMissing, ReasonMalformed, ReasonStale, ReasonNotHeld,
+	ReasonUnknown, ReasonWrongOwner, ReasonUnavailable}
+
+// StatusOf returns the HTTP status a denial for reason r is answered with,
+// and 200 for the empty reason (allowed).
+func StatusOf(r Reason) int {
+	switch r {
+	case "":
+		return http.StatusOK
+	case ReasonMissing:
+		return http.StatusPreconditionRequired
+	case ReasonMalformed:
+		return http.StatusBadRequest
+	case ReasonStale, ReasonNotHeld, ReasonUnknown, ReasonWrongOwner:
+		return http.StatusConflict
+	default: // ReasonUnavailable, and anything unexpected fails closed
+		return http.StatusServiceUnavailable
+	}
+}
+
+// ParsePolicy parses a route's policy; "" is PolicyHolder. Matching is
+// case-insensitive.
+func ParsePolicy(s string) (Policy, error) {
+	switch p := Policy(strings.ToLower(strings.TrimSpace(s))); p {
+	case "":
+		return PolicyHolder, nil
+	case PolicyHolder, PolicyLatest, PolicyOff:
+		return p, nil
+	}
+	return "", fmt.Errorf("fencecheck: unknown policy %q (want holder, latest or off)", s)
+}
+
+// ParseMode parses a route's mode; "" is ModeEnforce. "dryrun" and
+// "dry_run" are accepted for "dry-run". Matching is case-insensitive.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(strings.ToLower(strings.TrimSpace(s))); m {
+	case "":
+		return ModeEnforce, nil
+	case ModeEnforce, ModeDryRun, ModeWarn:
+		return m, nil
+	case "dryrun", "dry_run":
+		return ModeDryRun, nil
+	}
+	return "", fmt.Errorf("fencecheck: unknown mode %q (want enforce, dry-run or warn)", s)
+}
+
+// Request is one edge check. The transport fills it from its wire format.
+type Request struct {
+	Key    string // the lock key (raw; normalised by Check)
+	Fence  string // the presented fence; "" when none was presented
+	LockID string // the optional ownership proof; "" when none
+	Write  bool   // whether the request is a write (see WriteMethods)
+
+	Policy Policy // "" is PolicyHolder
+	Mode   Mode   // "" is ModeEnforce
+
+	// Audit context; none of it changes the decision.
+	Route  string // the route's name, as configured at the proxy
+	Source string // "authz-grpc", "authz-http", "admission"
+	Peer   string // the client's address, as the proxy saw it
+	Method string // the original method
+	Path   string // the original path, without the query string
+
+	// SkipAudit suppresses the audit event (admission dry-run reviews must
+	// have no side effects). Metrics are still counted.
+	SkipAudit bool
+}
+
+// Decision is the outcome of a check.
+type Decision struct {
+	// Allowed says whether the request may pass. In dry-run and warn modes
+	// it is true even when the evaluation was negative.
+	Allowed bool
+	// WouldDeny is set in dry-run and warn modes when enforce would have
+	// denied; Reason then names why.
+	WouldDeny bool
+	// Reason is why the request was (or would have been) denied; "" when
+	// the evaluation was positive or skipped.
+	Reason Reason
+	// Status is what the transport answers: 200 when Allowed, else
+	// StatusOf(Reason). (For a would-deny, StatusOf(Reason) is the status
+	// enforce mode would have answered.)
+	Status int
+	// Presented is the fence the request carried; Current is the latest
+	// fence ever issued for the key ("" when none, or not read).
+	Presented string
+	Current   string
+	// DecisionID identifies the decision in logs, audit and responses. Every
+	// decision that reads the backend or denies has one.
+	DecisionID string
+	// Key is the key as requested (raw). Transports decide whether to echo
+	// it; audit events carry its hash unless raw-key auditing is on.
+	Key    string
+	Policy Policy
+	Mode   Mode
+}
