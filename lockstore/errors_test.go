@@ -1,0 +1,129 @@
+package lockstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestErrorNeverPrintsSecrets(t *testing.T) {
+	const key = "tenant-42/invoice:secret-key"
+	const id = "Zm9vYmFyYmF6cXV4MTIzNA"
+	var errs []error
+	errs = append(errs,
+		&Error{Code: ServiceUnavailable, Op: "acquire", Msg: "down", Key: key, LockID: id, Err: errors.New("dial tcp: refused")},
+		(&Error{Code: Internal, Op: "release"}).withContext(key, id),
+		ValidateLockID(id+"!"),
+		ValidateLockID(id[:21]+"+"),
+	)
+	_, err := NormalizeKey(strings.Repeat(key, 40))
+	errs = append(errs, err)
+	_, err = MakeStorageKey(strings.Repeat("p", 2000), key, RedisKeyLimit, RedisKeyReserve)
+	errs = append(errs, err)
+	_, err = AcquireWithRetry(context.Background(), contended{}, key, time.Second, RetryPolicy{MaxRetries: NoRetries})
+	errs = append(errs, err)
+	for i, e := range errs {
+		if e == nil {
+			t.Fatalf("case %d: no error", i)
+		}
+		msg := e.Error()
+		if strings.Contains(msg, key) || strings.Contains(msg, id) || strings.Contains(msg, "secret-key") {
+			t.Errorf("case %d leaks a raw key or lockId: %s", i, msg)
+		}
+	}
+	// The hashes are printed instead, so the error is still traceable.
+	if msg := errs[0].Error(); !strings.Contains(msg, HashKey(key)) || !strings.Contains(msg, HashKey(id)) {
+		t.Errorf("hashes missing from %q", msg)
+	}
+	// The raw values stay available to code.
+	var le *Error
+	if !errors.As(errs[6], &le) || le.Key != key || le.Code != AcquisitionTimeout {
+		t.Errorf("AcquisitionTimeout error lost its key context: %#v", le)
+	}
+}
+
+// contended is a Locker whose key is always held.
+type contended struct{}
+
+func (contended) Acquire(context.Context, string, time.Duration) (AcquireResult, error) {
+	return AcquireResult{Reason: ReasonLocked}, nil
+}
+func (contended) Release(context.Context, string) (ReleaseResult, error) { return ReleaseResult{}, nil }
+func (contended) Extend(context.Context, string, time.Duration) (ExtendResult, error) {
+	return ExtendResult{}, nil
+}
+
+func TestCodeOf(t *testing.T) {
+	base := &Error{Code: RateLimited, Op: "acquire"}
+	tests := []struct {
+		name string
+		err  error
+		want Code
+	}{
+		{"nil", nil, ""},
+		{"bare", base, RateLimited},
+		{"wrapped", fmt.Errorf("calling backend: %w", base), RateLimited},
+		{"double wrapped", fmt.Errorf("a: %w", fmt.Errorf("b: %w", base)), RateLimited},
+		{"joined", errors.Join(errors.New("x"), base), RateLimited},
+		{"outer *Error wins over its cause", &Error{Code: ServiceUnavailable, Err: context.Canceled}, ServiceUnavailable},
+		{"canceled", context.Canceled, Aborted},
+		{"deadline", context.DeadlineExceeded, NetworkTimeout},
+		{"wrapped canceled", fmt.Errorf("redis: %w", context.Canceled), Aborted},
+		{"wrapped deadline", fmt.Errorf("pgx: %w", context.DeadlineExceeded), NetworkTimeout},
+		{"plain", errors.New("boom"), Internal},
+		{"lost lock", &LockLostError{Reason: LostExtendError, Err: base}, RateLimited},
+	}
+	for _, tt := range tests {
+		if got := CodeOf(tt.err); got != tt.want {
+			t.Errorf("%s: CodeOf = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestErrorIs(t *testing.T) {
+	err := fmt.Errorf("wrap: %w", &Error{Code: Aborted, Op: "acquire", Msg: "cancelled", Err: context.Canceled})
+	if !errors.Is(err, &Error{Code: Aborted}) {
+		t.Error("errors.Is by code failed")
+	}
+	if errors.Is(err, &Error{Code: Internal}) {
+		t.Error("errors.Is matched another code")
+	}
+	if errors.Is(err, &Error{Code: Aborted, Op: "release"}) {
+		t.Error("a target with an Op must not match by code alone")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Error("cause not reachable through Unwrap")
+	}
+}
+
+func TestContextError(t *testing.T) {
+	if ContextError(context.Background(), "x") != nil {
+		t.Error("live context produced an error")
+	}
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	if e := ContextError(c, "acquire"); e == nil || e.Code != Aborted || e.Op != "acquire" || !errors.Is(e, context.Canceled) {
+		t.Errorf("cancelled: %v", e)
+	}
+	d, cancel2 := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	defer cancel2()
+	if e := ContextError(d, "extend"); e == nil || e.Code != NetworkTimeout || !errors.Is(e, context.DeadlineExceeded) {
+		t.Errorf("deadline: %v", e)
+	}
+}
+
+func TestCodesComplete(t *testing.T) {
+	seen := map[Code]bool{}
+	for _, c := range Codes {
+		if seen[c] || c == "" {
+			t.Errorf("duplicate or empty code %q", c)
+		}
+		seen[c] = true
+	}
+	if len(seen) != 8 {
+		t.Errorf("%d codes, want the contract's 8", len(seen))
+	}
+}

@@ -1,0 +1,303 @@
+package lockstore
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// LockEvent is one observed lock operation (ADR-007). It identifies the key
+// and lockId by their hashes; the raw values only when
+// TelemetryOptions.IncludeRaw allows.
+type LockEvent struct {
+	Type       string `json:"type"` // EventAcquire, EventRelease, ...
+	KeyHash    string `json:"keyHash,omitempty"`
+	LockIDHash string `json:"lockIdHash,omitempty"`
+	Result     string `json:"result"`           // ResultOK or ResultFail
+	Reason     string `json:"reason,omitempty"` // "locked", DetailExpired, DetailNotFound, best effort
+	// Code is the error code when the operation failed with an error
+	// rather than a domain outcome (a fencegate addition; SyncGuard emits
+	// nothing for errors).
+	Code     Code          `json:"code,omitempty"`
+	Duration time.Duration `json:"durationNs"`       // how long the backend call took
+	Key      string        `json:"key,omitempty"`    // raw, only with IncludeRaw
+	LockID   string        `json:"lockId,omitempty"` // raw, only with IncludeRaw
+}
+
+// LockEvent types and results. The types are SyncGuard's operation names.
+const (
+	EventAcquire  = "acquire"
+	EventRelease  = "release"
+	EventExtend   = "extend"
+	EventIsLocked = "isLocked" // ResultOK when the key is locked
+	EventLookup   = "lookup"   // ResultOK when a live lock was found
+
+	ResultOK   = "ok"
+	ResultFail = "fail"
+)
+
+// DefaultTelemetryQueue is the event queue length of WithTelemetry: enough
+// to absorb a burst while the callback is slow, small enough to bound memory.
+const DefaultTelemetryQueue = 1024
+
+// TelemetryOptions configures WithTelemetry.
+type TelemetryOptions struct {
+	// OnEvent receives every event, on one goroutine owned by the
+	// decorator, never on the operation's. It may be slow (events queue,
+	// then are dropped and counted) and may panic (recovered and logged).
+	// nil disables telemetry: WithTelemetry returns the store unchanged.
+	OnEvent func(LockEvent)
+	// IncludeRaw decides per event whether the raw key and lockId go into
+	// it; it sees the event with hashes only. nil means never. Keys that
+	// look like secrets (containing "token", "secret", "password",
+	// "credential" or "apikey") stay redacted regardless.
+	IncludeRaw func(LockEvent) bool
+	// QueueSize bounds the events waiting for OnEvent; 0 means
+	// DefaultTelemetryQueue.
+	QueueSize int
+	// Logger receives callback panics (Warn). nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// TelemetryStats is implemented by stores WithTelemetry returns.
+type TelemetryStats interface {
+	// DroppedEvents counts events lost because the queue was full or the
+	// store closed.
+	DroppedEvents() uint64
+}
+
+// rawDenylist are substrings of keys that are never emitted raw.
+var rawDenylist = []string{"token", "secret", "password", "credential", "apikey", "api_key"}
+
+// WithTelemetry wraps s so that each acquire, release, extend, isLocked and
+// lookup emits a LockEvent to opts.OnEvent. Hashes are computed, and the
+// callback is run, on the decorator's single worker goroutine; the
+// operation only enqueues (never blocking: a full queue drops the event and
+// counts it, see TelemetryStats).
+//
+// The returned store implements AuditLog and HeldCounter exactly when s
+// does, so type assertions on it answer as they would on s. Close stops the
+// worker after it has delivered the events already queued, then closes s.
+func WithTelemetry(s Store, opts TelemetryOptions) Store {
+	if opts.OnEvent == nil {
+		return s
+	}
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = DefaultTelemetryQueue
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	t := &telemetryStore{inner: s, opts: opts, queue: make(chan pendingEvent, opts.QueueSize), exited: make(chan struct{})}
+	go t.work()
+	al, isAudit := s.(AuditLog)
+	hc, isCounter := s.(HeldCounter)
+	switch {
+	case isAudit && isCounter:
+		return &telemetryAuditCounterStore{t, al, hc}
+	case isAudit:
+		return &telemetryAuditStore{t, al}
+	case isCounter:
+		return &telemetryCounterStore{t, hc}
+	}
+	return t
+}
+
+// The variants that pass the inner store's optional interfaces through.
+type (
+	telemetryAuditStore struct {
+		*telemetryStore
+		AuditLog
+	}
+	telemetryCounterStore struct {
+		*telemetryStore
+		HeldCounter
+	}
+	telemetryAuditCounterStore struct {
+		*telemetryStore
+		AuditLog
+		HeldCounter
+	}
+)
+
+// Interface guards.
+var (
+	_ Store          = (*telemetryStore)(nil)
+	_ TelemetryStats = (*telemetryStore)(nil)
+	_ AuditLog       = (*telemetryAuditStore)(nil)
+	_ HeldCounter    = (*telemetryCounterStore)(nil)
+	_ AuditLog       = (*telemetryAuditCounterStore)(nil)
+	_ HeldCounter    = (*telemetryAuditCounterStore)(nil)
+)
+
+// pendingEvent is what the operation path enqueues: raw inputs, no hashing.
+type pendingEvent struct {
+	typ      string
+	key      string
+	lockID   string
+	ok       bool
+	reason   string
+	err      error
+	duration time.Duration
+}
+
+type telemetryStore struct {
+	inner   Store
+	opts    TelemetryOptions
+	mu      sync.RWMutex // guards sends against Close closing the queue
+	closed  bool
+	queue   chan pendingEvent
+	exited  chan struct{}
+	dropped atomic.Uint64
+	once    sync.Once
+}
+
+// Unwrap returns the decorated store.
+func (t *telemetryStore) Unwrap() Store { return t.inner }
+
+// DroppedEvents implements TelemetryStats.
+func (t *telemetryStore) DroppedEvents() uint64 { return t.dropped.Load() }
+
+func (t *telemetryStore) emit(e pendingEvent) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		t.dropped.Add(1)
+		return
+	}
+	select {
+	case t.queue <- e:
+	default:
+		t.dropped.Add(1)
+	}
+}
+
+func (t *telemetryStore) work() {
+	defer close(t.exited)
+	for e := range t.queue {
+		t.deliver(e)
+	}
+}
+
+func (t *telemetryStore) deliver(p pendingEvent) {
+	defer func() {
+		if r := recover(); r != nil {
+			t.opts.Logger.Warn("telemetry callback panicked", "type", p.typ, "panic", r)
+		}
+	}()
+	e := LockEvent{Type: p.typ, Result: ResultFail, Reason: p.reason, Duration: p.duration}
+	if p.ok {
+		e.Result = ResultOK
+	}
+	if p.err != nil {
+		e.Code = CodeOf(p.err)
+	}
+	if p.key != "" {
+		e.KeyHash = HashKey(p.key)
+	}
+	if p.lockID != "" {
+		e.LockIDHash = HashKey(p.lockID)
+	}
+	if t.opts.IncludeRaw != nil && t.includeRaw(e) {
+		if !secretLooking(p.key) {
+			e.Key = p.key
+		}
+		e.LockID = p.lockID
+	}
+	t.opts.OnEvent(e)
+}
+
+// includeRaw asks the predicate, redacting if it panics.
+func (t *telemetryStore) includeRaw(e LockEvent) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return t.opts.IncludeRaw(e)
+}
+
+func secretLooking(key string) bool {
+	k := strings.ToLower(key)
+	for _, d := range rawDenylist {
+		if strings.Contains(k, d) {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *telemetryStore) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
+	start := time.Now()
+	r, err := t.inner.Acquire(ctx, key, ttl)
+	reason := ""
+	if err == nil && !r.OK {
+		reason = r.Reason
+	}
+	t.emit(pendingEvent{typ: EventAcquire, key: key, lockID: r.LockID, ok: err == nil && r.OK,
+		reason: reason, err: err, duration: time.Since(start)})
+	return r, err
+}
+
+func (t *telemetryStore) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
+	start := time.Now()
+	r, err := t.inner.Release(ctx, lockID)
+	t.emit(pendingEvent{typ: EventRelease, lockID: lockID, ok: err == nil && r.OK,
+		reason: r.Detail, err: err, duration: time.Since(start)})
+	return r, err
+}
+
+func (t *telemetryStore) Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
+	start := time.Now()
+	r, err := t.inner.Extend(ctx, lockID, ttl)
+	t.emit(pendingEvent{typ: EventExtend, lockID: lockID, ok: err == nil && r.OK,
+		reason: r.Detail, err: err, duration: time.Since(start)})
+	return r, err
+}
+
+func (t *telemetryStore) IsLocked(ctx context.Context, key string) (bool, error) {
+	start := time.Now()
+	locked, err := t.inner.IsLocked(ctx, key)
+	t.emit(pendingEvent{typ: EventIsLocked, key: key, ok: err == nil && locked, err: err, duration: time.Since(start)})
+	return locked, err
+}
+
+func (t *telemetryStore) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
+	start := time.Now()
+	info, err := t.inner.LookupKey(ctx, key)
+	t.emit(pendingEvent{typ: EventLookup, key: key, ok: err == nil && info != nil, err: err, duration: time.Since(start)})
+	return info, err
+}
+
+func (t *telemetryStore) LookupLockID(ctx context.Context, lockID string) (*LockInfo, error) {
+	start := time.Now()
+	info, err := t.inner.LookupLockID(ctx, lockID)
+	t.emit(pendingEvent{typ: EventLookup, lockID: lockID, ok: err == nil && info != nil, err: err, duration: time.Since(start)})
+	return info, err
+}
+
+// Inspect is the edge check's read, not a SyncGuard operation: it passes
+// through without an event (it runs on every checked request).
+func (t *telemetryStore) Inspect(ctx context.Context, key string) (KeyState, error) {
+	return t.inner.Inspect(ctx, key)
+}
+
+func (t *telemetryStore) Capabilities() Capabilities { return t.inner.Capabilities() }
+
+func (t *telemetryStore) Ping(ctx context.Context) error { return t.inner.Ping(ctx) }
+
+// Close delivers the events already queued, stops the worker and closes the
+// inner store. It is idempotent; events emitted after it are dropped.
+func (t *telemetryStore) Close() error {
+	t.once.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		close(t.queue)
+		t.mu.Unlock()
+	})
+	<-t.exited
+	return t.inner.Close()
+}
