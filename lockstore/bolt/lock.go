@@ -1,0 +1,372 @@
+package bolt
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// lockRecord is a lock as stored: SyncGuard's lock value layout, so a file
+// dumped with the bbolt CLI reads like the other backends' records.
+type lockRecord struct {
+	LockID       string `json:"lockId"`
+	ExpiresAtMs  int64  `json:"expiresAtMs"`
+	AcquiredAtMs int64  `json:"acquiredAtMs"`
+	Key          string `json:"key"`
+	Fence        string `json:"fence"`
+}
+
+func (r *lockRecord) info() *lockstore.LockInfo {
+	return &lockstore.LockInfo{
+		KeyHash:      lockstore.HashKey(r.Key),
+		LockIDHash:   lockstore.HashKey(r.LockID),
+		Fence:        r.Fence,
+		ExpiresAtMs:  r.ExpiresAtMs,
+		AcquiredAtMs: r.AcquiredAtMs,
+	}
+}
+
+// getLock reads the record stored under normalised key k, or nil.
+func getLock(tx *bbolt.Tx, k string) (*lockRecord, error) {
+	v := tx.Bucket(bucketLocks).Get([]byte(k))
+	if v == nil {
+		return nil, nil
+	}
+	var r lockRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return nil, lockstore.Errorf(lockstore.Internal, "decode", "bolt: corrupt lock record: %v", err)
+	}
+	return &r, nil
+}
+
+// getByID resolves lockID through the index and re-verifies that the lock
+// found still carries lockID (ADR-003): an index entry that outlived its
+// lock must never let one holder act on another's lock.
+func getByID(tx *bbolt.Tx, lockID string) (*lockRecord, error) {
+	k := tx.Bucket(bucketIDs).Get([]byte(lockID))
+	if k == nil {
+		return nil, nil
+	}
+	r, err := getLock(tx, string(k))
+	if err != nil || r == nil || r.LockID != lockID {
+		return nil, err
+	}
+	return r, nil
+}
+
+// getCounter reads the fence counter of normalised key k (0 if never set).
+func getCounter(tx *bbolt.Tx, k string) (int64, error) {
+	v := tx.Bucket(bucketFences).Get([]byte(k))
+	if v == nil {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return 0, lockstore.Errorf(lockstore.Internal, "decode", "bolt: corrupt fence counter: %v", err)
+	}
+	return n, nil
+}
+
+func putCounter(tx *bbolt.Tx, k string, n int64) error {
+	return tx.Bucket(bucketFences).Put([]byte(k), strconv.AppendInt(nil, n, 10))
+}
+
+// deleteLock removes a lock and its index entry. Its fence counter stays.
+func deleteLock(tx *bbolt.Tx, r *lockRecord) error {
+	if err := tx.Bucket(bucketLocks).Delete([]byte(r.Key)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketIDs).Delete([]byte(r.LockID))
+}
+
+// Acquire takes key for ttl if it is free, reclaiming an expired lock
+// (its counter untouched). The fence is the key's counter plus one; past
+// lockstore.FenceMax the acquire fails with Internal and nothing is written.
+func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
+	const op = "acquire"
+	k, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return lockstore.AcquireResult{}, err
+	}
+	ttlMs, err := lockstore.ValidateTTL(ttl)
+	if err != nil {
+		return lockstore.AcquireResult{}, err
+	}
+	var res lockstore.AcquireResult
+	var issued int64
+	err = s.update(ctx, op, func(tx *bbolt.Tx) error {
+		res, issued = lockstore.AcquireResult{}, 0
+		now := s.nowMs()
+		cur, err := getLock(tx, k)
+		if err != nil {
+			return err
+		}
+		if cur != nil {
+			if lockstore.IsLive(cur.ExpiresAtMs, now) {
+				res.Reason = lockstore.ReasonLocked
+				return nil
+			}
+			if err := deleteLock(tx, cur); err != nil {
+				return err
+			}
+		}
+		n, err := getCounter(tx, k)
+		if err != nil {
+			return err
+		}
+		if n >= lockstore.FenceMax {
+			// Returning an error rolls the reclaim back too: nothing written.
+			return lockstore.Errorf(lockstore.Internal, op,
+				"fence counter exhausted (at %d, max %d); rotate the key namespace", n, lockstore.FenceMax)
+		}
+		fence, err := lockstore.FormatFence(n + 1)
+		if err != nil {
+			return err
+		}
+		id, err := lockstore.NewLockID()
+		if err != nil {
+			return err
+		}
+		rec := lockRecord{LockID: id, ExpiresAtMs: now + ttlMs, AcquiredAtMs: now, Key: k, Fence: fence}
+		v, err := json.Marshal(&rec)
+		if err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketLocks).Put([]byte(k), v); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketIDs).Put([]byte(id), []byte(k)); err != nil {
+			return err
+		}
+		if err := putCounter(tx, k, n+1); err != nil {
+			return err
+		}
+		res = lockstore.AcquireResult{OK: true, LockID: id, Fence: fence, ExpiresAtMs: rec.ExpiresAtMs}
+		issued = n + 1
+		return nil
+	})
+	if err != nil {
+		return lockstore.AcquireResult{}, withKey(err, key, "")
+	}
+	if lockstore.FenceNeedsWarning(issued) {
+		s.log.Warn("fence counter past the warning level; plan a key namespace rotation",
+			"keyHash", lockstore.HashKey(k), "fence", res.Fence, "fenceMax", lockstore.FenceMax)
+	}
+	return res, nil
+}
+
+// Release deletes the live lock lockID holds. Releasing an absent, expired
+// or foreign lock is OK=false, not an error; an expired record found on
+// the way is cleaned up (its counter untouched).
+func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
+	const op = "release"
+	if err := lockstore.ValidateLockID(lockID); err != nil {
+		return lockstore.ReleaseResult{}, err
+	}
+	var res lockstore.ReleaseResult
+	err := s.update(ctx, op, func(tx *bbolt.Tx) error {
+		res = lockstore.ReleaseResult{Detail: lockstore.DetailNotFound}
+		r, err := s.resolve(tx, lockID)
+		if err != nil || r == nil {
+			return err
+		}
+		if err := deleteLock(tx, r); err != nil {
+			return err
+		}
+		if !lockstore.IsLive(r.ExpiresAtMs, s.nowMs()) {
+			res.Detail = lockstore.DetailExpired
+			return nil
+		}
+		res = lockstore.ReleaseResult{OK: true}
+		return nil
+	})
+	if err != nil {
+		return lockstore.ReleaseResult{}, withKey(err, "", lockID)
+	}
+	return res, nil
+}
+
+// resolve finds lockID's lock for a mutation, dropping an index entry that
+// no longer leads to it.
+func (s *Store) resolve(tx *bbolt.Tx, lockID string) (*lockRecord, error) {
+	r, err := getByID(tx, lockID)
+	if err != nil {
+		return nil, err
+	}
+	if r == nil && tx.Bucket(bucketIDs).Get([]byte(lockID)) != nil {
+		return nil, tx.Bucket(bucketIDs).Delete([]byte(lockID))
+	}
+	return r, nil
+}
+
+// Extend sets the live lock's expiry to now+ttl (replacing, not adding)
+// and returns it. An expired lock is never resurrected: OK=false, and its
+// record is cleaned up.
+func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
+	const op = "extend"
+	if err := lockstore.ValidateLockID(lockID); err != nil {
+		return lockstore.ExtendResult{}, err
+	}
+	ttlMs, err := lockstore.ValidateTTL(ttl)
+	if err != nil {
+		return lockstore.ExtendResult{}, err
+	}
+	var res lockstore.ExtendResult
+	err = s.update(ctx, op, func(tx *bbolt.Tx) error {
+		res = lockstore.ExtendResult{Detail: lockstore.DetailNotFound}
+		r, err := s.resolve(tx, lockID)
+		if err != nil || r == nil {
+			return err
+		}
+		now := s.nowMs()
+		if !lockstore.IsLive(r.ExpiresAtMs, now) {
+			res.Detail = lockstore.DetailExpired
+			return deleteLock(tx, r)
+		}
+		r.ExpiresAtMs = now + ttlMs
+		v, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketLocks).Put([]byte(r.Key), v); err != nil {
+			return err
+		}
+		res = lockstore.ExtendResult{OK: true, ExpiresAtMs: r.ExpiresAtMs}
+		return nil
+	})
+	if err != nil {
+		return lockstore.ExtendResult{}, withKey(err, "", lockID)
+	}
+	return res, nil
+}
+
+// IsLocked reports whether key has a live lock. Read-only.
+func (s *Store) IsLocked(ctx context.Context, key string) (bool, error) {
+	li, err := s.LookupKey(ctx, key)
+	return li != nil, err
+}
+
+// LookupKey returns the sanitised live lock on key, or nil. Read-only.
+func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
+	k, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return nil, err
+	}
+	var info *lockstore.LockInfo
+	err = s.view(ctx, "lookup", func(tx *bbolt.Tx) error {
+		r, err := getLock(tx, k)
+		if err == nil && r != nil && lockstore.IsLive(r.ExpiresAtMs, s.nowMs()) {
+			info = r.info()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, withKey(err, key, "")
+	}
+	return info, nil
+}
+
+// LookupLockID returns the sanitised live lock lockID holds, or nil.
+func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
+	if err := lockstore.ValidateLockID(lockID); err != nil {
+		return nil, err
+	}
+	var info *lockstore.LockInfo
+	err := s.view(ctx, "lookup", func(tx *bbolt.Tx) error {
+		r, err := getByID(tx, lockID)
+		if err == nil && r != nil && lockstore.IsLive(r.ExpiresAtMs, s.nowMs()) {
+			info = r.info()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, withKey(err, "", lockID)
+	}
+	return info, nil
+}
+
+// Inspect reads the live lock on key and the key's latest issued fence in
+// one read transaction, so the two are consistent with each other.
+func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
+	k, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return lockstore.KeyState{}, err
+	}
+	var ks lockstore.KeyState
+	err = s.view(ctx, "inspect", func(tx *bbolt.Tx) error {
+		ks = lockstore.KeyState{NowMs: s.nowMs()}
+		n, err := getCounter(tx, k)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			if ks.LatestFence, err = lockstore.FormatFence(n); err != nil {
+				return err
+			}
+		}
+		r, err := getLock(tx, k)
+		if err == nil && r != nil && lockstore.IsLive(r.ExpiresAtMs, ks.NowMs) {
+			ks.Live = &lockstore.HeldLock{LockID: r.LockID, Fence: r.Fence,
+				ExpiresAtMs: r.ExpiresAtMs, AcquiredAtMs: r.AcquiredAtMs}
+		}
+		return err
+	})
+	if err != nil {
+		return lockstore.KeyState{}, withKey(err, key, "")
+	}
+	return ks, nil
+}
+
+// CountHeld counts live locks. It scans the locks bucket, which holds only
+// current and not-yet-reclaimed locks, so it stays small.
+func (s *Store) CountHeld(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.view(ctx, "count", func(tx *bbolt.Tx) error {
+		now := s.nowMs()
+		return tx.Bucket(bucketLocks).ForEach(func(_, v []byte) error {
+			var r lockRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return lockstore.Errorf(lockstore.Internal, "decode", "bolt: corrupt lock record: %v", err)
+			}
+			if lockstore.IsLive(r.ExpiresAtMs, now) {
+				n++
+			}
+			return nil
+		})
+	})
+	return n, err
+}
+
+// setFence seeds key's fence counter (tests and the overflow case).
+func (s *Store) setFence(key string, n int64) error {
+	k, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("bolt: negative fence counter %d", n)
+	}
+	return s.update(context.Background(), "set-fence", func(tx *bbolt.Tx) error { return putCounter(tx, k, n) })
+}
+
+// withKey attaches the caller's key or lockId to a *lockstore.Error for
+// the caller's own use; Error() prints only their hashes.
+func withKey(err error, key, lockID string) error {
+	if le, ok := err.(*lockstore.Error); ok {
+		c := *le
+		if c.Key == "" {
+			c.Key = key
+		}
+		if c.LockID == "" {
+			c.LockID = lockID
+		}
+		return &c
+	}
+	return err
+}

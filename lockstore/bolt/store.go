@@ -1,0 +1,177 @@
+// Package bolt is fencegate's embedded, single-node lock store: one bbolt
+// file holds the locks, the lockId index, the fence counters and the audit
+// trail, so fences keep growing across restarts with nothing else to run.
+//
+// Every mutation is one bbolt read-write transaction, which is the whole
+// atomicity story: bbolt admits one writer at a time and commits or rolls
+// back as a unit. Time is the process's clock (client time authority).
+// The file is locked while open; a second process gets a clear error.
+package bolt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// Bucket names. Fence counters live apart from locks so that deleting a
+// lock can never touch its counter; counters are never deleted.
+var (
+	bucketLocks  = []byte("locks")          // normalised key → lock record (JSON)
+	bucketIDs    = []byte("lock_ids")       // lockId → normalised key
+	bucketFences = []byte("fence_counters") // normalised key → decimal counter
+	bucketAudit  = []byte("audit")          // timeMs(8, BE) ‖ seq(8, BE) → AuditEvent (JSON)
+	bucketMeta   = []byte("meta")           // bookkeeping, e.g. the audit event count
+)
+
+// Store is the bbolt-backed lock store. It implements lockstore.Store,
+// lockstore.AuditLog and lockstore.HeldCounter and is safe for concurrent
+// use.
+type Store struct {
+	db        *bbolt.DB
+	path      string
+	log       *slog.Logger
+	retention lockstore.AuditRetention
+	// now is the time authority; tests replace it to move time.
+	now func() time.Time
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ lockstore.Store       = (*Store)(nil)
+	_ lockstore.AuditLog    = (*Store)(nil)
+	_ lockstore.HeldCounter = (*Store)(nil)
+)
+
+// Open opens (creating if needed) the store file at cfg.Path. If another
+// process holds the file, Open fails after cfg.OpenTimeout with an error
+// saying so rather than waiting forever.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := lockstore.ContextError(ctx, "open"); err != nil {
+		return nil, err
+	}
+	if cfg.Path == "" {
+		return nil, lockstore.Errorf(lockstore.InvalidArgument, "open", "bolt: Config.Path is empty")
+	}
+	timeout := cfg.OpenTimeout
+	if timeout <= 0 {
+		timeout = DefaultOpenTimeout
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.Path), 0o700); err != nil {
+		return nil, &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: "open",
+			Msg: "bolt: create directory for " + cfg.Path, Err: err}
+	}
+	db, err := bbolt.Open(cfg.Path, 0o600, &bbolt.Options{Timeout: timeout})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: "open",
+			Msg: fmt.Sprintf("bolt: %s is in use by another fencegate process (pid unknown); "+
+				"gave up after %s waiting for its file lock — stop that process or point this one at another file",
+				cfg.Path, timeout),
+			Err: err}
+	}
+	if err != nil {
+		return nil, &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: "open",
+			Msg: "bolt: open " + cfg.Path, Err: err}
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		for _, b := range [][]byte{bucketLocks, bucketIDs, bucketFences, bucketAudit, bucketMeta} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return fmt.Errorf("create bucket %s: %w", b, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, &lockstore.Error{Code: lockstore.Internal, Op: "open", Msg: "bolt: initialise " + cfg.Path, Err: err}
+	}
+	return &Store{
+		db:        db,
+		path:      cfg.Path,
+		log:       logger.With("store", "bolt"),
+		retention: cfg.AuditRetention.WithDefaults(),
+		now:       time.Now,
+	}, nil
+}
+
+// Capabilities reports bolt: fencing, client (this process's) time.
+func (s *Store) Capabilities() lockstore.Capabilities {
+	return lockstore.Capabilities{Backend: "bolt", SupportsFencing: true, TimeAuthority: lockstore.ClientTime}
+}
+
+// Ping checks that the file is open and readable.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.view(ctx, "ping", func(*bbolt.Tx) error { return nil }); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Close closes the file and releases its lock. Locks stay in the file and
+// are seen again by the next Open. Close is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		if err := s.db.Close(); err != nil {
+			s.closeErr = &lockstore.Error{Code: lockstore.Internal, Op: "close", Msg: "bolt: close " + s.path, Err: err}
+		}
+	})
+	return s.closeErr
+}
+
+func (s *Store) nowMs() int64 { return s.now().UnixMilli() }
+
+// update runs fn in one read-write transaction. The context is checked
+// before waiting for the writer lock and again once holding it, so a
+// caller that gave up while queued behind other writers writes nothing.
+func (s *Store) update(ctx context.Context, op string, fn func(*bbolt.Tx) error) error {
+	if err := lockstore.ContextError(ctx, op); err != nil {
+		return err
+	}
+	err := s.db.Update(func(tx *bbolt.Tx) error {
+		if err := lockstore.ContextError(ctx, op); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+	return mapErr(op, err)
+}
+
+// view runs fn in one read-only transaction.
+func (s *Store) view(ctx context.Context, op string, fn func(*bbolt.Tx) error) error {
+	if err := lockstore.ContextError(ctx, op); err != nil {
+		return err
+	}
+	return mapErr(op, s.db.View(fn))
+}
+
+// mapErr turns bbolt failures into the contract's codes; *lockstore.Error
+// values from inside a transaction pass through.
+func mapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var le *lockstore.Error
+	if errors.As(err, &le) {
+		return err
+	}
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: op, Msg: "bolt: store is closed", Err: err}
+	}
+	return &lockstore.Error{Code: lockstore.Internal, Op: op, Msg: "bolt: transaction failed", Err: err}
+}
