@@ -1,0 +1,147 @@
+package postgres
+
+import "strings"
+
+// nowMsSQL is the server clock in Unix milliseconds, floored as SyncGuard
+// floors it. now() is the transaction's start time, so every statement of one
+// operation sees the same instant.
+const nowMsSQL = `floor(extract(epoch FROM now()) * 1000)::bigint`
+
+// statements holds one store's SQL, built once with its table names quoted.
+//
+// Liveness in SQL is written "expires_at_ms > now_ms - 1000": the textual
+// twin of lockstore.IsLive with TimeToleranceMs. Release and extend must
+// decide inside the statement (that is what makes them atomic); reads fetch
+// the expiry and the clock and call lockstore.IsLive in Go.
+type statements struct {
+	acquireLock, acquireInit, acquire string
+	release, extend                   string
+	isLocked, lookupKey, lookupLockID string
+	inspect, countHeld                string
+	auditInsert, auditPruneAge        string
+	auditPruneCount                   string
+	auditQuery, auditQueryKey         string
+}
+
+func buildStatements(cfg Config) statements {
+	r := strings.NewReplacer(
+		"{locks}", ident(cfg.Table),
+		"{fences}", ident(cfg.FenceTable),
+		"{audit}", ident(cfg.AuditTable),
+		"{now_ms}", nowMsSQL,
+	)
+	return statements{
+		// Serialises acquires of one storage key, SyncGuard's way
+		// (hashtext of the storage key), so a SyncGuard client and
+		// fencegate exclude each other too.
+		acquireLock: `SELECT pg_advisory_xact_lock(hashtext($1))`,
+
+		// Step one of the canonical fence increment: make sure the
+		// counter row exists. A separate statement because the UPDATE of
+		// step two must see it, and statements in one WITH share a
+		// snapshot.
+		acquireInit: r.Replace(`INSERT INTO {fences} (fence_key, fence) VALUES ($1, 0)
+			ON CONFLICT (fence_key) DO NOTHING`),
+
+		// Step two plus the lock write, in one statement:
+		//   holder  - the current row, locked (a concurrent release or
+		//             extend finishes first, and we re-read its result);
+		//   free    - the clock, present only if no live lock holds the key;
+		//   counter - increment, only when free and only when the result
+		//             stays <= FenceMax ($6 is FenceMax), so an overflow
+		//             writes nothing at all;
+		//   lock    - the upsert, only when a fence was issued.
+		// The final row reports which branch ran; prior is the counter as
+		// this statement found it, to tell an overflow apart.
+		acquire: r.Replace(`WITH clock AS (
+				SELECT {now_ms} AS now_ms
+			), holder AS MATERIALIZED (
+				SELECT expires_at_ms FROM {locks} WHERE key = $1 FOR UPDATE
+			), free AS (
+				SELECT c.now_ms FROM clock c
+				WHERE NOT EXISTS (SELECT 1 FROM holder h WHERE h.expires_at_ms > c.now_ms - 1000)
+			), counter AS (
+				UPDATE {fences} SET fence = fence + 1
+				WHERE fence_key = $2 AND fence < $6 AND EXISTS (SELECT 1 FROM free)
+				RETURNING fence
+			), lock AS (
+				INSERT INTO {locks} (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key)
+				SELECT $1, $3, f.now_ms + $4, f.now_ms, lpad(n.fence::text, 15, '0'), $5
+				FROM free f, counter n
+				ON CONFLICT (key) DO UPDATE SET
+					lock_id = EXCLUDED.lock_id,
+					expires_at_ms = EXCLUDED.expires_at_ms,
+					acquired_at_ms = EXCLUDED.acquired_at_ms,
+					fence = EXCLUDED.fence,
+					user_key = EXCLUDED.user_key
+				RETURNING expires_at_ms
+			)
+			SELECT EXISTS (SELECT 1 FROM free),
+				(SELECT fence FROM counter),
+				(SELECT expires_at_ms FROM lock),
+				(SELECT fence FROM {fences} WHERE fence_key = $2)
+			FROM clock`),
+
+		// Resolve lockId -> row with a row lock, verify ownership and
+		// liveness, delete: one statement, one implicit transaction.
+		release: r.Replace(`WITH clock AS (
+				SELECT {now_ms} AS now_ms
+			), held AS MATERIALIZED (
+				SELECT key, lock_id, expires_at_ms FROM {locks} WHERE lock_id = $1 FOR UPDATE
+			), gone AS (
+				DELETE FROM {locks} l USING held h, clock c
+				WHERE l.key = h.key AND l.lock_id = $1 AND h.lock_id = $1
+					AND h.expires_at_ms > c.now_ms - 1000
+				RETURNING l.lock_id
+			)
+			SELECT (SELECT lock_id FROM held), (SELECT expires_at_ms FROM held), c.now_ms,
+				(SELECT lock_id FROM gone)
+			FROM clock c`),
+
+		// As release, but set the expiry to now+ttl ($2).
+		extend: r.Replace(`WITH clock AS (
+				SELECT {now_ms} AS now_ms
+			), held AS MATERIALIZED (
+				SELECT key, lock_id, expires_at_ms FROM {locks} WHERE lock_id = $1 FOR UPDATE
+			), moved AS (
+				UPDATE {locks} l SET expires_at_ms = c.now_ms + $2
+				FROM held h, clock c
+				WHERE l.key = h.key AND l.lock_id = $1 AND h.lock_id = $1
+					AND h.expires_at_ms > c.now_ms - 1000
+				RETURNING l.lock_id, l.expires_at_ms
+			)
+			SELECT (SELECT lock_id FROM held), (SELECT expires_at_ms FROM held), c.now_ms,
+				(SELECT lock_id FROM moved), (SELECT expires_at_ms FROM moved)
+			FROM clock c`),
+
+		isLocked: r.Replace(`SELECT c.now_ms, l.expires_at_ms
+			FROM (SELECT {now_ms} AS now_ms) c LEFT JOIN {locks} l ON l.key = $1`),
+
+		lookupKey: r.Replace(`SELECT c.now_ms, l.lock_id, l.expires_at_ms, l.acquired_at_ms, l.fence, l.user_key
+			FROM (SELECT {now_ms} AS now_ms) c LEFT JOIN {locks} l ON l.key = $1`),
+
+		lookupLockID: r.Replace(`SELECT c.now_ms, l.lock_id, l.expires_at_ms, l.acquired_at_ms, l.fence, l.user_key
+			FROM (SELECT {now_ms} AS now_ms) c LEFT JOIN {locks} l ON l.lock_id = $1`),
+
+		// The live lock and the latest counter in one statement, so both
+		// come from one snapshot and one clock reading.
+		inspect: r.Replace(`SELECT c.now_ms, l.lock_id, l.expires_at_ms, l.acquired_at_ms, l.fence,
+				(SELECT f.fence FROM {fences} f WHERE f.fence_key = $2)
+			FROM (SELECT {now_ms} AS now_ms) c LEFT JOIN {locks} l ON l.key = $1`),
+
+		// A range scan of the expires_at_ms index over live rows only.
+		countHeld: r.Replace(`SELECT count(*) FROM {locks} WHERE expires_at_ms > {now_ms} - 1000`),
+
+		auditInsert: r.Replace(`INSERT INTO {audit} (time_ms, key_hash, event)
+			SELECT u.t, u.k, u.e::jsonb FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(t, k, e)`),
+		auditPruneAge: r.Replace(`DELETE FROM {audit} WHERE time_ms < {now_ms} - $1`),
+		// Everything older than the MaxEvents-th newest row, by insertion
+		// order (the primary key), so the cut is one index probe.
+		auditPruneCount: r.Replace(`DELETE FROM {audit}
+			WHERE id <= (SELECT id FROM {audit} ORDER BY id DESC OFFSET $1 LIMIT 1)`),
+		auditQuery: r.Replace(`SELECT event FROM {audit} WHERE time_ms >= $1
+			ORDER BY time_ms DESC, id DESC LIMIT $2`),
+		auditQueryKey: r.Replace(`SELECT event FROM {audit} WHERE key_hash = $3 AND time_ms >= $1
+			ORDER BY time_ms DESC, id DESC LIMIT $2`),
+	}
+}
