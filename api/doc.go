@@ -1,0 +1,82 @@
+// Package api serves fencegate's lock API over HTTP/JSON and gRPC
+// (API.md, "Lock API over HTTP/JSON", "Lock API over gRPC",
+// "Operations"), with bearer-token auth and lock-op metrics.
+//
+// # Wiring
+//
+//	auth, err := api.NewAuthenticator(tokens)       // or nil: auth off (loopback dev mode)
+//	srv, err := api.New(api.Options{
+//		Store: store, Audit: store, Auth: auth,
+//		MaxWait: 30 * time.Second,
+//		Registerer: reg, Gatherer: reg, Logger: logger,
+//	})
+//	mux := http.NewServeMux()
+//	srv.Register(mux)                                // /v1/locks/*, /v1/audit, /healthz, /readyz, /metrics
+//	mux.Handle("/v1/authz/check/", srv.Middleware(fwd)) // other transports share the listener
+//	srv.RegisterGRPC(grpcServer)                     // fencegate.v1.Locks + reflection
+//
+// Build one Server per process and use it for both transports: they share
+// the metrics (registered once, by New) and the authenticator.
+// Server.Handler is a ready-made mux with a JSON 404 for unknown paths.
+//
+// # HTTP decisions API.md leaves open
+//
+//   - A wrong or missing Content-Type on a POST is 400 InvalidArgument, not
+//     415: API.md maps every malformed request to 400, and one status per
+//     code keeps clients simple. The charset, if given, must be UTF-8.
+//   - A body over 64 KiB, unknown fields, wrong types, anything after the
+//     JSON object, a bad lockId, and a lookup with both or neither of key
+//     and lockId are all 400 InvalidArgument.
+//   - ttlMs, when present, must be a positive integer (absent = 30000 on
+//     acquire; required on extend). waitMs must be in [0, MaxWait]; a larger
+//     value is 400, not clamped, because a client that asked for 60 s and
+//     got "locked" after 30 s would draw the wrong conclusion.
+//   - waitMs retries on contention with exponential backoff and equal
+//     jitter (lockstore.AcquireWithRetry, 100 ms base) until the time is
+//     spent, then answers 409 locked. The wait runs on the request's
+//     context: a client that disconnects stops it at once.
+//   - A wrong method is 405 with Allow; an unknown path under /v1/locks/
+//     is a JSON 404. Both carry code InvalidArgument. GET /v1/audit
+//     without an AuditLog is 501 with code ServiceUnavailable.
+//   - GET /v1/audit takes key (optional; filtered by its hashKey), since
+//     (Unix ms, default 0) and limit (1..1000, default 100); newest first.
+//   - Replies are never cached (Cache-Control: no-store): they carry lockIds.
+//
+// # Auth
+//
+// Tokens are configured by name with the SHA-256 of the secret, key
+// prefixes and operations (see Token). A presented token is hashed and
+// compared with every configured digest in constant time. No or an
+// unknown token is 401 AuthFailed with WWW-Authenticate: Bearer (gRPC
+// UNAUTHENTICATED); a valid token without the operation or the key's
+// prefix is 403 AuthFailed (gRPC PERMISSION_DENIED).
+//
+// Key prefixes bind the key-based operations: acquire, status, lookup by
+// key, audit by key (an audit query without a key needs an all-keys
+// token). Release, extend and lookup by lockId are authorised by
+// operation only: the lockId is itself the capability, proof that its
+// holder acquired the lock under a token that covered the key.
+//
+// An empty Operations list grants the five lock operations but not audit,
+// whose events span every key and may carry raw keys; grant "audit" or
+// "*" explicitly. Logs name the token, never its secret.
+//
+// # gRPC
+//
+// Contention and absent locks are reply fields (ok=false). Failures are
+// statuses mapped from the LockError code (API.md), with a
+// google.rpc.ErrorInfo detail {Reason: code, Domain: "fencegate.io"};
+// CodeFromStatus reads it back. Auth reads the "authorization: Bearer …"
+// metadata. The auth, metrics and logging interceptor is built into the
+// service that RegisterGRPC registers, so it cannot be forgotten.
+//
+// # Operations
+//
+// /healthz is 200 while the process serves; /readyz pings the store and
+// runs Options.Ready within 2 s (503 otherwise). Metrics:
+// fencegate_lock_ops_total{op,result} (result ok, fail = locked/absent, or
+// the LockError code), fencegate_lock_op_duration_seconds{op}, and
+// fencegate_locks_held when the store implements lockstore.HeldCounter.
+// Access logs carry method, path (never the query, which can hold a key),
+// status, duration and the token's name; never a key, lockId or token.
+package api

@@ -1,0 +1,143 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/fencegate/fencegate/lockstore"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ErrorDomain is the google.rpc.ErrorInfo domain of fencegate's gRPC errors.
+const ErrorDomain = "fencegate.io"
+
+// statusClientClosed is nginx's "client closed request", API.md's status
+// for Aborted (the caller went away or cancelled).
+const statusClientClosed = 499
+
+// apiError is a failure answered to the caller: a LockError code plus what
+// the transports need to render it. Messages never contain raw keys,
+// lockIds or tokens.
+type apiError struct {
+	code lockstore.Code
+	msg  string
+	// forbidden marks an AuthFailed for a valid token lacking scope (403 /
+	// PERMISSION_DENIED) rather than a missing or bad one (401 /
+	// UNAUTHENTICATED).
+	forbidden bool
+	// wwwAuth is the RFC 6750 error hint for 401/403 ("invalid_token",
+	// "insufficient_scope"); empty for a missing token.
+	wwwAuth string
+	// httpStatus overrides the code's status for transport-level failures
+	// that the code table does not cover (404 route, 405 method, 501).
+	httpStatus int
+	// cause is logged, never sent.
+	cause error
+}
+
+func (e *apiError) Error() string { return string(e.code) + ": " + e.msg }
+func (e *apiError) Unwrap() error { return e.cause }
+
+func invalidArgument(msg string) *apiError {
+	return &apiError{code: lockstore.InvalidArgument, msg: msg}
+}
+
+// asAPIError turns any error from the store or the request handling into an
+// apiError. Store errors keep their code and their Msg, which the lockstore
+// contract keeps free of raw keys and lockIds; the wrapped cause (driver
+// text, addresses) stays in the logs.
+func asAPIError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	code := lockstore.CodeOf(err)
+	msg := string(code)
+	var le *lockstore.Error
+	if errors.As(err, &le) && le.Msg != "" {
+		msg = le.Msg
+	}
+	return &apiError{code: code, msg: msg, cause: err}
+}
+
+// HTTPStatus is API.md's status for a LockError code. AuthFailed is 401
+// here; the 403 case is decided by the caller, which knows whether a token
+// was valid.
+func HTTPStatus(c lockstore.Code) int {
+	switch c {
+	case lockstore.InvalidArgument:
+		return http.StatusBadRequest
+	case lockstore.AuthFailed:
+		return http.StatusUnauthorized
+	case lockstore.RateLimited:
+		return http.StatusTooManyRequests
+	case lockstore.AcquisitionTimeout:
+		return http.StatusRequestTimeout
+	case lockstore.Aborted:
+		return statusClientClosed
+	case lockstore.ServiceUnavailable:
+		return http.StatusServiceUnavailable
+	case lockstore.NetworkTimeout:
+		return http.StatusGatewayTimeout
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// GRPCCode is API.md's gRPC status code for a LockError code (AuthFailed as
+// UNAUTHENTICATED; PERMISSION_DENIED is decided by the caller).
+func GRPCCode(c lockstore.Code) codes.Code {
+	switch c {
+	case lockstore.InvalidArgument:
+		return codes.InvalidArgument
+	case lockstore.AuthFailed:
+		return codes.Unauthenticated
+	case lockstore.RateLimited:
+		return codes.ResourceExhausted
+	case lockstore.ServiceUnavailable:
+		return codes.Unavailable
+	case lockstore.NetworkTimeout, lockstore.AcquisitionTimeout:
+		return codes.DeadlineExceeded
+	case lockstore.Aborted:
+		return codes.Canceled
+	default:
+		return codes.Internal
+	}
+}
+
+func (e *apiError) httpStatusCode() int {
+	switch {
+	case e.httpStatus != 0:
+		return e.httpStatus
+	case e.code == lockstore.AuthFailed && e.forbidden:
+		return http.StatusForbidden
+	}
+	return HTTPStatus(e.code)
+}
+
+// grpcStatus renders e as a status with an ErrorInfo detail whose Reason is
+// the LockError code, so clients branch on the code, not the message.
+func (e *apiError) grpcStatus() *status.Status {
+	c := GRPCCode(e.code)
+	if e.code == lockstore.AuthFailed && e.forbidden {
+		c = codes.PermissionDenied
+	}
+	st := status.New(c, e.msg)
+	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(e.code), Domain: ErrorDomain}); err == nil {
+		return withInfo
+	}
+	return st
+}
+
+// CodeFromStatus extracts the LockError code from a gRPC status produced by
+// this package ("" when the status carries none). Clients use it to branch.
+func CodeFromStatus(st *status.Status) lockstore.Code {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
+			return lockstore.Code(info.GetReason())
+		}
+	}
+	return ""
+}

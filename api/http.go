@@ -1,0 +1,272 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Request and reply bodies of the HTTP/JSON API (API.md). Optional fields
+// are pointers so that "absent" and "zero" differ: an absent ttlMs takes
+// the default, an explicit 0 is rejected.
+type (
+	acquireRequest struct {
+		Key    string `json:"key"`
+		TTLMs  *int64 `json:"ttlMs"`
+		WaitMs *int64 `json:"waitMs"`
+	}
+	acquireReply struct {
+		OK          bool   `json:"ok"`
+		Reason      string `json:"reason,omitempty"`
+		LockID      string `json:"lockId,omitempty"`
+		Fence       string `json:"fence,omitempty"`
+		ExpiresAtMs int64  `json:"expiresAtMs,omitempty"`
+	}
+	releaseRequest struct {
+		LockID string `json:"lockId"`
+	}
+	extendRequest struct {
+		LockID string `json:"lockId"`
+		TTLMs  *int64 `json:"ttlMs"`
+	}
+	okReply struct {
+		OK          bool  `json:"ok"`
+		ExpiresAtMs int64 `json:"expiresAtMs,omitempty"`
+	}
+	lookupRequest struct {
+		Key    *string `json:"key"`
+		LockID *string `json:"lockId"`
+	}
+	statusReply struct {
+		Locked bool `json:"locked"`
+	}
+	auditReply struct {
+		Events []lockstore.AuditEvent `json:"events"`
+	}
+	errorReply struct {
+		Error errorBody `json:"error"`
+	}
+	errorBody struct {
+		Code    lockstore.Code `json:"code"`
+		Message string         `json:"message"`
+	}
+)
+
+// opFunc runs one operation for an authenticated caller and returns the
+// reply status and body, whether the outcome was a success (for metrics),
+// or an error.
+type opFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, p *Principal) (status int, body any, ok bool, err error)
+
+// Register adds the lock API, the audit query and the operations
+// endpoints to mux, each behind Middleware:
+//
+//	POST /v1/locks/acquire | release | extend | lookup
+//	GET  /v1/locks/status?key=K
+//	GET  /v1/audit?key=K&since=MS&limit=N
+//	GET  /healthz, /readyz, and /metrics when Options.Gatherer is set
+//
+// Other transports (the forward-auth endpoint) add their own routes to the
+// same mux; wrap them in Middleware for the same logging and recovery.
+func (s *Server) Register(mux *http.ServeMux) {
+	route := func(path string, h http.Handler) { mux.Handle(path, s.Middleware(h)) }
+	route("/v1/locks/acquire", s.serveOp(OpAcquire, http.MethodPost, s.httpAcquire))
+	route("/v1/locks/release", s.serveOp(OpRelease, http.MethodPost, s.httpRelease))
+	route("/v1/locks/extend", s.serveOp(OpExtend, http.MethodPost, s.httpExtend))
+	route("/v1/locks/lookup", s.serveOp(OpLookup, http.MethodPost, s.httpLookup))
+	route("/v1/locks/status", s.serveOp(OpStatus, http.MethodGet, s.httpStatus))
+	route("/v1/audit", s.serveOp(OpAudit, http.MethodGet, s.httpAudit))
+	// Unknown lock API paths get a JSON 404 rather than the mux's text one.
+	route("/v1/locks/", http.HandlerFunc(notFound))
+	route("/healthz", http.HandlerFunc(s.healthz))
+	route("/readyz", http.HandlerFunc(s.readyz))
+	if s.gatherer != nil {
+		route("/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+	}
+}
+
+// Handler returns a mux with Register's routes and a JSON 404 for
+// everything else.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	s.Register(mux)
+	mux.Handle("/", s.Middleware(http.HandlerFunc(notFound)))
+	return mux
+}
+
+func notFound(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusNotFound, errorReply{errorBody{Code: lockstore.InvalidArgument, Message: "no such endpoint"}})
+}
+
+// serveOp wraps an operation with the method check (405 + Allow), bearer
+// authentication (401), the per-operation scope check (403), metrics and
+// error rendering. Authentication comes before the body is read, so an
+// unauthenticated caller learns nothing about request validation.
+func (s *Server) serveOp(op Operation, method string, fn opFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			w.Header().Set("Allow", method)
+			s.writeError(w, r, &apiError{code: lockstore.InvalidArgument, httpStatus: http.StatusMethodNotAllowed,
+				msg: "method " + r.Method + " not allowed; use " + method})
+			return
+		}
+		start := time.Now()
+		p, err := s.authenticate(r.Header.Get("Authorization"))
+		if err == nil {
+			setPrincipal(r.Context(), p)
+			err = authorizeOp(p, op)
+		}
+		var (
+			status int
+			body   any
+			ok     bool
+		)
+		if err == nil {
+			status, body, ok, err = fn(r.Context(), w, r, p)
+		}
+		s.metrics.observe(op, resultOf(ok, err), start)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeJSON(w, status, body)
+	})
+}
+
+func (s *Server) httpAcquire(ctx context.Context, w http.ResponseWriter, r *http.Request, p *Principal) (int, any, bool, error) {
+	var req acquireRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return 0, nil, false, err
+	}
+	res, err := s.acquire(ctx, p, req.Key, req.TTLMs, req.WaitMs)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	if !res.OK {
+		return http.StatusConflict, acquireReply{OK: false, Reason: lockstore.ReasonLocked}, false, nil
+	}
+	return http.StatusOK, acquireReply{OK: true, LockID: res.LockID, Fence: res.Fence, ExpiresAtMs: res.ExpiresAtMs}, true, nil
+}
+
+func (s *Server) httpRelease(ctx context.Context, w http.ResponseWriter, r *http.Request, _ *Principal) (int, any, bool, error) {
+	var req releaseRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return 0, nil, false, err
+	}
+	res, err := s.release(ctx, req.LockID)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	if !res.OK {
+		return http.StatusNotFound, okReply{OK: false}, false, nil
+	}
+	return http.StatusOK, okReply{OK: true}, true, nil
+}
+
+func (s *Server) httpExtend(ctx context.Context, w http.ResponseWriter, r *http.Request, _ *Principal) (int, any, bool, error) {
+	var req extendRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return 0, nil, false, err
+	}
+	res, err := s.extend(ctx, req.LockID, req.TTLMs)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	if !res.OK {
+		return http.StatusNotFound, okReply{OK: false}, false, nil
+	}
+	return http.StatusOK, okReply{OK: true, ExpiresAtMs: res.ExpiresAtMs}, true, nil
+}
+
+func (s *Server) httpLookup(ctx context.Context, w http.ResponseWriter, r *http.Request, p *Principal) (int, any, bool, error) {
+	var req lookupRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return 0, nil, false, err
+	}
+	info, err := s.lookup(ctx, p, req.Key, req.LockID)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	if info == nil {
+		return http.StatusNotFound, struct{}{}, false, nil
+	}
+	return http.StatusOK, info, true, nil
+}
+
+func (s *Server) httpStatus(ctx context.Context, _ http.ResponseWriter, r *http.Request, p *Principal) (int, any, bool, error) {
+	q, err := parseQuery(r)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	key := q.str("key")
+	if key == nil {
+		return 0, nil, false, invalidArgument("query parameter key is required")
+	}
+	locked, err := s.isLocked(ctx, p, *key)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	return http.StatusOK, statusReply{Locked: locked}, true, nil
+}
+
+func (s *Server) httpAudit(ctx context.Context, _ http.ResponseWriter, r *http.Request, p *Principal) (int, any, bool, error) {
+	q, err := parseQuery(r)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	since, err := q.int64("since", 0, 1<<62)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	limit, err := q.int64("limit", lockstore.DefaultAuditLimit, lockstore.MaxAuditLimit)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	if limit == 0 {
+		return 0, nil, false, invalidArgument("query parameter limit must be at least 1")
+	}
+	events, err := s.audit(ctx, p, q.str("key"), since, int(limit))
+	if err != nil {
+		return 0, nil, false, err
+	}
+	return http.StatusOK, auditReply{Events: events}, true, nil
+}
+
+// writeError renders err as API.md's error body. 5xx causes are logged
+// (lockstore errors print key and lockId hashes only); the client gets the
+// code and a message free of secrets.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	ae := asAPIError(err)
+	status := ae.httpStatusCode()
+	if status >= 500 && status != http.StatusNotImplemented {
+		s.log.LogAttrs(r.Context(), levelFor(ae.code), "lock API request failed",
+			slogAttrs(r, status, ae)...)
+	}
+	if ae.code == lockstore.AuthFailed {
+		v := `Bearer realm="fencegate"`
+		if ae.wwwAuth != "" {
+			v += `, error="` + ae.wwwAuth + `"`
+		}
+		w.Header().Set("WWW-Authenticate", v)
+	}
+	writeJSON(w, status, errorReply{errorBody{Code: ae.code, Message: ae.msg}})
+}
+
+// writeJSON writes body with the given status. Replies may carry a lockId,
+// so they are never cached.
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":{"code":"Internal","message":"encoding the reply failed"}}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

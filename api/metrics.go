@@ -1,0 +1,92 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metric outcomes besides the LockError codes.
+const (
+	resultOK   = "ok"
+	resultFail = "fail" // contention (acquire) or an absent lock (release, extend, lookup)
+)
+
+// heldCountTimeout bounds the store call behind fencegate_locks_held, so a
+// slow backend cannot stall a Prometheus scrape past its own timeout.
+const heldCountTimeout = 2 * time.Second
+
+// opDurationBuckets start at 100µs (an in-process bolt acquire) and reach
+// past the default 30 s maximum wait, which acquire durations include.
+var opDurationBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+}
+
+// metrics are the lock-op metrics shared by the HTTP and gRPC transports.
+type metrics struct {
+	ops      *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer, store lockstore.Store, log *slog.Logger) (*metrics, error) {
+	m := &metrics{
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_lock_ops_total",
+			Help: "Lock API operations by operation and result (ok, fail = locked/absent, or the LockError code).",
+		}, []string{"op", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fencegate_lock_op_duration_seconds",
+			Help:    "Lock API operation latency, including server-side waiting (waitMs) for acquire.",
+			Buckets: opDurationBuckets,
+		}, []string{"op"}),
+	}
+	// Pre-create the common series so rate() works from the first scrape.
+	for _, op := range allOps {
+		m.ops.WithLabelValues(string(op), resultOK)
+		m.duration.WithLabelValues(string(op))
+	}
+	cs := []prometheus.Collector{m.ops, m.duration}
+	if hc, ok := store.(lockstore.HeldCounter); ok {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fencegate_locks_held",
+			Help: "Live locks in the store (NaN when the store could not count in time).",
+		}, func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), heldCountTimeout)
+			defer cancel()
+			n, err := hc.CountHeld(ctx)
+			if err != nil {
+				log.Warn("counting held locks failed", "err", err)
+				return math.NaN()
+			}
+			return float64(n)
+		}))
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// observe records one finished operation.
+func (m *metrics) observe(op Operation, result string, start time.Time) {
+	m.ops.WithLabelValues(string(op), result).Inc()
+	m.duration.WithLabelValues(string(op)).Observe(time.Since(start).Seconds())
+}
+
+// resultOf is the metric result label of an operation's outcome.
+func resultOf(ok bool, err error) string {
+	if err != nil {
+		return string(asAPIError(err).code)
+	}
+	if ok {
+		return resultOK
+	}
+	return resultFail
+}

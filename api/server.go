@@ -1,0 +1,114 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultMaxWait is the cap on waitMs when Options.MaxWait is zero.
+const DefaultMaxWait = 30 * time.Second
+
+// readyTimeout bounds /readyz's store ping and Ready hook: a probe must
+// answer before the kubelet's own timeout (1 s by default is too tight for
+// a remote backend under load; 2 s stays under typical probe settings).
+const readyTimeout = 2 * time.Second
+
+// Options configure a Server. The zero value of every field but Store is
+// usable.
+type Options struct {
+	// Store serves the lock operations. Required.
+	Store lockstore.Store
+	// Audit serves GET /v1/audit. Nil answers 501 with code
+	// ServiceUnavailable and a message saying the audit log is off.
+	Audit lockstore.AuditLog
+	// Auth checks bearer tokens. Nil turns auth off (the loopback dev
+	// mode); New logs a warning saying so.
+	Auth *Authenticator
+	// MaxWait caps waitMs; a larger waitMs is 400 InvalidArgument. Zero
+	// means DefaultMaxWait.
+	MaxWait time.Duration
+	// Registerer receives the metrics. Nil keeps them in a private
+	// registry (counted, not exported).
+	Registerer prometheus.Registerer
+	// Gatherer, when set, is served at GET /metrics.
+	Gatherer prometheus.Gatherer
+	// Logger receives access logs and errors. Nil means slog.Default().
+	Logger *slog.Logger
+	// Ready is an extra readiness check for /readyz, run after the store's
+	// Ping (optional).
+	Ready func(ctx context.Context) error
+}
+
+// Server is the lock API over HTTP/JSON and gRPC. Build one per process
+// with New and serve it on both transports: they share metrics and auth.
+type Server struct {
+	store    lockstore.Store
+	auditLog lockstore.AuditLog
+	auth     *Authenticator
+	maxWait  time.Duration
+	gatherer prometheus.Gatherer
+	log      *slog.Logger
+	ready    func(ctx context.Context) error
+	metrics  *metrics
+}
+
+// New validates o and registers the metrics.
+func New(o Options) (*Server, error) {
+	if o.Store == nil {
+		return nil, errors.New("api: Options.Store is required")
+	}
+	if o.MaxWait < 0 {
+		return nil, errors.New("api: Options.MaxWait must not be negative")
+	}
+	s := &Server{
+		store:    o.Store,
+		auditLog: o.Audit,
+		auth:     o.Auth,
+		maxWait:  o.MaxWait,
+		gatherer: o.Gatherer,
+		log:      o.Logger,
+		ready:    o.Ready,
+	}
+	if s.maxWait == 0 {
+		s.maxWait = DefaultMaxWait
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	reg := o.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg, o.Store, s.log)
+	if err != nil {
+		return nil, fmt.Errorf("api: registering metrics: %w", err)
+	}
+	s.metrics = m
+	if s.auth == nil {
+		s.log.Warn("lock API authentication is off: any caller that reaches the listener can take and release locks")
+	}
+	return s, nil
+}
+
+// authenticate maps an Authorization value to a principal; nil, nil when
+// auth is off.
+func (s *Server) authenticate(authorization string) (*Principal, error) {
+	if s.auth == nil {
+		return nil, nil
+	}
+	p, err := s.auth.Authenticate(authorization)
+	if err != nil {
+		ae := &apiError{code: lockstore.AuthFailed, msg: err.Error()}
+		if errors.Is(err, ErrInvalidToken) {
+			ae.wwwAuth = "invalid_token"
+		}
+		return nil, ae
+	}
+	return p, nil
+}
