@@ -181,11 +181,6 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, ttl time.Durati
 		if err := ContextError(ctx, "acquire"); err != nil {
 			return last, time.Time{}, err.withContext(key, "")
 		}
-		// SyncGuard checks the wall before each attempt too, so an attempt is
-		// never started once the timeout has passed.
-		if time.Since(start) >= p.Timeout {
-			return timeout(attempt-1, last)
-		}
 		sent := time.Now()
 		r, err := l.Acquire(ctx, key, ttl)
 		if err != nil {
@@ -204,6 +199,9 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, ttl time.Durati
 		if attempt > p.retries() {
 			return timeout(attempt, last)
 		}
+		// Clamp the sleep to the wall. A sleep that was clamped is followed
+		// by one last attempt at the wall (the next clamp is then 0); checking
+		// the wall again before that attempt would waste the sleep.
 		d := min(p.Delay(attempt), p.Timeout-time.Since(start))
 		if d <= 0 {
 			return timeout(attempt, last)

@@ -1,0 +1,299 @@
+package lockstore
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// eventSink collects events delivered by the decorator.
+type eventSink struct {
+	mu  sync.Mutex
+	evs []LockEvent
+}
+
+func (s *eventSink) on(e LockEvent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evs = append(s.evs, e)
+}
+
+func (s *eventSink) events() []LockEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]LockEvent(nil), s.evs...)
+}
+
+var discardLogger = slog.New(slog.DiscardHandler)
+
+func TestTelemetryEvents(t *testing.T) {
+	ctx := context.Background()
+	sink := &eventSink{}
+	s := WithTelemetry(newMemStore(), TelemetryOptions{OnEvent: sink.on, Logger: discardLogger})
+
+	const key = "resource:123"
+	a, _ := s.Acquire(ctx, key, time.Second)
+	_, _ = s.Acquire(ctx, key, time.Second) // contention
+	_, _ = s.IsLocked(ctx, key)
+	_, _ = s.LookupKey(ctx, key)
+	_, _ = s.LookupLockID(ctx, a.LockID)
+	_, _ = s.Extend(ctx, a.LockID, time.Second)
+	_, _ = s.Release(ctx, a.LockID)
+	_, _ = s.Release(ctx, a.LockID) // already gone
+	_, _ = s.Extend(ctx, a.LockID, time.Second)
+	_, _ = s.IsLocked(ctx, key)
+	_, _ = s.LookupKey(ctx, key)
+	_, _ = s.Acquire(ctx, "", time.Second) // InvalidArgument from the store
+	if _, err := s.Inspect(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil { // delivers what is queued
+		t.Fatal(err)
+	}
+
+	kh, lh := HashKey(key), HashKey(a.LockID)
+	want := []LockEvent{
+		{Type: EventAcquire, KeyHash: kh, LockIDHash: lh, Result: ResultOK},
+		{Type: EventAcquire, KeyHash: kh, Result: ResultFail, Reason: ReasonLocked},
+		{Type: EventIsLocked, KeyHash: kh, Result: ResultOK},
+		{Type: EventLookup, KeyHash: kh, Result: ResultOK},
+		{Type: EventLookup, LockIDHash: lh, Result: ResultOK},
+		{Type: EventExtend, LockIDHash: lh, Result: ResultOK},
+		{Type: EventRelease, LockIDHash: lh, Result: ResultOK},
+		{Type: EventRelease, LockIDHash: lh, Result: ResultFail, Reason: DetailNotFound},
+		{Type: EventExtend, LockIDHash: lh, Result: ResultFail, Reason: DetailNotFound},
+		{Type: EventIsLocked, KeyHash: kh, Result: ResultFail},
+		{Type: EventLookup, KeyHash: kh, Result: ResultFail},
+		{Type: EventAcquire, Result: ResultFail, Code: InvalidArgument},
+		// Inspect emits nothing.
+	}
+	got := sink.events()
+	if len(got) != len(want) {
+		t.Fatalf("%d events, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		g := got[i]
+		g.Duration = 0
+		if g != want[i] {
+			t.Errorf("event %d\n got %+v\nwant %+v", i, g, want[i])
+		}
+		if strings.Contains(g.Key+g.LockID, key) || g.LockID != "" {
+			t.Errorf("event %d carries raw values without IncludeRaw", i)
+		}
+	}
+}
+
+func TestTelemetryIncludeRaw(t *testing.T) {
+	ctx := context.Background()
+	sink := &eventSink{}
+	var askedWithRaw bool
+	s := WithTelemetry(newMemStore(), TelemetryOptions{OnEvent: sink.on, Logger: discardLogger,
+		IncludeRaw: func(e LockEvent) bool {
+			if e.Key != "" || e.LockID != "" {
+				askedWithRaw = true
+			}
+			return e.Type == EventAcquire
+		}})
+	a, _ := s.Acquire(ctx, "orders/42", time.Second)
+	_, _ = s.Acquire(ctx, "svc/api-token", time.Second)
+	_, _ = s.Release(ctx, a.LockID)
+	_ = s.Close()
+	ev := sink.events()
+	if len(ev) != 3 {
+		t.Fatalf("%d events", len(ev))
+	}
+	if ev[0].Key != "orders/42" || ev[0].LockID != a.LockID {
+		t.Errorf("allowed event lacks raw values: %+v", ev[0])
+	}
+	if ev[1].Key != "" || ev[1].KeyHash != HashKey("svc/api-token") {
+		t.Errorf("a secret-looking key was emitted raw: %+v", ev[1])
+	}
+	if ev[2].LockID != "" {
+		t.Errorf("the predicate said no, yet the lockId is raw: %+v", ev[2])
+	}
+	if askedWithRaw {
+		t.Error("the IncludeRaw predicate saw raw values")
+	}
+}
+
+func TestTelemetrySlowAndPanickingCallbacks(t *testing.T) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	var mu sync.Mutex
+	delivered := 0
+	deliveredIs := func(n int) func() bool {
+		return func() bool { mu.Lock(); defer mu.Unlock(); return delivered == n }
+	}
+	inner := newMemStore()
+	s := WithTelemetry(inner, TelemetryOptions{QueueSize: 2, Logger: discardLogger, OnEvent: func(e LockEvent) {
+		if e.Type == EventIsLocked {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-release // a callback stuck on a slow sink
+		}
+		mu.Lock()
+		delivered++
+		mu.Unlock()
+		if e.Type == EventLookup {
+			panic("callback bug")
+		}
+	}})
+	stats := s.(TelemetryStats)
+
+	// The first event occupies the worker; the next two fill the queue
+	// and the other seven are dropped, while every operation returns at
+	// once.
+	start := time.Now()
+	if _, err := s.IsLocked(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	for range 9 {
+		if _, err := s.IsLocked(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("10 operations took %v behind a stuck callback", el)
+	}
+	if d := stats.DroppedEvents(); d != 7 {
+		t.Errorf("dropped %d events, want 7 (1 in the callback, 2 queued)", d)
+	}
+	close(release)
+	waitFor(t, deliveredIs(3))
+
+	// A panicking callback neither affects the operation nor stops the
+	// worker: the events after it are still delivered.
+	for i := range 3 {
+		if _, err := s.LookupKey(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, deliveredIs(4+i))
+	}
+	if _, err := s.Acquire(ctx, "k", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !deliveredIs(7)() {
+		t.Errorf("delivered %d events, want 7: Close must deliver what is queued", delivered)
+	}
+	// Close is idempotent, closes the inner store, and later events are
+	// counted as dropped instead of panicking on a closed queue.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := stats.DroppedEvents()
+	_, _ = s.IsLocked(ctx, "k")
+	if stats.DroppedEvents() != before+1 {
+		t.Error("an event after Close was not counted as dropped")
+	}
+	if inner.closed != 2 {
+		t.Errorf("inner closed %d times, want once per Close", inner.closed)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestTelemetryPreservesOptionalInterfaces(t *testing.T) {
+	ctx := context.Background()
+	on := func(LockEvent) {}
+	cases := []struct {
+		name           string
+		inner          Store
+		audit, counter bool
+	}{
+		{"plain", newMemStore(), false, false},
+		{"audit", &auditMemStore{memStore: newMemStore()}, true, false},
+		{"counter", counterMemStore{newMemStore()}, false, true},
+		{"both", fullMemStore{&auditMemStore{memStore: newMemStore()}}, true, true},
+	}
+	for _, c := range cases {
+		s := WithTelemetry(c.inner, TelemetryOptions{OnEvent: on})
+		al, isAudit := s.(AuditLog)
+		hc, isCounter := s.(HeldCounter)
+		if isAudit != c.audit || isCounter != c.counter {
+			t.Errorf("%s: AuditLog %v (want %v), HeldCounter %v (want %v)", c.name, isAudit, c.audit, isCounter, c.counter)
+		}
+		if isAudit {
+			if err := al.AppendAudit(ctx, []AuditEvent{{Reason: "stale"}}); err != nil {
+				t.Error(err)
+			}
+			if ev, err := al.QueryAudit(ctx, AuditQuery{}); err != nil || len(ev) != 1 {
+				t.Errorf("%s: QueryAudit = %v, %v", c.name, ev, err)
+			}
+		}
+		if isCounter {
+			if n, err := hc.CountHeld(ctx); n != 7 || err != nil {
+				t.Errorf("%s: CountHeld = %d, %v", c.name, n, err)
+			}
+		}
+		if s.Capabilities().Backend != "mem" || s.Ping(ctx) != nil {
+			t.Errorf("%s: Capabilities/Ping not passed through", c.name)
+		}
+		if u, ok := s.(interface{ Unwrap() Store }); !ok || u.Unwrap() != c.inner {
+			t.Errorf("%s: Unwrap does not return the inner store", c.name)
+		}
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	// Without a callback there is nothing to decorate.
+	inner := newMemStore()
+	if s := WithTelemetry(inner, TelemetryOptions{}); s != Store(inner) {
+		t.Error("nil OnEvent did not return the store unchanged")
+	}
+}
+
+func TestTelemetryErrorEvents(t *testing.T) {
+	ctx := context.Background()
+	inner := newMemStore()
+	inner.onExtend = func(context.Context, int, string) (ExtendResult, error, bool) {
+		return ExtendResult{}, &Error{Code: ServiceUnavailable, Op: "extend"}, true
+	}
+	sink := &eventSink{}
+	s := WithTelemetry(inner, TelemetryOptions{OnEvent: sink.on})
+	id := "AAAAAAAAAAAAAAAAAAAAAA"
+	if _, err := s.Extend(ctx, id, time.Second); CodeOf(err) != ServiceUnavailable {
+		t.Fatalf("error not passed through: %v", err)
+	}
+	_ = s.Close()
+	ev := sink.events()
+	if len(ev) != 1 || ev[0].Result != ResultFail || ev[0].Code != ServiceUnavailable || ev[0].Reason != "" ||
+		ev[0].LockIDHash != HashKey(id) {
+		t.Errorf("events %+v", ev)
+	}
+}
+
+func TestLockThroughTelemetry(t *testing.T) {
+	// The decorator is a Store, so the Lock helper runs on it unchanged.
+	sink := &eventSink{}
+	s := WithTelemetry(newMemStore(), TelemetryOptions{OnEvent: sink.on})
+	if err := Lock(context.Background(), s, "k", func(context.Context, Held) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	var types []string
+	for _, e := range sink.events() {
+		types = append(types, e.Type+"/"+e.Result)
+	}
+	if strings.Join(types, ",") != "acquire/ok,release/ok" {
+		t.Errorf("events %v", types)
+	}
+}
