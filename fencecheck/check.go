@@ -127,13 +127,16 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 		return d, nil
 	}
 	var err error
-	if d.Policy, err = ParsePolicy(string(r.Policy)); err != nil {
-		d.Policy, d.Mode = r.Policy, ModeEnforce
-		return c.unavailable(d), err
+	if d.Policy, err = ParsePolicy(string(r.Policy)); err == nil {
+		d.Mode, err = ParseMode(string(r.Mode))
 	}
-	if d.Mode, err = ParseMode(string(r.Mode)); err != nil {
-		d.Mode = ModeEnforce
-		return c.unavailable(d), err
+	if err != nil {
+		// The route is misconfigured: fail closed, loudly.
+		d.Policy, d.Mode = r.Policy, ModeEnforce
+		d = c.unavailable(d)
+		c.log.LogAttrs(ctx, slog.LevelWarn, "fencecheck: route options invalid; failing closed",
+			slog.String("decisionId", d.DecisionID), slog.String("route", r.Route), slog.Any("error", err))
+		return d, err
 	}
 
 	if d.Policy == PolicyOff {

@@ -1,0 +1,147 @@
+package authz
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/fencegate/fencegate/fencecheck"
+)
+
+// Sources name the transport in audit events.
+const (
+	SourceGRPC = "authz-grpc"
+	SourceHTTP = "authz-http"
+)
+
+// Options configure the transports. The zero value is usable.
+type Options struct {
+	// Logger logs misconfigured routes and failed checks, never a raw key,
+	// fence or lockId above debug; nil is slog.Default().
+	Logger *slog.Logger
+}
+
+// requestView is what both transports extract from their wire format.
+type requestView struct {
+	method string
+	path   string                 // may carry a query string; it is cut off here
+	header func(lc string) string // by lowercase name
+	peer   string
+	source string
+}
+
+// decider turns a requestView and a route's options into a fencecheck
+// Request and decides it. It is shared by the gRPC and HTTP transports so
+// that both read the same inputs the same way.
+type decider struct {
+	checker *fencecheck.Checker
+	log     *slog.Logger
+}
+
+func newDecider(c *fencecheck.Checker, o Options) decider {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return decider{checker: c, log: o.Logger}
+}
+
+func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fencecheck.Decision, error) {
+	path := v.path
+	if i := strings.IndexAny(path, "?#"); i >= 0 {
+		path = path[:i]
+	}
+	methods, err := fencecheck.WriteMethods(ro.methods)
+	if err != nil {
+		// Fail closed: a route whose write methods cannot be read treats
+		// every method as a write.
+		d.log.LogAttrs(ctx, slog.LevelWarn, "authz: route's fence_methods is invalid; treating every method as a write",
+			slog.String("route", ro.name), slog.Any("error", err))
+		methods, _ = fencecheck.WriteMethods("*")
+	}
+	req := fencecheck.Request{
+		Write:  methods.IsWrite(v.method),
+		Policy: fencecheck.Policy(ro.policy),
+		Mode:   fencecheck.Mode(ro.mode),
+		Route:  ro.name,
+		Source: v.source,
+		Peer:   v.peer,
+		Method: v.method,
+		Path:   path,
+		LockID: v.header(HeaderLockID),
+	}
+	fenceHeader := HeaderToken
+	if ro.header != "" {
+		fenceHeader = strings.ToLower(ro.header)
+	}
+	req.Fence = v.header(fenceHeader)
+
+	if ro.key == "" {
+		req.Key = v.header(HeaderKey)
+	} else if req.Write {
+		// An unexpandable key leaves Key empty, which fencecheck denies as
+		// malformed (400) without reading the backend.
+		key, err := ExpandKey(ro.key, path)
+		if err != nil {
+			level := slog.LevelDebug
+			if errors.Is(err, errBadTemplate) {
+				level = slog.LevelWarn // the route's configuration, not the client
+			}
+			d.log.LogAttrs(ctx, level, "authz: fence_key did not expand", slog.String("route", ro.name), slog.Any("error", err))
+		}
+		req.Key = key
+	}
+	return d.checker.Check(ctx, req)
+}
+
+// denialBody is the JSON body of a denial (API.md). The key is the raw key
+// the request named (its header or its path): the caller already holds it,
+// and the body goes back only to that caller. LockIds never appear.
+type denialBody struct {
+	Error      string `json:"error"`
+	Key        string `json:"key"`
+	Presented  string `json:"presented"`
+	Current    string `json:"current"`
+	DecisionID string `json:"decisionId"`
+}
+
+func denialJSON(dec fencecheck.Decision) []byte {
+	b, _ := json.Marshal(denialBody{ // a struct of strings always marshals
+		Error:      string(dec.Reason),
+		Key:        dec.Key,
+		Presented:  dec.Presented,
+		Current:    dec.Current,
+		DecisionID: dec.DecisionID,
+	})
+	return b
+}
+
+// asciiJSON escapes every non-ASCII rune of a JSON document as \uXXXX, so
+// that it can travel in an HTTP header (the nginx mapping).
+func asciiJSON(b []byte) string {
+	var sb strings.Builder
+	for _, r := range string(b) {
+		switch {
+		case r < utf8.RuneSelf:
+			sb.WriteRune(r)
+		case r > 0xFFFF:
+			r1, r2 := utf16.EncodeRune(r)
+			writeU(&sb, r1)
+			writeU(&sb, r2)
+		default:
+			writeU(&sb, r)
+		}
+	}
+	return sb.String()
+}
+
+func writeU(sb *strings.Builder, r rune) {
+	const hex = "0123456789abcdef"
+	sb.WriteString(`\u`)
+	for shift := 12; shift >= 0; shift -= 4 {
+		sb.WriteByte(hex[(r>>shift)&0xF])
+	}
+}

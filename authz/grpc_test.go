@@ -1,0 +1,283 @@
+package authz
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/genproto/googleapis/rpc/code"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+func headerMap(hs []*corev3.HeaderValueOption) map[string]string {
+	m := map[string]string{}
+	for _, h := range hs {
+		m[h.GetHeader().GetKey()] = h.GetHeader().GetValue()
+	}
+	return m
+}
+
+// TestGRPCCheck runs every reason and status through a real gRPC server and
+// a real bolt store.
+func TestGRPCCheck(t *testing.T) {
+	s := openBolt(t)
+	ctx := t.Context()
+
+	// orders/1: held with fence 2 (fence 1 was lost to a release).
+	old := acquire(t, s, "orders/1", time.Minute)
+	release(t, s, old.LockID)
+	cur := acquire(t, s, "orders/1", time.Minute)
+	// orders/2: released, nobody holds it; its latest fence is 1.
+	gone := acquire(t, s, "orders/2", time.Minute)
+	release(t, s, gone.LockID)
+	// orders/42: held; reached through the key template.
+	tpl := acquire(t, s, "orders/42", time.Minute)
+
+	otherID, _ := lockstore.NewLockID()
+	tests := []struct {
+		name     string
+		method   string
+		path     string
+		headers  map[string]string
+		ext      map[string]string
+		reason   fencecheck.Reason // "" = allowed
+		status   int
+		current  string
+		verified string
+	}{
+		{name: "read without fence", method: "GET", path: "/orders/1"},
+		{name: "head without fence", method: "HEAD", path: "/orders/1"},
+		{name: "current fence", method: "POST", path: "/orders/1",
+			headers: map[string]string{HeaderKey: "orders/1", HeaderToken: cur.Fence}, verified: cur.Fence},
+		{name: "missing", method: "PUT", path: "/orders/1", headers: map[string]string{HeaderKey: "orders/1"},
+			reason: fencecheck.ReasonMissing, status: 428},
+		{name: "malformed", method: "PUT", path: "/orders/1", headers: map[string]string{HeaderKey: "orders/1", HeaderToken: "2"},
+			reason: fencecheck.ReasonMalformed, status: 400},
+		{name: "no key", method: "PUT", path: "/orders/1", headers: map[string]string{HeaderToken: cur.Fence},
+			reason: fencecheck.ReasonMalformed, status: 400},
+		{name: "stale", method: "DELETE", path: "/orders/1", headers: map[string]string{HeaderKey: "orders/1", HeaderToken: old.Fence},
+			reason: fencecheck.ReasonStale, status: 409, current: cur.Fence},
+		{name: "unknown", method: "PATCH", path: "/orders/1", headers: map[string]string{HeaderKey: "orders/1", HeaderToken: "000000000000099"},
+			reason: fencecheck.ReasonUnknown, status: 409, current: cur.Fence},
+		{name: "never locked", method: "PATCH", path: "/x", headers: map[string]string{HeaderKey: "never", HeaderToken: "000000000000001"},
+			reason: fencecheck.ReasonUnknown, status: 409},
+		{name: "not held", method: "POST", path: "/orders/2", headers: map[string]string{HeaderKey: "orders/2", HeaderToken: gone.Fence},
+			reason: fencecheck.ReasonNotHeld, status: 409, current: gone.Fence},
+		{name: "latest after release", method: "POST", path: "/orders/2", headers: map[string]string{HeaderKey: "orders/2", HeaderToken: gone.Fence},
+			ext: map[string]string{ExtPolicy: "latest"}, verified: gone.Fence},
+		{name: "latest stale", method: "POST", path: "/orders/1", headers: map[string]string{HeaderKey: "orders/1", HeaderToken: old.Fence},
+			ext: map[string]string{ExtPolicy: "latest"}, reason: fencecheck.ReasonStale, status: 409, current: cur.Fence},
+		{name: "lockId match", method: "POST", path: "/orders/1",
+			headers: map[string]string{HeaderKey: "orders/1", HeaderToken: cur.Fence, HeaderLockID: cur.LockID}, verified: cur.Fence},
+		{name: "lockId mismatch", method: "POST", path: "/orders/1",
+			headers: map[string]string{HeaderKey: "orders/1", HeaderToken: cur.Fence, HeaderLockID: otherID},
+			reason: fencecheck.ReasonWrongOwner, status: 409, current: cur.Fence},
+		{name: "dry-run stale passes", method: "POST", path: "/orders/1",
+			headers: map[string]string{HeaderKey: "orders/1", HeaderToken: old.Fence}, ext: map[string]string{ExtMode: "dry-run"}},
+		{name: "policy off", method: "POST", path: "/orders/1", ext: map[string]string{ExtPolicy: "off"}},
+		{name: "key template", method: "PUT", path: "/orders/42?verbose=1",
+			headers: map[string]string{HeaderToken: tpl.Fence}, ext: map[string]string{ExtKey: "orders/{2}"}, verified: tpl.Fence},
+		{name: "key template beats header", method: "PUT", path: "/orders/42",
+			headers: map[string]string{HeaderKey: "orders/1", HeaderToken: cur.Fence}, ext: map[string]string{ExtKey: "orders/{2}"},
+			reason: fencecheck.ReasonUnknown, status: 409, current: tpl.Fence}, // fence 2 is orders/1's; orders/42 issued only 1
+		{name: "key template missing segment", method: "PUT", path: "/orders",
+			headers: map[string]string{HeaderToken: tpl.Fence}, ext: map[string]string{ExtKey: "orders/{2}"},
+			reason: fencecheck.ReasonMalformed, status: 400},
+		{name: "custom fence header", method: "PUT", path: "/orders/42",
+			headers: map[string]string{"if-fence": tpl.Fence, HeaderToken: "000000000000001"},
+			ext: map[string]string{ExtKey: "orders/{2}", ExtHeader: "If-Fence"}, verified: tpl.Fence},
+		{name: "fence_methods excludes PUT", method: "PUT", path: "/orders/42",
+			ext: map[string]string{ExtKey: "orders/{2}", ExtMethods: "POST,DELETE"}},
+		{name: "fence_methods includes POST", method: "POST", path: "/orders/42",
+			ext: map[string]string{ExtKey: "orders/{2}", ExtMethods: "POST,DELETE"}, reason: fencecheck.ReasonMissing, status: 428},
+		{name: "bad policy fails closed", method: "POST", path: "/orders/1",
+			headers: map[string]string{HeaderKey: "orders/1", HeaderToken: cur.Fence}, ext: map[string]string{ExtPolicy: "newest"},
+			reason: fencecheck.ReasonUnavailable, status: 503},
+	}
+
+	conn := serveGRPC(t, fencecheck.New(s, fencecheck.Options{}))
+	client := authv3.NewAuthorizationClient(conn)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := client.Check(ctx, envoyRequest(tc.method, tc.path, tc.headers, tc.ext))
+			if err != nil {
+				t.Fatalf("Check: %v", err)
+			}
+			if tc.reason == "" {
+				ok := resp.GetOkResponse()
+				if resp.GetStatus().GetCode() != int32(code.Code_OK) || ok == nil {
+					t.Fatalf("want OK, got %v", resp)
+				}
+				if !slices.Contains(ok.GetHeadersToRemove(), HeaderLockID) {
+					t.Errorf("%s not stripped: %v", HeaderLockID, ok.GetHeadersToRemove())
+				}
+				hs := headerMap(ok.GetHeaders())
+				if got := hs[HeaderVerified]; got != tc.verified {
+					t.Errorf("%s = %q, want %q", HeaderVerified, got, tc.verified)
+				}
+				if tc.verified == "" && !slices.Contains(ok.GetHeadersToRemove(), HeaderVerified) {
+					t.Errorf("unverified request: a client's own %s must be removed", HeaderVerified)
+				}
+				if tc.ext[ExtMode] == "dry-run" && hs[HeaderWouldDeny] != "stale" {
+					t.Errorf("dry-run: %s = %q, want stale", HeaderWouldDeny, hs[HeaderWouldDeny])
+				}
+				return
+			}
+			wantCode := code.Code_PERMISSION_DENIED
+			if tc.status == 503 {
+				wantCode = code.Code_UNAVAILABLE
+			}
+			denied := resp.GetDeniedResponse()
+			if resp.GetStatus().GetCode() != int32(wantCode) || denied == nil {
+				t.Fatalf("want %v denial, got %v", wantCode, resp)
+			}
+			if got := int(denied.GetStatus().GetCode()); got != tc.status {
+				t.Fatalf("status %d, want %d", got, tc.status)
+			}
+			hs := headerMap(denied.GetHeaders())
+			if hs[HeaderReason] != string(tc.reason) || hs[HeaderDecisionID] == "" || hs["content-type"] != "application/json" {
+				t.Fatalf("headers %v", hs)
+			}
+			var body denialBody
+			if err := json.Unmarshal([]byte(denied.GetBody()), &body); err != nil {
+				t.Fatalf("body %q: %v", denied.GetBody(), err)
+			}
+			want := denialBody{Error: string(tc.reason), Presented: tc.headers[HeaderToken], Current: tc.current, DecisionID: hs[HeaderDecisionID]}
+			if h := tc.ext[ExtHeader]; h != "" {
+				want.Presented = tc.headers[h]
+			}
+			if tc.status != 400 || tc.ext[ExtKey] == "" {
+				want.Key = tc.headers[HeaderKey]
+				if tc.ext[ExtKey] != "" {
+					want.Key, _ = ExpandKey(tc.ext[ExtKey], tc.path)
+				}
+			}
+			if body != want {
+				t.Fatalf("body %+v\nwant %+v", body, want)
+			}
+		})
+	}
+}
+
+// TestGRPCAudit: a denial over gRPC lands in the store's audit log with the
+// Envoy-reported peer, the route name and the key's hash only.
+func TestGRPCAudit(t *testing.T) {
+	s := openBolt(t)
+	old := acquire(t, s, "k", time.Minute)
+	release(t, s, old.LockID)
+	cur := acquire(t, s, "k", time.Minute)
+	a := fencecheck.NewAuditor(s, fencecheck.AuditorOptions{})
+	conn := serveGRPC(t, fencecheck.New(s, fencecheck.Options{Audit: a}))
+	resp, err := authv3.NewAuthorizationClient(conn).Check(t.Context(), envoyRequest("POST", "/k?q=1",
+		map[string]string{HeaderKey: "k", HeaderToken: old.Fence}, map[string]string{ExtRoute: "orders-write"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Close() // flush
+	evs, err := s.QueryAudit(t.Context(), lockstore.AuditQuery{KeyHash: lockstore.HashKey("k")})
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("audit: %v %v", evs, err)
+	}
+	ev := evs[0]
+	id := headerMap(resp.GetDeniedResponse().GetHeaders())[HeaderDecisionID]
+	want := lockstore.AuditEvent{TimeMs: ev.TimeMs, DecisionID: id, Source: SourceGRPC, Route: "orders-write",
+		KeyHash: lockstore.HashKey("k"), Presented: old.Fence, Current: cur.Fence, Reason: "stale", Policy: "holder",
+		Mode: "enforce", Peer: "10.1.2.3:40000", Method: "POST", Path: "/k"}
+	if ev != want {
+		t.Fatalf("event %+v\nwant  %+v", ev, want)
+	}
+}
+
+// TestGRPCBackendDown: a closed store answers 503 UNAVAILABLE at once.
+func TestGRPCBackendDown(t *testing.T) {
+	s := openBolt(t)
+	r := acquire(t, s, "k", time.Minute)
+	_ = s.Close()
+	const timeout = 150 * time.Millisecond
+	conn := serveGRPC(t, fencecheck.New(s, fencecheck.Options{Timeout: timeout}))
+	start := time.Now()
+	resp, err := authv3.NewAuthorizationClient(conn).Check(t.Context(), envoyRequest("POST", "/k",
+		map[string]string{HeaderKey: "k", HeaderToken: r.Fence}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > timeout {
+		t.Errorf("a down backend took %v (≥ the %v deadline) to report", el, timeout)
+	}
+	assertUnavailable(t, resp)
+}
+
+// TestGRPCBackendHangs: a backend that never answers is cut off at the
+// check's deadline, not later, and answered 503.
+func TestGRPCBackendHangs(t *testing.T) {
+	const timeout = 120 * time.Millisecond
+	s := openBolt(t)
+	r := acquire(t, s, "k", time.Minute)
+	conn := serveGRPC(t, fencecheck.New(hangingStore{s}, fencecheck.Options{Timeout: timeout}))
+	client := authv3.NewAuthorizationClient(conn)
+	// Warm the connection so the measurement is the check alone.
+	if _, err := client.Check(t.Context(), envoyRequest("GET", "/", nil, nil)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	resp, err := client.Check(t.Context(), envoyRequest("POST", "/k", map[string]string{HeaderKey: "k", HeaderToken: r.Fence}, nil))
+	el := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertUnavailable(t, resp)
+	if el < timeout || el > timeout+80*time.Millisecond {
+		t.Fatalf("elapsed %v, want ≈ %v", el, timeout)
+	}
+}
+
+func assertUnavailable(t *testing.T, resp *authv3.CheckResponse) {
+	t.Helper()
+	d := resp.GetDeniedResponse()
+	if resp.GetStatus().GetCode() != int32(code.Code_UNAVAILABLE) || d == nil || d.GetStatus().GetCode() != 503 {
+		t.Fatalf("want UNAVAILABLE/503, got %v", resp)
+	}
+	if r := headerMap(d.GetHeaders())[HeaderReason]; r != "unavailable" {
+		t.Fatalf("reason %q", r)
+	}
+}
+
+func TestGRPCHealth(t *testing.T) {
+	conn := serveGRPC(t, fencecheck.New(openBolt(t), fencecheck.Options{}))
+	for _, svc := range []string{"", ServiceName} {
+		resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health %q: %v %v", svc, resp, err)
+		}
+	}
+}
+
+// TestGRPCHeaderMap: Envoy with encode_raw_headers sends header_map with
+// raw values instead of the headers map.
+func TestGRPCHeaderMap(t *testing.T) {
+	s := openBolt(t)
+	r := acquire(t, s, "k", time.Minute)
+	req := envoyRequest("POST", "/k", nil, nil)
+	hr := req.GetAttributes().GetRequest().GetHttp()
+	hr.Headers = nil
+	hr.HeaderMap = &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":method", RawValue: []byte("POST")},
+		{Key: HeaderKey, RawValue: []byte("k")},
+		{Key: HeaderToken, RawValue: []byte(r.Fence)},
+	}}
+	conn := serveGRPC(t, fencecheck.New(s, fencecheck.Options{}))
+	resp, err := authv3.NewAuthorizationClient(conn).Check(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := headerMap(resp.GetOkResponse().GetHeaders())[HeaderVerified]; got != r.Fence {
+		t.Fatalf("verified %q, want %q (%v)", got, r.Fence, resp)
+	}
+}

@@ -1,0 +1,95 @@
+package authz
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+
+	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/bolt"
+)
+
+// openBolt opens a real embedded store in a temp dir, closed at cleanup.
+func openBolt(t *testing.T) *bolt.Store {
+	t.Helper()
+	s, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// hangingStore is a backend that never answers: Inspect blocks until the
+// check's deadline.
+type hangingStore struct{ lockstore.Store }
+
+func (hangingStore) Inspect(ctx context.Context, _ string) (lockstore.KeyState, error) {
+	<-ctx.Done()
+	return lockstore.KeyState{}, lockstore.ContextError(ctx, "inspect")
+}
+
+// acquire takes a lock on key and returns it.
+func acquire(t *testing.T, s lockstore.Store, key string, ttl time.Duration) lockstore.AcquireResult {
+	t.Helper()
+	r, err := s.Acquire(t.Context(), key, ttl)
+	if err != nil || !r.OK {
+		t.Fatalf("acquire %q: %+v %v", key, r, err)
+	}
+	return r
+}
+
+func release(t *testing.T, s lockstore.Store, lockID string) {
+	t.Helper()
+	if r, err := s.Release(t.Context(), lockID); err != nil || !r.OK {
+		t.Fatalf("release: %+v %v", r, err)
+	}
+}
+
+// serveGRPC runs the ext_authz server over a real grpc.Server on loopback
+// and returns a client connection.
+func serveGRPC(t *testing.T, c *fencecheck.Checker) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	NewServer(c, Options{}).Register(g)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// envoyRequest builds a CheckRequest the way Envoy's ext_authz filter
+// does: lowercase header keys (pseudo-headers included), the path with its
+// query, the per-route context_extensions.
+func envoyRequest(method, path string, headers, ext map[string]string) *authv3.CheckRequest {
+	h := map[string]string{":method": method, ":path": path, ":authority": "api.example", "user-agent": "test"}
+	for k, v := range headers {
+		h[k] = v
+	}
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source: peer("10.1.2.3", 40000),
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Id: "1", Method: method, Path: path, Host: "api.example", Scheme: "http", Protocol: "HTTP/1.1", Headers: h,
+		}},
+		ContextExtensions: ext,
+	}}
+}
+
+func isBadTemplate(err error) bool { return errors.Is(err, errBadTemplate) }

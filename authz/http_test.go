@@ -1,0 +1,234 @@
+package authz
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/fencecheck"
+)
+
+// TestHTTPConventions: the same decisions through each proxy's way of
+// naming the original request, over a real HTTP server and bolt store.
+func TestHTTPConventions(t *testing.T) {
+	s := openBolt(t)
+	old := acquire(t, s, "orders/7", time.Minute)
+	release(t, s, old.LockID)
+	cur := acquire(t, s, "orders/7", time.Minute)
+
+	srv := httptest.NewServer(NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{}))
+	defer srv.Close()
+
+	type conv struct {
+		name string
+		// req builds the auth request for the original method and URI.
+		req func(method, uri string) *http.Request
+	}
+	convs := []conv{
+		{"forwarded (Caddy, Traefik)", func(m, u string) *http.Request {
+			r, _ := http.NewRequest("GET", srv.URL+HTTPPath, nil)
+			r.Header.Set("X-Forwarded-Method", m)
+			r.Header.Set("X-Forwarded-Uri", u)
+			return r
+		}},
+		{"original (nginx)", func(m, u string) *http.Request {
+			r, _ := http.NewRequest("GET", srv.URL+HTTPPath, nil)
+			r.Header.Set("X-Original-Method", m)
+			r.Header.Set("X-Original-URI", u)
+			return r
+		}},
+		{"request itself (Envoy http_service)", func(m, u string) *http.Request {
+			r, _ := http.NewRequest(m, srv.URL+HTTPPath+u, nil)
+			return r
+		}},
+	}
+	tests := []struct {
+		name     string
+		method   string
+		uri      string
+		fence    string
+		status   int
+		reason   string
+		verified string
+	}{
+		{"read", "GET", "/orders/7", "", 200, "", ""},
+		{"current", "POST", "/orders/7?x=1", cur.Fence, 200, "", cur.Fence},
+		{"stale", "PUT", "/orders/7", old.Fence, 409, "stale", ""},
+		{"missing", "DELETE", "/orders/7", "", 428, "missing", ""},
+		{"malformed", "PATCH", "/orders/7", "abc", 400, "malformed", ""},
+		{"missing segment", "PATCH", "/orders", cur.Fence, 400, "malformed", ""},
+	}
+	for _, c := range convs {
+		for _, tc := range tests {
+			t.Run(c.name+"/"+tc.name, func(t *testing.T) {
+				req := c.req(tc.method, tc.uri)
+				req.Header.Set(HeaderRouteKey, "orders/{2}")
+				req.Header.Set(HeaderRouteName, "orders")
+				if tc.fence != "" {
+					req.Header.Set(HeaderToken, tc.fence)
+				}
+				req.Header.Set(HeaderVerified, "forged") // must never come back as verified
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				if resp.StatusCode != tc.status {
+					t.Fatalf("status %d, want %d", resp.StatusCode, tc.status)
+				}
+				if got := resp.Header.Get(HeaderVerified); got != tc.verified {
+					t.Fatalf("%s = %q, want %q", HeaderVerified, got, tc.verified)
+				}
+				if tc.reason == "" {
+					return
+				}
+				if resp.Header.Get(HeaderReason) != tc.reason || resp.Header.Get(HeaderDecisionID) == "" {
+					t.Fatalf("headers %v", resp.Header)
+				}
+				var body denialBody
+				if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+					t.Fatal(err)
+				}
+				if body.Error != tc.reason || body.DecisionID != resp.Header.Get(HeaderDecisionID) || body.Presented != tc.fence {
+					t.Fatalf("body %+v", body)
+				}
+				if tc.reason == "stale" && (body.Key != "orders/7" || body.Current != cur.Fence) {
+					t.Fatalf("body %+v", body)
+				}
+			})
+		}
+	}
+}
+
+// TestHTTPQueryOptions: route options in the auth request's query are
+// honoured only when the original URI came from a header; with Envoy's
+// http_service the query is the client's own and must not switch the
+// check off.
+func TestHTTPQueryOptions(t *testing.T) {
+	s := openBolt(t)
+	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{})
+
+	// nginx style: the proxy wrote the query; policy off is honoured.
+	r := httptest.NewRequest("GET", HTTPPath+"?fence_policy=off", nil)
+	r.Header.Set("X-Original-Method", "POST")
+	r.Header.Set("X-Original-URI", "/a")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 200 {
+		t.Fatalf("proxy's own fence_policy=off: %d", w.Code)
+	}
+
+	// Envoy style: the client wrote the query; it is ignored.
+	r = httptest.NewRequest("POST", HTTPPath+"/a?fence_policy=off&fence_key=a", nil)
+	r.Header.Set(HeaderKey, "a")
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 428 {
+		t.Fatalf("client's fence_policy=off in the original query: %d, want 428", w.Code)
+	}
+
+	// The exact prefix (no trailing path) and a prefix look-alike.
+	for path, wantStatus := range map[string]int{HTTPPath: 428, HTTPPath + "x/y": 428} {
+		r = httptest.NewRequest("PUT", path, nil)
+		r.Header.Set(HeaderKey, "a")
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != wantStatus {
+			t.Fatalf("%s: %d, want %d", path, w.Code, wantStatus)
+		}
+	}
+}
+
+// TestHTTPNginxMapping: with x-fence-auth-request: nginx every denial is a
+// 403 carrying the real status and body in headers.
+func TestHTTPNginxMapping(t *testing.T) {
+	s := openBolt(t)
+	old := acquire(t, s, "k", time.Minute)
+	release(t, s, old.LockID)
+	acquire(t, s, "k", time.Minute)
+	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{})
+	for _, tc := range []struct {
+		key, fence string
+		status     int
+	}{{"k", old.Fence, 409}, {"k", "", 428}, {"ключ", "000000000000001", 409}} {
+		r := httptest.NewRequest("GET", HTTPPath, nil)
+		r.Header.Set("X-Original-Method", "POST")
+		r.Header.Set("X-Original-URI", "/k")
+		r.Header.Set(HeaderAuthRequest, "nginx")
+		r.Header.Set(HeaderKey, tc.key)
+		if tc.fence != "" {
+			r.Header.Set(HeaderToken, tc.fence)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != 403 || w.Header().Get(HeaderStatus) != strconv.Itoa(tc.status) {
+			t.Fatalf("%+v: code %d, %s %q", tc, w.Code, HeaderStatus, w.Header().Get(HeaderStatus))
+		}
+		hb := w.Header().Get(HeaderBody)
+		for i := 0; i < len(hb); i++ {
+			if hb[i] >= 0x80 || hb[i] < 0x20 {
+				t.Fatalf("header body not ASCII: %q", hb)
+			}
+		}
+		var fromHeader, fromBody denialBody
+		if err := json.Unmarshal([]byte(hb), &fromHeader); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &fromBody); err != nil {
+			t.Fatal(err)
+		}
+		if fromHeader != fromBody || fromBody.Key != tc.key {
+			t.Fatalf("header body %+v != body %+v", fromHeader, fromBody)
+		}
+	}
+}
+
+// TestHTTPBackendDown: a closed store is 503 with reason unavailable.
+func TestHTTPBackendDown(t *testing.T) {
+	s := openBolt(t)
+	r0 := acquire(t, s, "k", time.Minute)
+	_ = s.Close()
+	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{})
+	r := httptest.NewRequest("POST", HTTPPath+"/k", nil)
+	r.Header.Set(HeaderKey, "k")
+	r.Header.Set(HeaderToken, r0.Fence)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 503 || w.Header().Get(HeaderReason) != "unavailable" {
+		t.Fatalf("code %d, reason %q", w.Code, w.Header().Get(HeaderReason))
+	}
+}
+
+func TestExpandKey(t *testing.T) {
+	tests := []struct {
+		tpl, path, want string
+		bad, badTpl     bool
+	}{
+		{"orders/{2}", "/orders/42", "orders/42", false, false},
+		{"orders/{2}", "/orders/42?x=/y", "orders/42", false, false},
+		{"orders/{2}", "/orders/%34%32", "orders/42", false, false},
+		{"{1}:{3}", "/a/b/c/d", "a:c", false, false},
+		{"literal", "/anything", "literal", false, false},
+		{"orders/{2}", "/orders", "", true, false},
+		{"orders/{2}", "/orders/", "", true, false},
+		{"orders/{2}", "/orders//x", "", true, false},
+		{"orders/{2}", "/orders/%zz", "", true, false},
+		{"orders/{0}", "/orders/1", "", true, true},
+		{"orders/{x}", "/orders/1", "", true, true},
+		{"orders/{2", "/orders/1", "", true, true},
+		{"orders/2}", "/orders/1", "", true, true},
+		{"orders/{+2}", "/orders/1", "", true, true},
+	}
+	for _, tc := range tests {
+		got, err := ExpandKey(tc.tpl, tc.path)
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("ExpandKey(%q, %q) = %q, %v", tc.tpl, tc.path, got, err)
+		}
+		if tc.badTpl != (err != nil && isBadTemplate(err)) {
+			t.Errorf("ExpandKey(%q, %q): template error = %v, want %v", tc.tpl, tc.path, err, tc.badTpl)
+		}
+	}
+}
