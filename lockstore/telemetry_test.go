@@ -297,3 +297,23 @@ func TestLockThroughTelemetry(t *testing.T) {
 		t.Errorf("events %v", types)
 	}
 }
+
+// BenchmarkTelemetryOverhead measures what the decorator adds to an
+// operation's path (enqueue only; hashing happens on the worker).
+func BenchmarkTelemetryOverhead(b *testing.B) {
+	ctx := context.Background()
+	for _, decorated := range []bool{false, true} {
+		name := "bare"
+		var s Store = newMemStore()
+		if decorated {
+			name = "telemetry"
+			s = WithTelemetry(s, TelemetryOptions{OnEvent: func(LockEvent) {}, QueueSize: 1 << 16})
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				_, _ = s.IsLocked(ctx, "resource:123")
+			}
+		})
+		_ = s.Close()
+	}
+}
