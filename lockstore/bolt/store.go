@@ -2,9 +2,10 @@
 // file holds the locks, the lockId index, the fence counters and the audit
 // trail, so fences keep growing across restarts with nothing else to run.
 //
-// Every mutation is one bbolt read-write transaction, which is the whole
-// atomicity story: bbolt admits one writer at a time and commits or rolls
-// back as a unit. Time is the process's clock (client time authority).
+// Every mutation runs whole inside one bbolt read-write transaction, which
+// is the whole atomicity story: bbolt admits one writer at a time and
+// commits or rolls back as a unit. Concurrent mutations share a commit
+// (group commit) so the fsync is paid once per wave, not once per call. Time is the process's clock (client time authority).
 // The file is locked while open; a second process gets a clear error.
 package bolt
 
@@ -39,6 +40,7 @@ var (
 // use.
 type Store struct {
 	db        *bbolt.DB
+	writes    *groupCommit
 	path      string
 	log       *slog.Logger
 	retention lockstore.AuditRetention
@@ -103,6 +105,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	return &Store{
 		db:        db,
+		writes:    &groupCommit{db: db},
 		path:      cfg.Path,
 		log:       logger.With("store", "bolt"),
 		retention: cfg.AuditRetention.WithDefaults(),
@@ -136,14 +139,15 @@ func (s *Store) Close() error {
 
 func (s *Store) nowMs() int64 { return s.now().UnixMilli() }
 
-// update runs fn in one read-write transaction. The context is checked
-// before waiting for the writer lock and again once holding it, so a
-// caller that gave up while queued behind other writers writes nothing.
+// update runs fn in one durable read-write transaction (shared with
+// concurrent writers, see groupCommit). The context is checked before
+// queueing and again when fn runs, so a caller that gave up while queued
+// behind other writers writes nothing.
 func (s *Store) update(ctx context.Context, op string, fn func(*bbolt.Tx) error) error {
 	if err := lockstore.ContextError(ctx, op); err != nil {
 		return err
 	}
-	err := s.db.Update(func(tx *bbolt.Tx) error {
+	err := s.writes.update(func(tx *bbolt.Tx) error {
 		if err := lockstore.ContextError(ctx, op); err != nil {
 			return err
 		}
