@@ -1,0 +1,635 @@
+package firestore
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// lockDoc is a lock document, field for field SyncGuard's LockDocument.
+type lockDoc struct {
+	LockID       string `firestore:"lockId"`
+	ExpiresAtMs  int64  `firestore:"expiresAtMs"`
+	AcquiredAtMs int64  `firestore:"acquiredAtMs"`
+	Key          string `firestore:"key"`
+	Fence        string `firestore:"fence"`
+}
+
+// counterDoc is a fence counter document (SyncGuard's FenceCounterDocument).
+// keyDebug holds the user key so an operator can tell which key a hashed
+// counter belongs to; counters are never deleted.
+type counterDoc struct {
+	Fence    string `firestore:"fence"`
+	KeyDebug string `firestore:"keyDebug,omitempty"`
+}
+
+// cleanupGuardMs is how far past the liveness tolerance an expired
+// duplicate must be before we delete it (interface.md's cleanup guard for
+// client-time backends: tolerance + guard, guard >= 1000 ms), so a client
+// whose clock trails ours still sees it expired too.
+const cleanupGuardMs = 1000
+
+// Store is the Firestore lock store. It implements lockstore.Store,
+// lockstore.AuditLog and lockstore.HeldCounter. It is safe for concurrent
+// use.
+type Store struct {
+	cfg    Config
+	client *firestore.Client
+	locks  *firestore.CollectionRef
+	fences *firestore.CollectionRef
+	audit  *firestore.CollectionRef
+	log    *slog.Logger
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ lockstore.Store       = (*Store)(nil)
+	_ lockstore.AuditLog    = (*Store)(nil)
+	_ lockstore.HeldCounter = (*Store)(nil)
+)
+
+// Open validates cfg and creates a Firestore client. It does not contact
+// Firestore (the client connects lazily); call Ping to check reachability.
+// With FIRESTORE_EMULATOR_HOST set, the client library talks to the
+// emulator without credentials.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	var (
+		client *firestore.Client
+		err    error
+	)
+	if cfg.DatabaseID == "" {
+		client, err = firestore.NewClient(ctx, cfg.ProjectID, cfg.ClientOptions...)
+	} else {
+		client, err = firestore.NewClientWithDatabase(ctx, cfg.ProjectID, cfg.DatabaseID, cfg.ClientOptions...)
+	}
+	if err != nil {
+		return nil, classify(ctx, "open", err)
+	}
+	s := &Store{
+		cfg:    cfg,
+		client: client,
+		locks:  client.Collection(cfg.Collection),
+		fences: client.Collection(cfg.FenceCollection),
+		audit:  client.Collection(cfg.AuditCollection),
+		log:    cfg.Logger.With("backend", "firestore"),
+	}
+	s.log.Debug("firestore store opened",
+		"project", cfg.ProjectID, "database", cfg.DatabaseID,
+		"collection", cfg.Collection, "fence_collection", cfg.FenceCollection,
+		"audit_collection", cfg.AuditCollection,
+		"emulator", os.Getenv("FIRESTORE_EMULATOR_HOST"))
+	return s, nil
+}
+
+// Capabilities reports a fencing backend on client time.
+func (s *Store) Capabilities() lockstore.Capabilities {
+	return lockstore.Capabilities{Backend: "firestore", SupportsFencing: true, TimeAuthority: lockstore.ClientTime}
+}
+
+// Close closes the client. It is idempotent; locks are not released.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.closeErr = s.client.Close()
+	})
+	return s.closeErr
+}
+
+// nowMs reads the time authority, the gateway's clock.
+func (s *Store) nowMs() int64 { return s.cfg.Now().UnixMilli() }
+
+// begin is the common preamble of every operation: a closed store or a
+// finished context fails before any I/O.
+func (s *Store) begin(ctx context.Context, op string) error {
+	if s.closed.Load() {
+		return lockstore.Errorf(lockstore.ServiceUnavailable, op, "store is closed")
+	}
+	if ce := lockstore.ContextError(ctx, op); ce != nil {
+		return ce
+	}
+	return nil
+}
+
+// checkpoint is the spec's checkAborted: a cancelled or expired context
+// stops a transaction function between its reads and its writes.
+func checkpoint(ctx context.Context, op string) error {
+	if ce := lockstore.ContextError(ctx, op); ce != nil {
+		return ce
+	}
+	return nil
+}
+
+// Ping reads one (normally absent) counter document: it proves the
+// database is reachable and the credentials may read, and writes nothing.
+func (s *Store) Ping(ctx context.Context) error {
+	const op = "ping"
+	if err := s.begin(ctx, op); err != nil {
+		return err
+	}
+	_, err := s.fences.Doc("fencegate-ping").Get(ctx)
+	if status.Code(err) == codes.NotFound {
+		err = nil
+	}
+	return classify(ctx, op, err)
+}
+
+// Acquire takes the lock on key for ttl in one transaction: it reads the
+// lock and counter documents together, then (if the lock is absent or
+// expired) writes the next fence to the counter and a new lock document.
+func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
+	const op = "acquire"
+	nk, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return lockstore.AcquireResult{}, err
+	}
+	ttlMs, err := lockstore.ValidateTTL(ttl)
+	if err != nil {
+		return lockstore.AcquireResult{}, err
+	}
+	lockID, fenceID, err := docIDs(nk)
+	if err != nil {
+		return lockstore.AcquireResult{}, err
+	}
+	if err := s.begin(ctx, op); err != nil {
+		return lockstore.AcquireResult{}, err
+	}
+	id, err := lockstore.NewLockID()
+	if err != nil {
+		return lockstore.AcquireResult{}, err
+	}
+	lockRef, fenceRef := s.locks.Doc(lockID), s.fences.Doc(fenceID)
+
+	var res lockstore.AcquireResult
+	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		res = lockstore.AcquireResult{} // the library may run us more than once
+		if err := checkpoint(ctx, op); err != nil {
+			return err
+		}
+		// The time authority is read inside the transaction (ADR-010), so
+		// a retried attempt computes its expiry afresh.
+		nowMs := s.nowMs()
+		snaps, err := tx.GetAll([]*firestore.DocumentRef{lockRef, fenceRef})
+		if err != nil {
+			return err
+		}
+		if err := checkpoint(ctx, op); err != nil {
+			return err
+		}
+		cur, held, err := decodeLock(snaps[0], op)
+		if err != nil {
+			return err
+		}
+		if held && lockstore.IsLive(cur.ExpiresAtMs, nowMs) {
+			res = lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}
+			return nil
+		}
+		last, err := decodeCounter(snaps[1], op)
+		if err != nil {
+			return err
+		}
+		// The lock document carries a copy of its fence. Should a counter
+		// ever go missing while a lock document survives, continuing from
+		// the larger of the two keeps fences strictly increasing.
+		if held {
+			if n, err := lockstore.ParseFence(cur.Fence); err == nil && n > last {
+				last = n
+			}
+		}
+		if last >= lockstore.FenceMax {
+			return &lockstore.Error{Code: lockstore.Internal, Op: op, Key: nk,
+				Msg: "fence counter overflow: the key's counter is at its limit; rotate the key namespace"}
+		}
+		next := last + 1
+		fence, err := lockstore.FormatFence(next)
+		if err != nil {
+			return err
+		}
+		if lockstore.FenceNeedsWarning(next) {
+			s.log.Warn("fence counter approaching its limit",
+				"key_hash", lockstore.HashKey(nk), "fence", fence, "limit", lockstore.FenceMax)
+		}
+		if err := checkpoint(ctx, op); err != nil {
+			return err
+		}
+		if err := tx.Set(fenceRef, counterDoc{Fence: fence, KeyDebug: nk}); err != nil {
+			return err
+		}
+		exp := nowMs + ttlMs
+		if err := tx.Set(lockRef, lockDoc{LockID: id, ExpiresAtMs: exp, AcquiredAtMs: nowMs, Key: nk, Fence: fence}); err != nil {
+			return err
+		}
+		res = lockstore.AcquireResult{OK: true, LockID: id, Fence: fence, ExpiresAtMs: exp}
+		return nil
+	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
+	if err != nil {
+		return lockstore.AcquireResult{}, withKey(classify(ctx, op, err), nk)
+	}
+	return res, nil
+}
+
+// Release deletes the live lock lockID holds. It queries by lockId inside
+// the transaction, so the document it verifies is the one it deletes.
+func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
+	const op = "release"
+	if err := lockstore.ValidateLockID(lockID); err != nil {
+		return lockstore.ReleaseResult{}, err
+	}
+	if err := s.begin(ctx, op); err != nil {
+		return lockstore.ReleaseResult{}, err
+	}
+	var res lockstore.ReleaseResult
+	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		res = lockstore.ReleaseResult{}
+		if err := checkpoint(ctx, op); err != nil {
+			return err
+		}
+		nowMs := s.nowMs()
+		m, err := s.resolve(ctx, tx, op, lockID, nowMs)
+		if err != nil {
+			return err
+		}
+		if err := checkpoint(ctx, op); err != nil {
+			return err
+		}
+		if err := m.deleteStale(tx); err != nil {
+			return err
+		}
+		if m.live == nil {
+			res.Detail = m.detail
+			return nil
+		}
+		if err := tx.Delete(m.live.Ref); err != nil {
+			return err
+		}
+		res.OK = true
+		return nil
+	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
+	if err != nil {
+		return lockstore.ReleaseResult{}, withLockID(classify(ctx, op, err), lockID)
+	}
+	return res, nil
+}
+
+// Extend sets the live lock's expiry to now+ttl (replacing, not adding) and
+// returns that authoritative expiry. An expired lock is never revived.
+func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
+	const op = "extend"
+	if err := lockstore.ValidateLockID(lockID); err != nil {
+		return lockstore.ExtendResult{}, err
+	}
+	ttlMs, err := lockstore.ValidateTTL(ttl)
+	if err != nil {
+		return lockstore.ExtendResult{}, err
+	}
+	if err := s.begin(ctx, op); err != nil {
+		return lockstore.ExtendResult{}, err
+	}
+	var res lockstore.ExtendResult
+	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		res = lockstore.ExtendResult{}
+		if err := checkpoint(ctx, op); err != nil {
+			return err
+		}
+		nowMs := s.nowMs()
+		m, err := s.resolve(ctx, tx, op, lockID, nowMs)
+		if err != nil {
+			return err
+		}
+		if err := checkpoint(ctx, op); err != nil {
+			return err
+		}
+		if err := m.deleteStale(tx); err != nil {
+			return err
+		}
+		if m.live == nil {
+			res.Detail = m.detail
+			return nil
+		}
+		exp := nowMs + ttlMs
+		if err := tx.Update(m.live.Ref, []firestore.Update{{Path: "expiresAtMs", Value: exp}}); err != nil {
+			return err
+		}
+		res = lockstore.ExtendResult{OK: true, ExpiresAtMs: exp}
+		return nil
+	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
+	if err != nil {
+		return lockstore.ExtendResult{}, withLockID(classify(ctx, op, err), lockID)
+	}
+	return res, nil
+}
+
+// IsLocked reports whether key has a live lock. It only reads.
+func (s *Store) IsLocked(ctx context.Context, key string) (bool, error) {
+	info, err := s.lookupKey(ctx, "isLocked", key)
+	return info != nil, err
+}
+
+// LookupKey returns the sanitised live lock on key, or nil.
+func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
+	return s.lookupKey(ctx, "lookup", key)
+}
+
+func (s *Store) lookupKey(ctx context.Context, op, key string) (*lockstore.LockInfo, error) {
+	nk, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return nil, err
+	}
+	lockID, err := lockDocID(nk)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	snap, err := s.locks.Doc(lockID).Get(ctx)
+	if status.Code(err) == codes.NotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, withKey(classify(ctx, op, err), nk)
+	}
+	nowMs := s.nowMs()
+	l, ok, err := decodeLock(snap, op)
+	if err != nil || !ok || !lockstore.IsLive(l.ExpiresAtMs, nowMs) {
+		return nil, withKey(err, nk)
+	}
+	return sanitise(nk, l), nil
+}
+
+// LookupLockID returns the sanitised live lock lockID holds, or nil. It is
+// a plain indexed query (lookup is diagnostic, ADR-011) and never mutates:
+// duplicates make it return nil without deleting anything.
+func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
+	const op = "lookup"
+	if err := lockstore.ValidateLockID(lockID); err != nil {
+		return nil, err
+	}
+	if err := s.begin(ctx, op); err != nil {
+		return nil, err
+	}
+	m, err := s.resolve(ctx, nil, op, lockID, 0)
+	if err != nil {
+		return nil, withLockID(classify(ctx, op, err), lockID)
+	}
+	if m.live == nil {
+		return nil, nil
+	}
+	return sanitise(m.lock.Key, m.lock), nil
+}
+
+// Inspect reads the lock and counter documents of key in one batched read
+// (one BatchGetDocuments call, one consistent snapshot) and reports the
+// live lock and the latest fence ever issued for the key.
+func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
+	const op = "inspect"
+	nk, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return lockstore.KeyState{}, err
+	}
+	lockID, fenceID, err := docIDs(nk)
+	if err != nil {
+		return lockstore.KeyState{}, err
+	}
+	if err := s.begin(ctx, op); err != nil {
+		return lockstore.KeyState{}, err
+	}
+	snaps, err := s.client.GetAll(ctx, []*firestore.DocumentRef{s.locks.Doc(lockID), s.fences.Doc(fenceID)})
+	if err != nil {
+		return lockstore.KeyState{}, withKey(classify(ctx, op, err), nk)
+	}
+	// Read the clock after the read returns: a later "now" can only make
+	// a lock look expired sooner, which is the safe side for the check.
+	st := lockstore.KeyState{NowMs: s.nowMs()}
+	l, held, err := decodeLock(snaps[0], op)
+	if err != nil {
+		return lockstore.KeyState{}, withKey(err, nk)
+	}
+	latest, err := decodeCounter(snaps[1], op)
+	if err != nil {
+		return lockstore.KeyState{}, withKey(err, nk)
+	}
+	if held {
+		if n, err := lockstore.ParseFence(l.Fence); err == nil && n > latest {
+			latest = n
+		}
+		if lockstore.IsLive(l.ExpiresAtMs, st.NowMs) {
+			st.Live = &lockstore.HeldLock{LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}
+		}
+	}
+	if latest > 0 {
+		if st.LatestFence, err = lockstore.FormatFence(latest); err != nil {
+			return lockstore.KeyState{}, withKey(err, nk)
+		}
+	}
+	return st, nil
+}
+
+// CountHeld counts live lock documents with one aggregation query over the
+// single-field expiresAtMs index.
+func (s *Store) CountHeld(ctx context.Context) (int64, error) {
+	const op = "countHeld"
+	if err := s.begin(ctx, op); err != nil {
+		return 0, err
+	}
+	nowMs := s.nowMs()
+	// IsLive(exp, now) is exp > now - tolerance.
+	q := s.locks.Where("expiresAtMs", ">", nowMs-lockstore.TimeToleranceMs)
+	ar, err := q.NewAggregationQuery().WithCount("held").Get(ctx)
+	if err != nil {
+		return 0, classify(ctx, op, err)
+	}
+	var out struct {
+		Held int64 `firestore:"held"`
+	}
+	if err := ar.DataTo(&out); err != nil {
+		return 0, &lockstore.Error{Code: lockstore.Internal, Op: op, Msg: "count result does not decode", Err: err}
+	}
+	return out.Held, nil
+}
+
+// match is what a lockId resolves to.
+type match struct {
+	live   *firestore.DocumentSnapshot // the one live lock document lockId holds, or nil
+	lock   lockDoc                     // its contents
+	detail string                      // why live is nil (telemetry only)
+	stale  []*firestore.DocumentRef    // expired duplicates safe to delete
+}
+
+// deleteStale deletes the expired duplicates m found (ADR-014 allows it;
+// live documents are never among them).
+func (m *match) deleteStale(tx *firestore.Transaction) error {
+	for _, ref := range m.stale {
+		if err := tx.Delete(ref); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// resolve finds the lock document lockID holds by querying the lockId field
+// — without limit(1), so duplicates are seen (ADR-014) — inside tx when tx
+// is non-nil (release/extend), or as a plain query for lookup (tx nil; no
+// clean-up is proposed then). nowMs 0 means "read the clock after the query".
+//
+// A single document is verified explicitly (ADR-003): its lockId must equal
+// lockID and it must sit where its own key's lock lives, else it is not this
+// lock. More than one document is an inconsistency: it is logged (hashes
+// only) and nothing is returned as live, so no caller mutates ambiguous
+// state; duplicates expired beyond the clean-up guard are offered for
+// deletion.
+func (s *Store) resolve(ctx context.Context, tx *firestore.Transaction, op, lockID string, nowMs int64) (match, error) {
+	q := s.locks.Where("lockId", "==", lockID)
+	var (
+		docs []*firestore.DocumentSnapshot
+		err  error
+	)
+	if tx != nil {
+		docs, err = tx.Documents(q).GetAll()
+	} else {
+		docs, err = q.Documents(ctx).GetAll()
+	}
+	if err != nil {
+		return match{}, err
+	}
+	if nowMs == 0 {
+		nowMs = s.nowMs()
+	}
+	switch len(docs) {
+	case 0:
+		return match{detail: lockstore.DetailNotFound}, nil
+	case 1:
+		l, ok, err := decodeLock(docs[0], op)
+		if err != nil {
+			return match{}, err
+		}
+		if !ok || l.LockID != lockID || !s.atHome(docs[0].Ref, l) {
+			return match{detail: lockstore.DetailNotFound}, nil
+		}
+		if !lockstore.IsLive(l.ExpiresAtMs, nowMs) {
+			return match{detail: lockstore.DetailExpired}, nil
+		}
+		return match{live: docs[0], lock: l}, nil
+	}
+
+	m := match{detail: lockstore.DetailExpired}
+	live := 0
+	for _, d := range docs {
+		l, ok, err := decodeLock(d, op)
+		switch {
+		case err != nil || !ok || l.LockID != lockID:
+			// Unreadable: treat as possibly live, never delete it.
+			live++
+		case lockstore.IsLive(l.ExpiresAtMs, nowMs):
+			live++
+		case tx != nil && l.ExpiresAtMs < nowMs-lockstore.TimeToleranceMs-cleanupGuardMs:
+			m.stale = append(m.stale, d.Ref)
+		}
+	}
+	if live > 0 {
+		m.detail = ""
+	}
+	s.log.Warn("duplicate lock documents for one lockId; refusing to act on ambiguous state",
+		"op", op, "lockid_hash", lockstore.HashKey(lockID), "documents", len(docs),
+		"live", live, "expired_deleted", len(m.stale))
+	return m, nil
+}
+
+// atHome reports whether ref is the document where the lock on l.Key
+// lives. A document elsewhere carrying a lockId (a stray copy from a
+// migration or a manual edit) holds no lock: acquire never looks at it.
+func (s *Store) atHome(ref *firestore.DocumentRef, l lockDoc) bool {
+	nk, err := lockstore.NormalizeKey(l.Key)
+	if err != nil {
+		return false
+	}
+	id, err := lockDocID(nk)
+	if err != nil || id != ref.ID {
+		s.log.Warn("lock document is not at its key's document ID; ignoring it",
+			"key_hash", lockstore.HashKey(l.Key), "lockid_hash", lockstore.HashKey(l.LockID))
+		return false
+	}
+	return true
+}
+
+// decodeLock decodes a lock document snapshot. ok is false when the
+// document does not exist.
+func decodeLock(snap *firestore.DocumentSnapshot, op string) (lockDoc, bool, error) {
+	if snap == nil || !snap.Exists() {
+		return lockDoc{}, false, nil
+	}
+	var l lockDoc
+	if err := snap.DataTo(&l); err != nil {
+		return lockDoc{}, false, &lockstore.Error{Code: lockstore.Internal, Op: op, Msg: "lock document does not decode", Err: err}
+	}
+	return l, true, nil
+}
+
+// decodeCounter returns the fence stored in a counter snapshot, 0 when the
+// counter does not exist yet. A counter that exists but does not hold a
+// 15-digit fence is an error, never a reset: overwriting it could reissue
+// fences.
+func decodeCounter(snap *firestore.DocumentSnapshot, op string) (int64, error) {
+	if snap == nil || !snap.Exists() {
+		return 0, nil
+	}
+	var c counterDoc
+	if err := snap.DataTo(&c); err != nil {
+		return 0, &lockstore.Error{Code: lockstore.Internal, Op: op, Msg: "fence counter document does not decode", Err: err}
+	}
+	n, err := lockstore.ParseFence(c.Fence)
+	if err != nil {
+		return 0, &lockstore.Error{Code: lockstore.Internal, Op: op, Msg: "fence counter holds a malformed fence", Err: err}
+	}
+	return n, nil
+}
+
+// sanitise builds the hashed view of a lock on normalised key nk.
+func sanitise(nk string, l lockDoc) *lockstore.LockInfo {
+	return &lockstore.LockInfo{
+		KeyHash:      lockstore.HashKey(nk),
+		LockIDHash:   lockstore.HashKey(l.LockID),
+		Fence:        l.Fence,
+		ExpiresAtMs:  l.ExpiresAtMs,
+		AcquiredAtMs: l.AcquiredAtMs,
+	}
+}
+
+// withKey attaches the raw key to a *lockstore.Error for the caller's use
+// (Error() prints only its hash).
+func withKey(err error, key string) error {
+	var le *lockstore.Error
+	if errors.As(err, &le) && le.Key == "" {
+		c := *le
+		c.Key = key
+		return &c
+	}
+	return err
+}
+
+// withLockID attaches the raw lockId to a *lockstore.Error (printed hashed).
+func withLockID(err error, lockID string) error {
+	var le *lockstore.Error
+	if errors.As(err, &le) && le.LockID == "" {
+		c := *le
+		c.LockID = lockID
+		return &c
+	}
+	return err
+}
