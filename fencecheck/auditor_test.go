@@ -41,8 +41,10 @@ func TestAuditorBlockingSinkNeverSlowsChecks(t *testing.T) {
 		t.Fatalf("%d checks with a hung audit sink took %v", n, el)
 	}
 	dropped := testutil.ToFloat64(a.dropped.WithLabelValues(dropQueueFull))
-	if dropped < n-8-2 {
-		t.Fatalf("queue-full drops = %v, want ≥ %d", dropped, n-10)
+	// The queue (8) and one batch (2) absorb events; each time a write
+	// times out (200 ms) another batch drains. Everything else is dropped.
+	if dropped < n-100 {
+		t.Fatalf("queue-full drops = %v, want ≥ %d", dropped, n-100)
 	}
 	closeStart := time.Now()
 	_ = a.Close()
