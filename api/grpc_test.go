@@ -29,7 +29,7 @@ type grpcEnv struct {
 	outer  atomic.Int64 // calls seen by the server-wide interceptor
 }
 
-func newGRPCEnv(t *testing.T, store lockstore.Store, mutate func(*api.Options)) *grpcEnv {
+func newGRPCEnv(t testing.TB, store lockstore.Store, mutate func(*api.Options)) *grpcEnv {
 	t.Helper()
 	g := &grpcEnv{env: newEnv(t, store, mutate)}
 	gs := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

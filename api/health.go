@@ -3,6 +3,11 @@ package api
 import (
 	"context"
 	"net/http"
+	"time"
+
+	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 type healthReply struct {
@@ -50,4 +55,45 @@ func (s *Server) Ready(ctx context.Context) error {
 		return s.ready(ctx)
 	}
 	return nil
+}
+
+// grpcHealthServices are the names WatchReadiness reports for: the
+// server as a whole ("") and the lock service.
+var grpcHealthServices = []string{"", fencegatev1.Locks_ServiceDesc.ServiceName}
+
+// WatchReadiness keeps hs (the grpc.health.v1 service the caller
+// registered) in step with Ready: SERVING or NOT_SERVING for "" and
+// fencegate.v1.Locks, checked now and then every interval (0 means 5 s).
+// It blocks until ctx ends; run it in a goroutine the caller owns and
+// stops by cancelling ctx.
+func (s *Server) WatchReadiness(ctx context.Context, hs *health.Server, interval time.Duration) {
+	if interval <= 0 {
+		interval = 5 * time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last := healthpb.HealthCheckResponse_SERVICE_UNKNOWN
+	for {
+		st := healthpb.HealthCheckResponse_SERVING
+		if err := s.Ready(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+			if last != st {
+				s.log.Warn("gRPC health: not serving", "err", err)
+			}
+		}
+		if st != last {
+			for _, name := range grpcHealthServices {
+				hs.SetServingStatus(name, st)
+			}
+			last = st
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

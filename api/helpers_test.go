@@ -28,7 +28,7 @@ const (
 	unknownTok  = "tok-unknown-00000000" // not configured
 )
 
-func testAuthenticator(t *testing.T) *api.Authenticator {
+func testAuthenticator(t testing.TB) *api.Authenticator {
 	t.Helper()
 	a, err := api.NewAuthenticator([]api.Token{
 		{Name: "admin", SHA256: api.HashToken(adminToken), Prefixes: []string{"*"}, Operations: []string{"*"}},
@@ -42,7 +42,7 @@ func testAuthenticator(t *testing.T) *api.Authenticator {
 }
 
 // openStore opens a real bolt store in a temp dir, closed at cleanup.
-func openStore(t *testing.T) *bolt.Store {
+func openStore(t testing.TB) *bolt.Store {
 	t.Helper()
 	s, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "locks.db")})
 	if err != nil {
@@ -79,7 +79,7 @@ type env struct {
 }
 
 // newEnv builds a Server over store; mutate adjusts the options first.
-func newEnv(t *testing.T, store lockstore.Store, mutate func(*api.Options)) *env {
+func newEnv(t testing.TB, store lockstore.Store, mutate func(*api.Options)) *env {
 	t.Helper()
 	e := &env{reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
 	o := api.Options{

@@ -241,6 +241,7 @@ func (s *Server) httpAudit(ctx context.Context, _ http.ResponseWriter, r *http.R
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae := asAPIError(err)
 	status := ae.httpStatusCode()
+	setErrorCode(r.Context(), ae.code)
 	if status >= 500 && status != http.StatusNotImplemented {
 		s.log.LogAttrs(r.Context(), levelFor(ae.code), "lock API request failed",
 			slogAttrs(r, status, ae)...)

@@ -13,10 +13,17 @@ import (
 
 // requestInfo is what a handler learns that the access log line needs.
 type requestInfo struct {
-	token string // the authenticated token's name, never its secret
+	token string         // the authenticated token's name, never its secret
+	code  lockstore.Code // the LockError code of an error reply
 }
 
 type requestInfoKey struct{}
+
+func setErrorCode(ctx context.Context, c lockstore.Code) {
+	if ri, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
+		ri.code = c
+	}
+}
 
 func setPrincipal(ctx context.Context, p *Principal) {
 	if ri, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok && p != nil {
@@ -85,6 +92,7 @@ func (s *Server) Middleware(h http.Handler) http.Handler {
 				slog.Int64("bytes", rec.bytes),
 				slog.Duration("duration", time.Since(start)),
 				slog.String("token", ri.token),
+				slog.String("code", string(ri.code)),
 				slog.String("remote", r.RemoteAddr),
 			)
 		}()
