@@ -27,8 +27,8 @@ var grpcOps = map[string]Operation{
 
 // RegisterGRPC registers the fencegate.v1.Locks service and server
 // reflection on gs (do not register reflection again). grpc.health.v1 is
-// left to the caller, which owns the server's lifecycle; Ready is the
-// check to back it with.
+// left to the caller, which owns the server's lifecycle: register a
+// health.Server and run WatchReadiness to keep it current.
 //
 // Authentication, scopes, metrics, access logs and panic recovery are
 // built into the registered service (an interceptor applied per method,
