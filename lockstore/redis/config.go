@@ -1,0 +1,346 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// DefaultPrefix is SyncGuard's default key prefix, so a fleet that already
+// locks through the SyncGuard TypeScript library shares locks and fence
+// counters with fencegate out of the box.
+const DefaultPrefix = "syncguard"
+
+// Connection defaults, applied where the caller left a field zero. They keep a
+// dead or partitioned server from holding a call for long even when the
+// caller's context has no deadline; a shorter context deadline always wins.
+const (
+	DefaultDialTimeout  = 2 * time.Second
+	DefaultReadTimeout  = 2 * time.Second
+	DefaultWriteTimeout = 2 * time.Second
+	DefaultPoolTimeout  = 2 * time.Second
+)
+
+// Config describes one Redis store.
+//
+// The zero value is usable: it connects to localhost:6379, database 0, with
+// prefix "syncguard".
+type Config struct {
+	// Options connects to a single Redis server (address, credentials, TLS,
+	// database). It is used when Failover is nil; nil means localhost:6379.
+	Options *goredis.Options
+	// Failover, when set, connects through Redis Sentinel to the master it
+	// names, following failovers.
+	Failover *goredis.FailoverOptions
+
+	// Prefix namespaces every key the store writes. Empty means
+	// DefaultPrefix; trailing ':' are ignored. A prefix that contains
+	// "fence:" or ends in "fence" is rejected, because its keys could not be
+	// told apart from another prefix's fence counters.
+	Prefix string
+
+	// CleanupInIsLocked lets IsLocked delete a lock it finds more than
+	// CleanupGuard past its expiry (and that lock's lockId index). Redis
+	// already drops keys on their own TTL, so this only matters for lock
+	// values written without one. Off by default: IsLocked is then a pure
+	// read. Fence counters are never deleted.
+	CleanupInIsLocked bool
+
+	// AuditRetention bounds the audit stream; zero fields take the defaults.
+	AuditRetention lockstore.AuditRetention
+
+	// Logger receives the store's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// CleanupGuard is how far past its expiry a lock must be before the optional
+// IsLocked cleanup deletes it. It is twice the liveness tolerance, so a
+// cleanup can never race an extend that still sees the lock as live.
+const CleanupGuard = 2 * lockstore.TimeToleranceMs * time.Millisecond
+
+// Store URL schemes.
+const (
+	SchemeRedis          = "redis"
+	SchemeRedisTLS       = "rediss"
+	SchemeSentinel       = "redis+sentinel"
+	SchemeSentinelTLS    = "rediss+sentinel"
+	queryPrefix          = "prefix"
+	queryCleanup         = "cleanup"
+	queryAuditMaxEvents  = "audit_max_events"
+	queryAuditMaxAge     = "audit_max_age"
+	queryMaster          = "master"
+	querySentinelUser    = "sentinel_username"
+	querySentinelPass    = "sentinel_password"
+	defaultSentinelPort  = "26379"
+	defaultRedisPort     = "6379"
+	sentinelSchemeSuffix = "+sentinel"
+)
+
+// ParseURL parses a store URL:
+//
+//	redis://[user:pass@]host[:port][/db][?prefix=P]
+//	rediss://…                                (TLS)
+//	redis+sentinel://[user:pass@]host[:port][,host2[:port2]…][/db]?master=NAME[&prefix=P]
+//	rediss+sentinel://…                       (TLS to sentinels and servers)
+//
+// For Sentinel URLs the userinfo authenticates to the Redis servers (like
+// in redis:// URLs); sentinel_username and sentinel_password authenticate to
+// the sentinels themselves. Sentinel ports default to 26379.
+//
+// fencegate's own parameters are prefix, cleanup (bool, see
+// Config.CleanupInIsLocked), audit_max_events and audit_max_age (a Go
+// duration). Every other query parameter is handed to go-redis
+// (dial_timeout, read_timeout, pool_size, …); unknown ones are an error.
+// Errors never echo the URL, which may hold a password.
+func ParseURL(raw string) (Config, error) {
+	var cfg Config
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return cfg, invalidConfig("store URL has no scheme; want redis://, rediss://, redis+sentinel:// or rediss+sentinel://")
+	}
+	scheme = strings.ToLower(scheme)
+	switch scheme {
+	case SchemeRedis, SchemeRedisTLS, SchemeSentinel, SchemeSentinelTLS:
+	default:
+		return cfg, invalidConfig("unsupported store URL scheme %q; want redis, rediss, redis+sentinel or rediss+sentinel", scheme)
+	}
+
+	// Split the authority off by hand: url.Parse rejects the comma-separated
+	// host list of a Sentinel URL.
+	authority, pathQuery := rest, ""
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority, pathQuery = rest[:i], rest[i:]
+	}
+	var userinfo *url.Userinfo
+	hosts := authority
+	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
+		u, err := url.Parse("x://" + authority[:i+1] + "h")
+		if err != nil || u.User == nil {
+			return cfg, invalidConfig("store URL has malformed credentials")
+		}
+		userinfo, hosts = u.User, authority[i+1:]
+	}
+	tail, err := url.Parse(pathQuery)
+	if err != nil {
+		return cfg, invalidConfig("store URL has a malformed path or query")
+	}
+	q := tail.Query()
+	if err := takeOwnParams(&cfg, q); err != nil {
+		return cfg, err
+	}
+	// Credentials go to go-redis through the rebuilt URL (or the options),
+	// never through an error message.
+	tls := scheme == SchemeRedisTLS || scheme == SchemeSentinelTLS
+	base := SchemeRedis
+	if tls {
+		base = SchemeRedisTLS
+	}
+
+	if !strings.HasSuffix(scheme, sentinelSchemeSuffix) {
+		if strings.Contains(hosts, ",") {
+			return cfg, invalidConfig("a %s:// URL takes one host; use redis+sentinel:// for several", scheme)
+		}
+		u := &url.URL{Scheme: base, User: userinfo, Host: hosts, Path: tail.Path, RawQuery: q.Encode()}
+		opts, err := goredis.ParseURL(u.String())
+		if err != nil {
+			return cfg, invalidConfig("store URL: %s", redactURLError(err))
+		}
+		cfg.Options = opts
+		return cfg, nil
+	}
+
+	master := q.Get(queryMaster)
+	q.Del(queryMaster)
+	if master == "" {
+		return cfg, invalidConfig("a Sentinel store URL needs ?master=NAME")
+	}
+	sentinelUser, sentinelPass := q.Get(querySentinelUser), q.Get(querySentinelPass)
+	q.Del(querySentinelUser)
+	q.Del(querySentinelPass)
+	var addrs []string
+	for _, h := range strings.Split(hosts, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			return cfg, invalidConfig("Sentinel store URL has an empty host in its host list")
+		}
+		if _, _, err := splitHostPort(h); err != nil {
+			h += ":" + defaultSentinelPort
+		}
+		addrs = append(addrs, h)
+	}
+	// ParseFailoverURL takes the first sentinel as the URL host and the
+	// others as addr parameters, and its userinfo would authenticate to the
+	// sentinels: rebuild the URL without userinfo and set credentials after.
+	q.Set("master_name", master)
+	for _, a := range addrs[1:] {
+		q.Add("addr", a)
+	}
+	u := &url.URL{Scheme: base, Host: addrs[0], Path: tail.Path, RawQuery: q.Encode()}
+	fo, err := goredis.ParseFailoverURL(u.String())
+	if err != nil {
+		return cfg, invalidConfig("store URL: %s", redactURLError(err))
+	}
+	if userinfo != nil {
+		fo.Username = userinfo.Username()
+		fo.Password, _ = userinfo.Password()
+	}
+	fo.SentinelUsername, fo.SentinelPassword = sentinelUser, sentinelPass
+	cfg.Failover = fo
+	return cfg, nil
+}
+
+// takeOwnParams moves fencegate's parameters out of q into cfg.
+func takeOwnParams(cfg *Config, q url.Values) error {
+	if v, ok := q[queryPrefix]; ok {
+		cfg.Prefix = v[len(v)-1]
+		q.Del(queryPrefix)
+	}
+	if v := q.Get(queryCleanup); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return invalidConfig("store URL: %s must be true or false", queryCleanup)
+		}
+		cfg.CleanupInIsLocked = b
+	}
+	q.Del(queryCleanup)
+	if v := q.Get(queryAuditMaxEvents); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return invalidConfig("store URL: %s must be a positive integer", queryAuditMaxEvents)
+		}
+		cfg.AuditRetention.MaxEvents = n
+	}
+	q.Del(queryAuditMaxEvents)
+	if v := q.Get(queryAuditMaxAge); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return invalidConfig("store URL: %s must be a positive duration such as 168h", queryAuditMaxAge)
+		}
+		cfg.AuditRetention.MaxAge = d
+	}
+	q.Del(queryAuditMaxAge)
+	return nil
+}
+
+// splitHostPort is net.SplitHostPort that also insists on a port.
+func splitHostPort(h string) (string, string, error) {
+	i := strings.LastIndexByte(h, ':')
+	if i < 0 || strings.HasSuffix(h, "]") {
+		return "", "", errors.New("no port")
+	}
+	return h[:i], h[i+1:], nil
+}
+
+// redactURLError returns err's text without a URL in it: url.Error quotes
+// the whole URL, credentials included.
+func redactURLError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+func invalidConfig(format string, args ...any) *lockstore.Error {
+	return lockstore.Errorf(lockstore.InvalidArgument, "config", format, args...)
+}
+
+// normalizePrefix applies the default and checks a prefix: trailing ':' are
+// dropped (MakeStorageKey would drop them anyway), and a prefix whose keys
+// would collide with fence counters, or that leaves no room for a hashed
+// key, is refused before any I/O.
+func normalizePrefix(p string) (string, error) {
+	p = strings.TrimRight(p, ":")
+	if p == "" {
+		// An empty prefix would share the keyspace with everything else in
+		// the database and make the audit stream a bare "audit" key; we
+		// refuse it rather than guard each collision it allows.
+		p = DefaultPrefix
+	}
+	if !utf8.ValidString(p) {
+		return "", invalidConfig("prefix must be valid UTF-8")
+	}
+	if strings.Contains(p, "fence:") || strings.HasSuffix(p, "fence") {
+		return "", invalidConfig("prefix must not contain \"fence:\" or end in \"fence\": its keys would collide with fence counters")
+	}
+	// The longest storage key we derive is a hashed one: prefix + ":" + 22.
+	if _, err := lockstore.MakeStorageKey(p, strings.Repeat("k", lockstore.MaxKeyLengthBytes),
+		lockstore.RedisKeyLimit, lockstore.RedisKeyReserve); err != nil {
+		return "", invalidConfig("prefix of %d bytes is too long for Redis keys", len(p))
+	}
+	return p, nil
+}
+
+// clientOptions returns a copy of the connection options with fencegate's
+// defaults and invariants applied.
+func (c Config) clientOptions() (*goredis.Options, *goredis.FailoverOptions) {
+	disabled := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	if c.Failover != nil {
+		fo := *c.Failover
+		fo.MaxRetries = -1
+		fo.DialerRetries = 1
+		fo.ContextTimeoutEnabled = true
+		fo.DialTimeout = orDefault(fo.DialTimeout, DefaultDialTimeout)
+		fo.ReadTimeout = orDefault(fo.ReadTimeout, DefaultReadTimeout)
+		fo.WriteTimeout = orDefault(fo.WriteTimeout, DefaultWriteTimeout)
+		fo.PoolTimeout = orDefault(fo.PoolTimeout, DefaultPoolTimeout)
+		return nil, &fo
+	}
+	var o goredis.Options
+	if c.Options != nil {
+		o = *c.Options
+	}
+	// Every store operation is a single attempt (retries live in the Lock
+	// helper): a replayed acquire whose first reply was lost would report
+	// contention on a lock we hold.
+	o.MaxRetries = -1
+	// One dial per attempt: a refused connection should fail the call now,
+	// not after go-redis's five dials with backoff.
+	o.DialerRetries = 1
+	// Without this go-redis ignores the caller's deadline on the socket.
+	o.ContextTimeoutEnabled = true
+	o.DialTimeout = orDefault(o.DialTimeout, DefaultDialTimeout)
+	o.ReadTimeout = orDefault(o.ReadTimeout, DefaultReadTimeout)
+	o.WriteTimeout = orDefault(o.WriteTimeout, DefaultWriteTimeout)
+	o.PoolTimeout = orDefault(o.PoolTimeout, DefaultPoolTimeout)
+	// Maintenance push notifications are a Redis Enterprise/Cloud feature;
+	// probing for them costs a command on every new connection.
+	if o.MaintNotificationsConfig == nil {
+		o.MaintNotificationsConfig = disabled
+	}
+	return &o, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// String describes the config without credentials, for logs.
+func (c Config) String() string {
+	prefix := c.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	switch {
+	case c.Failover != nil:
+		return fmt.Sprintf("redis sentinel master=%s sentinels=%s db=%d prefix=%s",
+			c.Failover.MasterName, strings.Join(c.Failover.SentinelAddrs, ","), c.Failover.DB, prefix)
+	case c.Options != nil:
+		return fmt.Sprintf("redis addr=%s db=%d tls=%t prefix=%s", c.Options.Addr, c.Options.DB, c.Options.TLSConfig != nil, prefix)
+	default:
+		return "redis addr=localhost:6379 db=0 prefix=" + prefix
+	}
+}

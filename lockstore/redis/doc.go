@@ -1,0 +1,63 @@
+// Package redis is fencegate's Redis lock store: one Lua script per
+// operation, run with EVALSHA, with Redis's own clock (TIME) as the time
+// authority. It works against a single server or a master found through
+// Redis Sentinel; Redis Cluster is not supported (scripts touch keys they
+// resolve at run time).
+//
+// # Key layout
+//
+// The layout is SyncGuard's, byte for byte, so a fleet already locking with
+// the SyncGuard TypeScript library shares locks and fence sequences with
+// fencegate. With the default prefix "syncguard", acquiring "resource:123"
+// writes exactly:
+//
+//	syncguard:resource:123                   lock: {"lockId","expiresAtMs","acquiredAtMs","key","fence"}, PX ttl+1000
+//	syncguard:id:<lockId>                    index: the full lock storage key (ADR-013), same PX
+//	syncguard:fence:syncguard:resource:123   fence counter: only ever INCRed, never expired or deleted
+//
+// Each name is lockstore.MakeStorageKey(prefix, …, 1000, 26); the counter
+// is lockstore.FenceStorageKey of the lock key. Storage keys too long for
+// Redis's budget are hashed, and because the index stores the full lock key,
+// release and extend still find a hashed lock. The keys expire 1000 ms
+// (lockstore.TimeToleranceMs) after expiresAtMs, exactly when the liveness
+// predicate expiresAtMs > now-1000 stops calling the lock live.
+//
+// Collisions the layout allows are refused: a prefix containing "fence:" or
+// ending in "fence" fails at Open; an empty prefix means the default
+// (fencegate never writes unprefixed keys); user keys starting "id:" or
+// "fence:", and the key "audit", are InvalidArgument on this backend, since
+// they would land on an index, a fence counter or the audit stream.
+// The scripts also refuse to overwrite a lock key whose value is not a lock.
+//
+// # Operations and round trips
+//
+// Acquire, Release, Extend, IsLocked, LookupKey, LookupLockID and Inspect
+// are one EVALSHA round trip each (two if the server lost its script cache:
+// go-redis retries a NOSCRIPT with EVAL). Acquire reads the counter and
+// refuses, writing nothing, when the next fence would pass
+// lockstore.FenceMax; it logs a warning past lockstore.FenceWarn. Release
+// and Extend resolve lockId → lock key, check that the lock names that
+// lockId (ADR-003) and is live, and mutate, inside one script. Extend sets
+// the expiry to now+ttl and returns it. AppendAudit is one script per 500
+// events; QueryAudit is one XREVRANGE per 500 entries scanned.
+//
+// HeldCounter is not implemented: counting live locks in Redis means a SCAN
+// of the whole keyspace, which is not cheap.
+//
+// # Durability
+//
+// Fence monotonicity across a Redis restart needs persistence: with neither
+// AOF (appendonly yes, ideally appendfsync everysec or always) nor RDB
+// snapshots, a restarted server has lost its counters and will issue fences
+// again from 1, which defeats fencing. With RDB alone, fences issued after
+// the last snapshot are lost. Behind Sentinel, a failover to a replica that
+// had not yet received the latest INCRs can likewise reissue a fence;
+// WAIT-style guarantees are outside this store.
+//
+// # Connections
+//
+// go-redis retries are disabled (an operation is a single attempt; the
+// lockstore Lock helper retries), context deadlines are honoured on the
+// socket, and dial/read/write/pool timeouts default to 2 s, so a dead server
+// fails a call promptly with ServiceUnavailable or NetworkTimeout.
+package redis
