@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// runCheck asks a gateway's forward-auth endpoint whether a write carrying
+// --fence for --key would pass the edge: the same decision Envoy and nginx
+// get. It prints the decision and exits 0 when allowed, 1 when denied.
+func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fs)
+	key := fs.String("key", "", "lock key (required)")
+	fence := fs.String("fence", envOr("FENCE_TOKEN", ""), "presented fence (env FENCE_TOKEN)")
+	lockID := fs.String("lock-id", envOr("FENCE_LOCK_ID", ""), "optional ownership proof (env FENCE_LOCK_ID)")
+	method := fs.String("method", http.MethodPut, "the write's HTTP method")
+	policy := fs.String("policy", "", "holder or latest (default: the gateway's default, holder)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *key == "" {
+		fmt.Fprintln(stderr, "fencegate check: --key is required")
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(cf.server, "/")+"/v1/authz/check", nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "fencegate check:", err)
+		return exitUsage
+	}
+	req.Header.Set("X-Forwarded-Method", *method)
+	req.Header.Set("X-Forwarded-Uri", "/")
+	req.Header.Set("X-Fence-Key", *key)
+	if *fence != "" {
+		req.Header.Set("X-Fence-Token", *fence)
+	}
+	if *lockID != "" {
+		req.Header.Set("X-Fence-Lock-Id", *lockID)
+	}
+	if *policy != "" {
+		req.Header.Set("X-Fence-Route-Policy", *policy)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintln(stderr, "fencegate check:", err)
+		return exitFailure
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		fmt.Fprintf(stdout, "{\"allowed\":true,\"fence\":%q,\"decisionId\":%q}\n", resp.Header.Get("X-Fence-Verified"), resp.Header.Get("X-Fence-Decision-Id"))
+		return exitOK
+	case resp.StatusCode >= 500:
+		fmt.Fprintf(stderr, "fencegate check: gateway answered %d (%s): %s\n", resp.StatusCode, resp.Header.Get("X-Fence-Reason"), strings.TrimSpace(string(body)))
+		return exitFailure
+	default:
+		fmt.Fprintln(stdout, strings.TrimSpace(string(body)))
+		return exitNo
+	}
+}

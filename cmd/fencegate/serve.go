@@ -1,0 +1,390 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/fencegate/fencegate/admission"
+	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/authz"
+	"github.com/fencegate/fencegate/certwatch"
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// Timeouts of the serving process. Each bounds one thing a slow or broken
+// peer could otherwise hold forever.
+const (
+	storeOpenTimeout  = 15 * time.Second // first connection to the store
+	readHeaderTimeout = 10 * time.Second // slowloris guard on every HTTP listener
+	idleTimeout       = 2 * time.Minute  // keep-alive connections
+	shutdownTimeout   = 20 * time.Second // draining in-flight requests on SIGTERM
+)
+
+func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	build := config.Flags(fs)
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fencegate serve: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	cfg, err := build(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "fencegate serve: %v\n", err)
+		return exitUsage
+	}
+	log := newLogger(cfg.Log, stderr)
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("fencegate stopped", "err", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// serve runs the gateway until ctx ends, then drains and stops.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxAge: cfg.Audit.MaxAge.Std()}
+	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+	store, err := openStore(octx, cfg.Store, retention, log)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	caps := store.Capabilities()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Background work, each piece owned here and stopped before the store closes.
+	var bg sync.WaitGroup
+	bgCtx, stopBG := context.WithCancel(context.Background())
+	defer func() { stopBG(); bg.Wait() }()
+	goBG := func(fn func(context.Context)) {
+		bg.Add(1)
+		go func() { defer bg.Done(); fn(bgCtx) }()
+	}
+
+	auditLog, ok := store.(lockstore.AuditLog)
+	if !ok {
+		return fmt.Errorf("store %s keeps no audit log", caps.Backend)
+	}
+	auditor := fencecheck.NewAuditor(auditLog, fencecheck.AuditorOptions{QueueSize: cfg.Audit.QueueSize, Logger: log, Registerer: reg})
+	goBG(func(ctx context.Context) { _ = auditor.Run(ctx) })
+	defer auditor.Close() // flushes queued events; runs before stopBG (defers are LIFO)
+
+	checker := fencecheck.New(store, fencecheck.Options{
+		Timeout: cfg.Check.Timeout.Std(), Audit: auditor, AuditRawKeys: cfg.Check.AuditRawKeys,
+		Registerer: reg, Logger: log,
+	})
+
+	var auth *api.Authenticator
+	if len(cfg.Tokens) > 0 {
+		if auth, err = newAuthenticator(cfg.Tokens); err != nil {
+			return err
+		}
+	}
+	srv, err := api.New(api.Options{
+		Store: store, Audit: auditLog, Auth: auth, MaxWait: cfg.Locks.MaxWait.Std(),
+		Registerer: reg, Gatherer: reg, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+
+	var servers []runner
+	var addrs []any
+
+	if cfg.HTTP.Enabled() {
+		mux := http.NewServeMux()
+		srv.Register(mux)
+		fwd := authz.NewHTTPHandler(checker, authz.Options{Logger: log})
+		mux.Handle(authz.HTTPPath, srv.Middleware(fwd))
+		mux.Handle(authz.HTTPPath+"/", srv.Middleware(fwd))
+		r, err := newHTTPRunner("http", cfg.HTTP.Addr, cfg.HTTP.TLS, mux, log, goBG)
+		if err != nil {
+			return err
+		}
+		servers = append(servers, r)
+		addrs = append(addrs, "http", r.addr())
+	}
+	if cfg.GRPC.Enabled() {
+		r, err := newGRPCRunner("grpc", cfg.GRPC.Addr, cfg.GRPC.TLS, log, goBG, func(g *grpc.Server) {
+			srv.RegisterGRPC(g)
+			hs := health.NewServer()
+			hs.SetServingStatus("fencegate.v1.Locks", healthpb.HealthCheckResponse_SERVING)
+			healthpb.RegisterHealthServer(g, hs)
+		})
+		if err != nil {
+			return err
+		}
+		servers = append(servers, r)
+		addrs = append(addrs, "grpc", r.addr())
+	}
+	if cfg.Authz.Enabled() {
+		r, err := newGRPCRunner("authz", cfg.Authz.Addr, cfg.Authz.TLS, log, goBG, func(g *grpc.Server) {
+			authz.NewServer(checker, authz.Options{Logger: log}).Register(g)
+		})
+		if err != nil {
+			return err
+		}
+		servers = append(servers, r)
+		addrs = append(addrs, "authz", r.addr())
+	}
+	if cfg.Admission.Enabled() {
+		r, err := newAdmissionRunner(cfg.Admission, checker, reg, log, goBG)
+		if err != nil {
+			return err
+		}
+		servers = append(servers, r)
+		addrs = append(addrs, "admission", r.addr())
+	}
+
+	errc := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() { errc <- s.serve() }()
+	}
+
+	authState := "on"
+	if auth == nil {
+		authState = "off"
+	}
+	attrs := append([]any{"store", caps.Backend, "store_url", config.RedactURL(cfg.Store), "time_authority", string(caps.TimeAuthority), "auth", authState}, addrs...)
+	log.Info("fencegate ready: every listener is up", attrs...)
+	if strings.HasPrefix(cfg.Store, "bolt:") {
+		log.Info("using the embedded single-node store; locks and fences live in one local file (use redis://, postgres:// or firestore:// for more than one gateway)")
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining in-flight requests", "timeout", shutdownTimeout)
+	case serveErr = <-errc:
+		log.Error("a listener failed; shutting down", "err", serveErr)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.shutdown(sctx) }()
+	}
+	wg.Wait()
+	return serveErr
+}
+
+func newAuthenticator(tokens []config.Token) (*api.Authenticator, error) {
+	ts := make([]api.Token, 0, len(tokens))
+	for _, t := range tokens {
+		sum, err := api.ParseTokenHash(t.SHA256)
+		if err != nil {
+			return nil, fmt.Errorf("token %q: %w", t.Name, err)
+		}
+		ts = append(ts, api.Token{Name: t.Name, SHA256: sum, Prefixes: t.Prefixes, Operations: t.Operations})
+	}
+	return api.NewAuthenticator(ts)
+}
+
+// runner is one listener with its server.
+type runner interface {
+	addr() string
+	serve() error
+	shutdown(ctx context.Context)
+}
+
+// listen binds addr first, so a port in use is reported at start, before
+// "ready" is logged.
+func listen(name, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener: %w", name, err)
+	}
+	return ln, nil
+}
+
+// serverTLS loads a listener's certificate (re-read on change) or returns
+// nil when the listener is plaintext.
+func serverTLS(name string, t config.TLS, log *slog.Logger, goBG func(func(context.Context))) (*tls.Config, *certwatch.Watcher, error) {
+	if !t.Enabled() {
+		return nil, nil, nil
+	}
+	w, err := certwatch.New(t.CertFile, t.KeyFile, certwatch.Options{Logger: log.With("listener", name), ClientCAFile: t.ClientCAFile})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s TLS: %w", name, err)
+	}
+	goBG(func(ctx context.Context) { _ = w.Run(ctx) })
+	return w.ServerConfig(&tls.Config{MinVersion: tls.VersionTLS12}), w, nil
+}
+
+type httpRunner struct {
+	ln  net.Listener
+	srv *http.Server
+	tls bool
+}
+
+func newHTTPRunner(name, addr string, t config.TLS, h http.Handler, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
+	tc, _, err := serverTLS(name, t, log, goBG)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := listen(name, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &httpRunner{ln: ln, tls: tc != nil, srv: &http.Server{
+		Handler:           h,
+		TLSConfig:         tc,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}}, nil
+}
+
+func (r *httpRunner) addr() string { return r.ln.Addr().String() }
+
+func (r *httpRunner) serve() error {
+	var err error
+	if r.tls {
+		err = r.srv.ServeTLS(r.ln, "", "")
+	} else {
+		err = r.srv.Serve(r.ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+func (r *httpRunner) shutdown(ctx context.Context) {
+	if err := r.srv.Shutdown(ctx); err != nil {
+		_ = r.srv.Close()
+	}
+}
+
+type grpcRunner struct {
+	ln  net.Listener
+	srv *grpc.Server
+}
+
+func newGRPCRunner(name, addr string, t config.TLS, log *slog.Logger, goBG func(func(context.Context)), register func(*grpc.Server)) (*grpcRunner, error) {
+	tc, _, err := serverTLS(name, t, log, goBG)
+	if err != nil {
+		return nil, err
+	}
+	var opts []grpc.ServerOption
+	if tc != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	g := grpc.NewServer(opts...)
+	register(g)
+	ln, err := listen(name, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &grpcRunner{ln: ln, srv: g}, nil
+}
+
+func (r *grpcRunner) addr() string { return r.ln.Addr().String() }
+func (r *grpcRunner) serve() error { return r.srv.Serve(r.ln) }
+
+// shutdown lets in-flight RPCs finish, then stops hard at the deadline.
+func (r *grpcRunner) shutdown(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { r.srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		r.srv.Stop()
+		<-done
+	}
+}
+
+func newAdmissionRunner(c config.Admission, checker *fencecheck.Checker, reg prometheus.Registerer, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
+	tc, w, err := serverTLS("admission", c.TLS, log, goBG)
+	if err != nil {
+		return nil, err
+	}
+	policy, err := fencecheck.ParsePolicy(c.Policy)
+	if err != nil {
+		return nil, err
+	}
+	mode, err := fencecheck.ParseMode(c.Mode)
+	if err != nil {
+		return nil, err
+	}
+	var resources []admission.Resource
+	for _, s := range c.Resources {
+		r, err := admission.ParseResource(s)
+		if err != nil {
+			return nil, fmt.Errorf("admission.resources: %w", err)
+		}
+		resources = append(resources, r)
+	}
+	h, err := admission.New(checker, admission.Options{
+		Annotations:    admission.Annotations{Key: c.KeyAnnotation, Fence: c.FenceAnnotation},
+		Policy:         policy,
+		Mode:           mode,
+		Resources:      resources,
+		ServiceAccount: c.ServiceAccount,
+		ExemptUsers:    c.ExemptUsers,
+		CertReady:      w.Ready,
+		Registerer:     reg,
+		Logger:         log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(admission.Path, h)
+	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, _ *http.Request) {
+		if !h.Ready() {
+			http.Error(rw, "certificate not loaded", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(rw, "ok\n")
+	})
+	ln, err := listen("admission", c.Addr)
+	if err != nil {
+		return nil, err
+	}
+	return &httpRunner{ln: ln, tls: true, srv: &http.Server{
+		Handler:           mux,
+		TLSConfig:         tc,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}}, nil
+}
