@@ -144,9 +144,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if cfg.GRPC.Enabled() {
 		r, err := newGRPCRunner("grpc", cfg.GRPC.Addr, cfg.GRPC.TLS, log, goBG, func(g *grpc.Server) {
 			srv.RegisterGRPC(g)
+			// Health follows the store's readiness, like /readyz.
 			hs := health.NewServer()
-			hs.SetServingStatus("fencegate.v1.Locks", healthpb.HealthCheckResponse_SERVING)
 			healthpb.RegisterHealthServer(g, hs)
+			goBG(func(ctx context.Context) { srv.WatchReadiness(ctx, hs, 0) })
 		})
 		if err != nil {
 			return err
