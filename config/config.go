@@ -253,8 +253,8 @@ func (c *Config) Validate() error {
 			add("%s.sha256: must be the 64-hex-digit SHA-256 of the token (see `fencegate token`), not the token itself", where)
 		}
 		for _, op := range t.Operations {
-			if !validOps[op] {
-				add("%s.operations: unknown operation %q (use %s)", where, op, strings.Join(OperationNames, ", "))
+			if op != "*" && !validOps[op] {
+				add("%s.operations: unknown operation %q (use %s, or * for all)", where, op, strings.Join(OperationNames, ", "))
 			}
 		}
 	}
