@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -167,6 +168,113 @@ func (s *suite) doubleRelease(t *testing.T) {
 		t.Fatal("Extend after Release: OK=true, want false")
 	}
 	wantFree(t, st, "twice", r.LockID)
+
+	// Racing releases of one lockId: exactly one wins; racing extends
+	// cannot bring the lock back.
+	r = acquire(t, st, "twice", 10*time.Second)
+	const racers = 8
+	var (
+		wg       sync.WaitGroup
+		start    = make(chan struct{})
+		released [racers]bool
+		errs     [racers]error
+	)
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			if i%2 == 1 {
+				_, errs[i] = st.Extend(ctx(t), r.LockID, time.Hour)
+				return
+			}
+			var rr lockstore.ReleaseResult
+			rr, errs[i] = st.Release(ctx(t), r.LockID)
+			released[i] = rr.OK
+		})
+	}
+	close(start)
+	wg.Wait()
+	wins := 0
+	for i := range racers {
+		if errs[i] != nil {
+			t.Fatalf("racer %d: %v", i, errs[i])
+		}
+		if released[i] {
+			wins++
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d racing releases of one lockId returned OK, want exactly 1", wins)
+	}
+	wantFree(t, st, "twice", r.LockID)
+}
+
+// internalKeys: user keys that spell a backend's internal names ("id:" +
+// a live lockId, "fence:" + a key) must not alias the lockId index or a
+// fence counter. A store may refuse such keys with InvalidArgument; if it
+// takes them, they are ordinary independent locks.
+func (s *suite) internalKeys(t *testing.T) {
+	st, _ := s.fresh(t)
+	victim := acquire(t, st, "victim", 10*time.Second)
+	for _, key := range []string{"id:" + victim.LockID, "fence:victim", "fence:" + victim.LockID, "id:"} {
+		r, err := st.Acquire(ctx(t), key, 10*time.Second)
+		switch {
+		case err != nil && lockstore.CodeOf(err) == lockstore.InvalidArgument:
+			continue
+		case err != nil:
+			t.Fatalf("Acquire(%q): %v", key, err)
+		case !r.OK:
+			t.Fatalf("Acquire(%q) = OK=false Reason=%q on a never-locked key; it aliases internal state", key, r.Reason)
+		}
+		if r.Fence != fence(t, 1) {
+			t.Errorf("Acquire(%q) fence = %s, want %s; it aliases a fence counter", key, r.Fence, fence(t, 1))
+		}
+		wantInfo(t, "LookupKey(victim)", lookupKey(t, st, "victim"), "victim", victim)
+		wantInfo(t, "LookupLockID(victim)", lookupID(t, st, victim.LockID), "victim", victim)
+		if !release(t, st, r.LockID) {
+			t.Fatalf("Release of the %q lock: OK=false", key)
+		}
+	}
+	if !release(t, st, victim.LockID) {
+		t.Fatal("Release(victim) after the look-alike keys: OK=false")
+	}
+	next := acquire(t, st, "victim", time.Second)
+	if got, want := fenceNum(t, next.Fence), fenceNum(t, victim.Fence)+1; got != want {
+		t.Errorf("victim's next fence = %d, want %d", got, want)
+	}
+}
+
+// manyKeys: concurrent acquires of distinct keys all succeed, each with
+// its own fence sequence.
+func (s *suite) manyKeys(t *testing.T) {
+	st, _ := s.fresh(t)
+	const n = 24
+	var (
+		wg      sync.WaitGroup
+		results [n]lockstore.AcquireResult
+		errs    [n]error
+	)
+	for i := range n {
+		wg.Go(func() {
+			results[i], errs[i] = st.Acquire(ctx(t), "many-"+strconv.Itoa(i), 10*time.Second)
+		})
+	}
+	wg.Wait()
+	ids := map[string]bool{}
+	for i := range n {
+		if errs[i] != nil || !results[i].OK {
+			t.Fatalf("Acquire(many-%d) = %+v, %v; want OK", i, results[i], errs[i])
+		}
+		if results[i].Fence != fence(t, 1) {
+			t.Errorf("many-%d: first fence %s, want %s", i, results[i].Fence, fence(t, 1))
+		}
+		if ids[results[i].LockID] {
+			t.Fatalf("lockId handed out twice")
+		}
+		ids[results[i].LockID] = true
+	}
+	for i := range n {
+		wantInfo(t, "LookupLockID", lookupID(t, st, results[i].LockID), "many-"+strconv.Itoa(i), results[i])
+	}
 }
 
 // foreignLockIDs: a lockId that was never issued, a near miss of the live
@@ -279,5 +387,13 @@ func (s *suite) closeIdempotent(t *testing.T) {
 	}
 	if err := st.Close(); err != nil {
 		t.Fatalf("second Close: %v, want nil (Close is idempotent)", err)
+	}
+	// A closed store refuses work with an error; it does not panic or
+	// pretend to succeed.
+	if r, err := st.Acquire(ctx(t), "after-close", time.Second); err == nil {
+		t.Errorf("Acquire on a closed store = %+v, nil; want an error", r)
+	}
+	if _, err := st.IsLocked(ctx(t), "k"); err == nil {
+		t.Error("IsLocked on a closed store: no error")
 	}
 }

@@ -122,6 +122,8 @@ func (s *suite) cases() []testCase {
 		{"audit", s.audit},
 		{"held_counter", s.heldCounter},
 		{"close_idempotent", s.closeIdempotent},
+		{"internal_keys", s.internalKeys},
+		{"many_keys", s.manyKeys},
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,11 +56,17 @@ type refData struct {
 	audit  []lockstore.AuditEvent
 }
 
-type refStore struct{ d *refData }
+type refStore struct {
+	d      *refData
+	closed atomic.Bool
+}
 
 func (s *refStore) start(ctx context.Context, op string) (func(), error) {
 	if err := lockstore.ContextError(ctx, op); err != nil {
 		return nil, err
+	}
+	if s.closed.Load() {
+		return nil, lockstore.Errorf(lockstore.ServiceUnavailable, op, "store is closed")
 	}
 	s.d.mu.Lock()
 	return s.d.mu.Unlock, nil
@@ -271,4 +278,7 @@ func (s *refStore) Ping(ctx context.Context) error {
 	return nil
 }
 
-func (s *refStore) Close() error { return nil }
+func (s *refStore) Close() error {
+	s.closed.Store(true)
+	return nil
+}
