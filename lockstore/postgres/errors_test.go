@@ -33,7 +33,9 @@ func TestClassify(t *testing.T) {
 	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel2()
 
-	opErr := func(e error) error { return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", e)} }
+	opErr := func(e error) error {
+		return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", e)}
+	}
 
 	for _, c := range []struct {
 		name string

@@ -74,4 +74,3 @@ func openNS(t testing.TB, ns string) *Store {
 	}
 	return s
 }
-
