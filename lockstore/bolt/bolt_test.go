@@ -324,3 +324,44 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestLayout pins the file layout that operators (and the bbolt CLI) see:
+// the lock record under the NFC key in SyncGuard's JSON shape, the lockId
+// index, the decimal fence counter, which outlives the lock.
+func TestLayout(t *testing.T) {
+	s, clk := openFake(t, Config{})
+	clk.set(1_700_000_000_000)
+	r, err := s.Acquire(t.Context(), "cafe\u0301", 5*time.Second)
+	if err != nil || !r.OK {
+		t.Fatal(r, err)
+	}
+	view := func(fn func(tx *bbolt.Tx)) {
+		t.Helper()
+		if err := s.db.View(func(tx *bbolt.Tx) error { fn(tx); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	view(func(tx *bbolt.Tx) {
+		want := `{"lockId":"` + r.LockID + `","expiresAtMs":1700000005000,"acquiredAtMs":1700000000000,"key":"` + "caf\u00e9" + `","fence":"000000000000001"}`
+		if got := string(tx.Bucket(bucketLocks).Get([]byte("caf\u00e9"))); got != want {
+			t.Errorf("lock record = %s, want %s", got, want)
+		}
+		if got := string(tx.Bucket(bucketIDs).Get([]byte(r.LockID))); got != "caf\u00e9" {
+			t.Errorf("index entry = %q, want the NFC key", got)
+		}
+		if got := string(tx.Bucket(bucketFences).Get([]byte("caf\u00e9"))); got != "1" {
+			t.Errorf("fence counter = %q, want \"1\"", got)
+		}
+	})
+	if _, err := s.Release(t.Context(), r.LockID); err != nil {
+		t.Fatal(err)
+	}
+	view(func(tx *bbolt.Tx) {
+		if tx.Bucket(bucketLocks).Stats().KeyN != 0 || tx.Bucket(bucketIDs).Stats().KeyN != 0 {
+			t.Error("release left a lock record or index entry behind")
+		}
+		if got := string(tx.Bucket(bucketFences).Get([]byte("caf\u00e9"))); got != "1" {
+			t.Errorf("fence counter after release = %q, want \"1\" (never deleted)", got)
+		}
+	})
+}

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	bbolt "go.etcd.io/bbolt"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // groupCommit shares one durable bbolt commit among concurrent mutations.
@@ -77,19 +79,35 @@ func (g *groupCommit) update(fn func(*bbolt.Tx) error) error {
 	return (<-m.done).err
 }
 
+// safe runs a mutation, turning a panic into an error: a panic escaping a
+// leader would leave the queue without one and stall every later write.
+func safe(fn func(*bbolt.Tx) error, tx *bbolt.Tx) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = lockstore.Errorf(lockstore.Internal, "commit", "bolt: panic in a write transaction: %v", p)
+		}
+	}()
+	return fn(tx)
+}
+
+// solo commits one mutation in its own transaction.
+func (g *groupCommit) solo(fn func(*bbolt.Tx) error) error {
+	return g.db.Update(func(tx *bbolt.Tx) error { return safe(fn, tx) })
+}
+
 // runWave commits a wave in one transaction. If any mutation fails, the
 // transaction rolls back (a failed mutation may have written half its
 // changes) and every mutation of the wave is retried in a transaction of
 // its own, so one caller's failure never becomes another's.
 func (g *groupCommit) runWave(wave []*mutation) {
 	if len(wave) == 1 {
-		wave[0].done <- outcome{err: g.db.Update(wave[0].fn)}
+		wave[0].done <- outcome{err: g.solo(wave[0].fn)}
 		return
 	}
 	failed := false
 	err := g.db.Update(func(tx *bbolt.Tx) error {
 		for _, m := range wave {
-			if err := m.fn(tx); err != nil {
+			if err := safe(m.fn, tx); err != nil {
 				failed = true
 				return err
 			}
@@ -98,7 +116,7 @@ func (g *groupCommit) runWave(wave []*mutation) {
 	})
 	if failed {
 		for _, m := range wave {
-			m.done <- outcome{err: g.db.Update(m.fn)}
+			m.done <- outcome{err: g.solo(m.fn)}
 		}
 		return
 	}

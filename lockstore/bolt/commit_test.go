@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"sync"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // TestGroupCommitIsolatesFailures queues three writers behind a blocked
@@ -93,5 +96,67 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 	}
 	if g.running || len(g.queue) != 0 {
 		t.Errorf("group commit not idle afterwards: running=%v queue=%d", g.running, len(g.queue))
+	}
+}
+
+// TestGroupCommitSurvivesPanic: a panicking mutation fails its caller with
+// Internal and the next writer still gets through.
+func TestGroupCommitSurvivesPanic(t *testing.T) {
+	s, _ := openFake(t, Config{})
+	err := s.writes.update(func(*bbolt.Tx) error { panic("bug") })
+	if lockstore.CodeOf(err) != lockstore.Internal {
+		t.Fatalf("panicking mutation: %v, want Internal", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := s.Acquire(context.Background(), "k", time.Second); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("writes stalled after a panicking mutation")
+	}
+}
+
+// TestCancelWhileQueued: an acquire whose context is cancelled while it
+// waits behind another writer returns Aborted and writes nothing.
+func TestCancelWhileQueued(t *testing.T) {
+	s, _ := openFake(t, Config{})
+	started, gate := make(chan struct{}), make(chan struct{})
+	leaderDone := make(chan error, 1)
+	go func() {
+		leaderDone <- s.writes.update(func(*bbolt.Tx) error {
+			close(started)
+			<-gate
+			return nil
+		})
+	}()
+	<-started
+	ctx, cancel := context.WithCancel(t.Context())
+	res := make(chan error, 1)
+	go func() { _, err := s.Acquire(ctx, "queued", time.Second); res <- err }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.writes.mu.Lock()
+		n := len(s.writes.queue)
+		s.writes.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("acquire never queued")
+		}
+	}
+	cancel()
+	close(gate)
+	if err := <-leaderDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-res; lockstore.CodeOf(err) != lockstore.Aborted {
+		t.Fatalf("queued acquire after cancel: %v, want Aborted", err)
+	}
+	ks, err := s.Inspect(t.Context(), "queued")
+	if err != nil || ks.Live != nil || ks.LatestFence != "" {
+		t.Fatalf("Inspect after the cancelled acquire = %+v, %v; want nothing written", ks, err)
 	}
 }
