@@ -1,0 +1,299 @@
+// Package nginx holds fencegate's shipped nginx configuration; its test runs
+// the real nginx binary with it.
+package nginx
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/authz"
+	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/bolt"
+)
+
+// The addresses the shipped config names, replaced by the test's own.
+const (
+	shippedListen    = "listen 127.0.0.1:10080;"
+	shippedFencegate = "server 127.0.0.1:8080;"
+	shippedApp       = "server 127.0.0.1:3000;"
+)
+
+// app is the protected upstream: it records the headers of what reached it.
+type app struct {
+	mu   sync.Mutex
+	seen []http.Header
+}
+
+func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	a.seen = append(a.seen, r.Header.Clone())
+	a.mu.Unlock()
+	w.Header().Set("X-App", "reached")
+	fmt.Fprintf(w, "ok %s %s", r.Method, r.URL.Path)
+}
+
+func (a *app) last() http.Header {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.seen) == 0 {
+		return nil
+	}
+	return a.seen[len(a.seen)-1]
+}
+
+func (a *app) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.seen)
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// startNginx runs nginx with the shipped config, its addresses templated,
+// in a temp prefix; it is stopped at cleanup.
+func startNginx(t *testing.T, fencegateAddr, appAddr string) string {
+	t.Helper()
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
+			t.Fatalf("nginx binary not found on PATH (or /usr/sbin/nginx): %v; install nginx", err)
+		}
+		bin = "/usr/sbin/nginx"
+	}
+	conf, err := os.ReadFile("nginx.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(conf)
+	listen := freePort(t)
+	prefix := t.TempDir()
+	for from, to := range map[string]string{
+		shippedListen:    "listen " + listen + ";",
+		shippedFencegate: "server " + fencegateAddr + ";",
+		shippedApp:       "server " + appAddr + ";",
+		// Keep every file nginx writes inside the temp prefix.
+		"http {": fmt.Sprintf("http {\n    access_log %[1]s/access.log;\n    client_body_temp_path %[1]s/body;\n"+
+			"    proxy_temp_path %[1]s/proxy;\n    fastcgi_temp_path %[1]s/fastcgi;\n    uwsgi_temp_path %[1]s/uwsgi;\n"+
+			"    scgi_temp_path %[1]s/scgi;\n", prefix),
+	} {
+		if strings.Count(text, from) != 1 {
+			t.Fatalf("nginx.conf should contain %q exactly once; update the test", from)
+		}
+		text = strings.Replace(text, from, to, 1)
+	}
+	confPath := filepath.Join(prefix, "nginx.conf")
+	if err := os.WriteFile(confPath, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	global := fmt.Sprintf("daemon off; master_process on; worker_processes 1; pid %s/nginx.pid; error_log %s/error.log warn;", prefix, prefix)
+	if out, err := exec.Command(bin, "-t", "-p", prefix, "-c", confPath, "-g", global).CombinedOutput(); err != nil {
+		t.Fatalf("nginx -t: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "-p", prefix, "-c", confPath, "-g", global)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGQUIT) // graceful; only the nginx we started
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			if b, err := os.ReadFile(filepath.Join(prefix, "error.log")); err == nil {
+				t.Logf("nginx error.log:\n%s", b)
+			}
+		}
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.Dial("tcp", listen)
+		if err == nil {
+			_ = c.Close()
+			return "http://" + listen
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nginx did not listen on %s: %v", listen, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type call struct {
+	method, path string
+	headers      map[string]string
+}
+
+func do(t *testing.T, base string, c call) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(c.method, base+c.path, strings.NewReader(`{"x":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range c.headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, body
+}
+
+type denial struct {
+	Error, Key, Presented, Current, DecisionID string
+}
+
+func TestNginxForwardAuth(t *testing.T) {
+	store, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	lock := func(key string) lockstore.AcquireResult {
+		r, err := store.Acquire(t.Context(), key, time.Minute)
+		if err != nil || !r.OK {
+			t.Fatalf("acquire: %+v %v", r, err)
+		}
+		return r
+	}
+	old := lock("orders/42")
+	if _, err := store.Release(t.Context(), old.LockID); err != nil {
+		t.Fatal(err)
+	}
+	cur := lock("orders/42")
+	other, _ := lockstore.NewLockID()
+
+	mux := http.NewServeMux()
+	h := authz.NewHTTPHandler(fencecheck.New(store, fencecheck.Options{}), authz.Options{})
+	mux.Handle(authz.HTTPPath, h)
+	mux.Handle(authz.HTTPPath+"/", h)
+	fg := httptest.NewServer(mux)
+	t.Cleanup(fg.Close)
+	up := &app{}
+	appSrv := httptest.NewServer(up)
+	t.Cleanup(appSrv.Close)
+	base := startNginx(t, fg.Listener.Addr().String(), appSrv.Listener.Addr().String())
+
+	type want struct {
+		status  int
+		reason  string // "" = reached the app
+		current string
+	}
+	tests := []struct {
+		name string
+		call call
+		want want
+	}{
+		{"current fence passes, lockId stripped", call{"PUT", "/orders/42", map[string]string{
+			"X-Fence-Token": cur.Fence, "X-Fence-Lock-Id": cur.LockID}}, want{200, "", ""}},
+		{"stale", call{"PUT", "/orders/42", map[string]string{"X-Fence-Token": old.Fence}}, want{409, "stale", cur.Fence}},
+		{"missing", call{"POST", "/orders/42", nil}, want{428, "missing", ""}},
+		{"malformed", call{"DELETE", "/orders/42", map[string]string{"X-Fence-Token": "42"}}, want{400, "malformed", ""}},
+		{"wrong owner", call{"PATCH", "/orders/42", map[string]string{"X-Fence-Token": cur.Fence, "X-Fence-Lock-Id": other}},
+			want{409, "wrong-owner", cur.Fence}},
+		{"GET passes without fence", call{"GET", "/orders/42", map[string]string{"X-Fence-Verified": "forged"}}, want{200, "", ""}},
+		{"client cannot pose as a read", call{"PUT", "/orders/42", map[string]string{
+			"X-Forwarded-Method": "GET", "X-Original-Method": "GET", "X-Fence-Route-Policy": "off"}}, want{428, "missing", ""}},
+		{"default route takes the key header", call{"POST", "/other", map[string]string{
+			"X-Fence-Key": "orders/42", "X-Fence-Token": cur.Fence}}, want{200, "", ""}},
+		{"read-only location is not checked", call{"POST", "/catalog/x", nil}, want{200, "", ""}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := up.count()
+			resp, body := do(t, base, tc.call)
+			if resp.StatusCode != tc.want.status {
+				t.Fatalf("status %d, want %d; body %s", resp.StatusCode, tc.want.status, body)
+			}
+			if tc.want.reason == "" {
+				if resp.Header.Get("X-App") != "reached" {
+					t.Fatalf("did not reach the app: %v %s", resp.Header, body)
+				}
+				seen := up.last()
+				if got := seen.Get("X-Fence-Lock-Id"); got != "" {
+					t.Errorf("lockId reached the app: %q", got)
+				}
+				wantVerified := ""
+				if tc.call.method != "GET" && !strings.HasPrefix(tc.call.path, "/catalog/") {
+					wantVerified = cur.Fence
+				}
+				if got := seen.Get("X-Fence-Verified"); got != wantVerified {
+					t.Errorf("app saw X-Fence-Verified %q, want %q", got, wantVerified)
+				}
+				return
+			}
+			if resp.Header.Get("X-App") != "" || up.count() != before {
+				t.Fatal("a denied request reached the app")
+			}
+			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+				t.Errorf("content-type %q", ct)
+			}
+			if r := resp.Header.Get("X-Fence-Reason"); r != tc.want.reason {
+				t.Errorf("X-Fence-Reason %q, want %q", r, tc.want.reason)
+			}
+			var d denial
+			if err := json.Unmarshal(body, &d); err != nil {
+				t.Fatalf("body %q: %v", body, err)
+			}
+			if d.Error != tc.want.reason || d.Current != tc.want.current || d.DecisionID == "" ||
+				d.DecisionID != resp.Header.Get("X-Fence-Decision-Id") {
+				t.Fatalf("body %+v, headers %v", d, resp.Header)
+			}
+			if tc.want.reason != "missing" && tc.want.reason != "malformed" && d.Key != "orders/42" {
+				t.Fatalf("key %q", d.Key)
+			}
+		})
+	}
+
+	t.Run("backend down is 503", func(t *testing.T) {
+		_ = store.Close()
+		resp, body := do(t, base, call{"PUT", "/orders/42", map[string]string{"X-Fence-Token": cur.Fence}})
+		var d denial
+		if resp.StatusCode != 503 || json.Unmarshal(body, &d) != nil || d.Error != "unavailable" || d.DecisionID == "" {
+			t.Fatalf("status %d body %s", resp.StatusCode, body)
+		}
+		// Reads still pass: they never consult the backend.
+		if resp, _ := do(t, base, call{"GET", "/orders/42", nil}); resp.StatusCode != 200 {
+			t.Fatalf("GET with the backend down: %d", resp.StatusCode)
+		}
+	})
+	t.Run("fencegate down is 503", func(t *testing.T) {
+		fg.Close()
+		resp, body := do(t, base, call{"PUT", "/orders/42", map[string]string{"X-Fence-Token": cur.Fence}})
+		var d denial
+		if resp.StatusCode != 503 || json.Unmarshal(body, &d) != nil || d.Error != "unavailable" ||
+			resp.Header.Get("X-Fence-Reason") != "unavailable" {
+			t.Fatalf("status %d body %s", resp.StatusCode, body)
+		}
+	})
+}
