@@ -11,4 +11,11 @@
 // pipelined as one pgx batch, which PostgreSQL runs as one implicit
 // transaction. Driver errors map to lockstore codes by SQLSTATE and by
 // network cause (see classify).
+//
+// A cancelled or expired context ends the wait at once: pgx closes the
+// connection, and PostgreSQL rolls back whatever had not committed. If the
+// request had already reached the server, it may still complete there (a
+// frozen server answers it when it wakes), so an Aborted or NetworkTimeout
+// acquire means "outcome unknown": a lock it might have taken expires with
+// its TTL, and its fence is simply never used.
 package postgres

@@ -9,10 +9,12 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// migrateLockKey is the advisory lock that serialises concurrent migrations
+// migrateLock takes the advisory lock that serialises concurrent migrations
 // (several gateways starting at once): CREATE TABLE IF NOT EXISTS is not
-// safe against itself and can fail with a unique violation on pg_type.
-const migrateLockKey = "fencegate:migrate"
+// safe against itself and can fail with a unique violation on pg_type. The
+// two-int4 form lives in a key space apart from the single-bigint locks that
+// acquire takes, so no user key can ever contend with a migration.
+const migrateLock = `SELECT pg_advisory_xact_lock(hashtext('fencegate'), hashtext('migrate'))`
 
 // schemaStatements returns the DDL for cfg's tables, idempotent throughout.
 //
@@ -93,7 +95,7 @@ type execer interface {
 
 func migrate(ctx context.Context, db execer, cfg Config) error {
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, migrateLockKey); err != nil {
+		if _, err := tx.Exec(ctx, migrateLock); err != nil {
 			return err
 		}
 		for _, stmt := range schemaStatements(cfg) {

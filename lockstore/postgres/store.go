@@ -108,10 +108,12 @@ func (s *Store) Close() error {
 }
 
 // begin is the common preamble after input validation: a closed store or a
-// dead context fails before any I/O.
+// dead context fails before any I/O. A closed store is ServiceUnavailable,
+// as on the other backends: during shutdown, callers still in flight see
+// the store as gone, which is what it is.
 func (s *Store) begin(ctx context.Context, op string) error {
 	if s.closed.Load() {
-		return lockstore.Errorf(lockstore.Internal, op, "postgres: store is closed")
+		return lockstore.Errorf(lockstore.ServiceUnavailable, op, "postgres: store is closed")
 	}
 	if err := lockstore.ContextError(ctx, op); err != nil {
 		return err
