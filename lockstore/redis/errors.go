@@ -39,7 +39,9 @@ func classify(ctx context.Context, op string, err error) *lockstore.Error {
 //   - OOM is ServiceUnavailable: the server cannot take writes until an
 //     operator acts; backing off as for a throttle would not help.
 //   - "max number of clients reached" is RateLimited: the server is up and
-//     refusing load, which is what a throttle is.
+//     refusing load, which is what a throttle is. (Redis sends it and closes
+//     the connection, so a client that is still writing its handshake often
+//     sees only the reset: ServiceUnavailable. Both codes are retryable.)
 //   - A full connection pool (ErrPoolTimeout) is ServiceUnavailable: the
 //     server is too slow to keep up, not one call's deadline.
 //   - A TLS certificate that fails verification is AuthFailed: the server's
@@ -52,6 +54,13 @@ func codeFor(err error) (lockstore.Code, string) {
 		return lockstore.Aborted, "cancelled"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return lockstore.NetworkTimeout, "deadline exceeded"
+	}
+
+	// go-redis reports an unreachable Sentinel set, or one that does not know
+	// the master, with a plain error (wrapping the last reply, often
+	// "redis: nil"); its text is the only thing to go on.
+	if msg := err.Error(); strings.Contains(msg, "redis: all sentinels") || strings.Contains(msg, "redis: no sentinels") {
+		return lockstore.ServiceUnavailable, "no sentinel could name the master"
 	}
 
 	// Replies from the server.
@@ -97,11 +106,6 @@ func codeFor(err error) (lockstore.Code, string) {
 	var tlsRec tls.RecordHeaderError
 	if errors.As(err, &tlsRec) {
 		return lockstore.ServiceUnavailable, "TLS handshake failed (is the server speaking TLS?)"
-	}
-	// go-redis reports an unreachable Sentinel set with a plain error; its
-	// text is the only thing to go on.
-	if strings.HasPrefix(err.Error(), "redis: all sentinels") || strings.HasPrefix(err.Error(), "redis: no sentinels") {
-		return lockstore.ServiceUnavailable, "no sentinel reachable"
 	}
 	return lockstore.Internal, "unexpected error"
 }

@@ -52,6 +52,7 @@ func TestCodeFor(t *testing.T) {
 		{"pool timeout", goredis.ErrPoolTimeout, lockstore.ServiceUnavailable},
 		{"dns", &net.DNSError{Err: "no such host", Name: "redis.invalid"}, lockstore.ServiceUnavailable},
 		{"sentinels unreachable", errors.New("redis: all sentinels specified in configuration are unreachable"), lockstore.ServiceUnavailable},
+		{"sentinel does not know the master", fmt.Errorf("ping: %w", fmt.Errorf("redis: all sentinels specified in configuration are unreachable: %w", replyErr("redis: nil"))), lockstore.ServiceUnavailable},
 		{"tls unknown authority", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, lockstore.AuthFailed},
 		{"tls to plain server", tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}, lockstore.ServiceUnavailable},
 		{"NOAUTH", reply("NOAUTH Authentication required."), lockstore.AuthFailed},

@@ -70,7 +70,7 @@ const (
 // The overflow check reads the counter before INCR, so a refused acquire
 // writes nothing. Both keys get PX ttl+tolerance: Redis drops them exactly
 // when the liveness predicate stops calling the lock live.
-var acquireScript = goredis.NewScript(luaPrelude + `
+var acquireScript = newScript(luaPrelude + `
 local now = now_ms()
 local raw = redis.call('GET', KEYS[1])
 if raw then
@@ -105,7 +105,7 @@ const (
 // KEYS: indexKey
 // ARGV: lockId
 // →     1 | 0 | -1
-var releaseScript = goredis.NewScript(luaPrelude + `
+var releaseScript = newScript(luaPrelude + `
 local now = now_ms()
 local lockKey = redis.call('GET', KEYS[1])
 if not lockKey then return 0 end
@@ -124,7 +124,7 @@ return 1
 // KEYS: indexKey
 // ARGV: lockId, ttlMs
 // →     {1, expiresAtMs} | {0} | {-1}
-var extendScript = goredis.NewScript(luaPrelude + `
+var extendScript = newScript(luaPrelude + `
 local now = now_ms()
 local lockKey = redis.call('GET', KEYS[1])
 if not lockKey then return {0} end
@@ -154,7 +154,7 @@ return {1, exp}
 // With cleanup on, a lock more than 2000 ms past expiry is deleted along
 // with its index (if the index still points at it). Counters are never
 // touched.
-var readKeyScript = goredis.NewScript(luaPrelude + `
+var readKeyScript = newScript(luaPrelude + `
 local now = now_ms()
 local raw = redis.call('GET', KEYS[1])
 if raw and ARGV[1] == '1' then
@@ -176,7 +176,7 @@ return {raw, now}
 // KEYS: indexKey
 // ARGV: lockId
 // →     {value|nil, nowMs}
-var readLockIDScript = goredis.NewScript(luaPrelude + `
+var readLockIDScript = newScript(luaPrelude + `
 local now = now_ms()
 local lockKey = redis.call('GET', KEYS[1])
 if not lockKey then return {false, now} end
@@ -191,7 +191,7 @@ return {raw, now}
 //
 // KEYS: lockKey, fenceKey
 // →     {value|nil, counter|nil, nowMs}
-var inspectScript = goredis.NewScript(luaPrelude + `
+var inspectScript = newScript(luaPrelude + `
 local now = now_ms()
 return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), now}
 `)
@@ -203,7 +203,7 @@ return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), now}
 // KEYS: stream
 // ARGV: maxEvents, maxAgeMs, then keyHash, event JSON pairs
 // →     number of entries added
-var appendAuditScript = goredis.NewScript(`
+var appendAuditScript = newScript(`
 local maxLen = ARGV[1]
 local maxAge = tonumber(ARGV[2])
 local n = 0
@@ -217,8 +217,18 @@ redis.call('XTRIM', KEYS[1], 'MINID', '~', string.format('%d', now - maxAge))
 return n
 `)
 
+// script is a go-redis Script that keeps its source, so Open can load it
+// with SCRIPT LOAD in a pipeline. (Script.Load on a pipeline would record
+// the not-yet-known reply, an empty digest, as the script's hash.)
+type script struct {
+	*goredis.Script
+	src string
+}
+
+func newScript(src string) script { return script{Script: goredis.NewScript(src), src: src} }
+
 // allScripts are loaded into the server's script cache at Open.
-var allScripts = []*goredis.Script{
+var allScripts = []script{
 	acquireScript, releaseScript, extendScript, readKeyScript,
 	readLockIDScript, inspectScript, appendAuditScript,
 }

@@ -77,12 +77,19 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	// Loading up front makes the first EVALSHA of each script hit; Run still
 	// falls back to EVAL if the cache is flushed later.
 	pipe := s.client.Pipeline()
-	for _, sc := range allScripts {
-		sc.Load(ctx, pipe)
+	loads := make([]*goredis.StringCmd, len(allScripts))
+	for i, sc := range allScripts {
+		loads[i] = pipe.ScriptLoad(ctx, sc.src)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		_ = s.client.Close()
 		return nil, classify(ctx, op, fmt.Errorf("script load: %w", err))
+	}
+	for i, sc := range allScripts {
+		if got := loads[i].Val(); got != sc.Hash() {
+			_ = s.client.Close()
+			return nil, lockstore.Errorf(lockstore.Internal, op, "server digest %q of a script differs from ours %q", got, sc.Hash())
+		}
 	}
 	s.log.Info("redis lock store opened", "config", cfg.String())
 	return s, nil

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -453,4 +454,70 @@ func ids(evs []lockstore.AuditEvent) []string {
 		out = append(out, e.DecisionID)
 	}
 	return out
+}
+
+// cmdCounter is a go-redis hook recording the commands a store sends.
+type cmdCounter struct {
+	mu   sync.Mutex
+	cmds []string
+}
+
+func (h *cmdCounter) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (h *cmdCounter) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.mu.Lock()
+		h.cmds = append(h.cmds, cmd.Name())
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+func (h *cmdCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+func (h *cmdCounter) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.cmds
+	h.cmds = nil
+	return c
+}
+
+// TestRoundTrips: every lock operation is exactly one EVALSHA (the scripts
+// loaded at Open are hit, never re-sent).
+func TestRoundTrips(t *testing.T) {
+	s := openPrefix(t, "syncguard_test_roundtrips")
+	t.Cleanup(func() { dropPrefix(t, s.Client(), s.Prefix()) })
+	ctx := context.Background()
+	h := &cmdCounter{}
+	s.Client().AddHook(h)
+
+	var lockID string
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"Acquire", func() error {
+			r, err := s.Acquire(ctx, "rt", time.Minute)
+			lockID = r.LockID
+			return err
+		}},
+		{"Extend", func() error { _, err := s.Extend(ctx, lockID, time.Minute); return err }},
+		{"IsLocked", func() error { _, err := s.IsLocked(ctx, "rt"); return err }},
+		{"LookupKey", func() error { _, err := s.LookupKey(ctx, "rt"); return err }},
+		{"LookupLockID", func() error { _, err := s.LookupLockID(ctx, lockID); return err }},
+		{"Inspect", func() error { _, err := s.Inspect(ctx, "rt"); return err }},
+		{"Release", func() error { _, err := s.Release(ctx, lockID); return err }},
+		{"AppendAudit", func() error {
+			return s.AppendAudit(ctx, []lockstore.AuditEvent{{TimeMs: 1, KeyHash: "h", Reason: "stale"}})
+		}},
+	}
+	for _, st := range steps {
+		if err := st.fn(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if got := h.take(); len(got) != 1 || got[0] != "evalsha" {
+			t.Errorf("%s sent %v, want exactly one evalsha", st.name, got)
+		}
+	}
 }

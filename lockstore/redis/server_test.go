@@ -1,0 +1,472 @@
+package redis
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// These tests run against redis-server processes they start themselves, on
+// free loopback ports, because they kill, freeze, restart, flush or
+// reconfigure the server — nothing to do to a shared one.
+
+// redisServer is one redis-server process the test owns.
+type redisServer struct {
+	t    *testing.T
+	bin  string
+	port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan error
+}
+
+// startServer starts redis-server with args (plus port, bind, dir and no
+// RDB snapshots unless args set them) and waits until it answers. It is
+// killed when the test ends.
+func startServer(t *testing.T, args ...string) *redisServer {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("redis-server is not on PATH; these tests start their own servers (install redis-server, e.g. apt-get install redis-server)")
+	}
+	r := &redisServer{t: t, bin: bin, port: freePort(t), dir: t.TempDir(), args: args}
+	r.start()
+	t.Cleanup(r.kill)
+	return r
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
+
+// start (re)starts the server on its port with its data directory.
+func (r *redisServer) start() {
+	r.t.Helper()
+	args := []string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--dir", r.dir, "--save", ""}
+	args = append(args, r.args...)
+	logf, err := os.OpenFile(filepath.Join(r.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.log = logf
+	r.cmd = exec.Command(r.bin, args...)
+	r.cmd.Stdout, r.cmd.Stderr = logf, logf
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatalf("start redis-server: %v", err)
+	}
+	done := make(chan error, 1)
+	r.done = done
+	cmd := r.cmd
+	go func() { done <- cmd.Wait() }()
+	r.waitReady()
+}
+
+// waitReady polls with a raw PING until the server answers (an auth error
+// counts: it is up).
+func (r *redisServer) waitReady() {
+	r.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-r.done:
+			r.t.Fatalf("redis-server exited: %v\n%s", err, r.logText())
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", r.addr(), time.Second); err == nil {
+			_ = c.SetDeadline(time.Now().Add(time.Second))
+			fmt.Fprint(c, "PING\r\n")
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH") {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.t.Fatalf("redis-server on %s did not become ready\n%s", r.addr(), r.logText())
+}
+
+// kill stops the server with SIGKILL (a crash, not a shutdown) and waits.
+func (r *redisServer) kill() {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGCONT) // in case a test froze it
+	_ = r.cmd.Process.Kill()
+	<-r.done
+	r.cmd = nil
+	r.log.Close()
+}
+
+func (r *redisServer) signal(sig os.Signal) {
+	r.t.Helper()
+	if err := r.cmd.Process.Signal(sig); err != nil {
+		r.t.Fatalf("signal %v: %v", sig, err)
+	}
+}
+
+func (r *redisServer) logText() string {
+	b, _ := os.ReadFile(filepath.Join(r.dir, "server.log"))
+	return string(b)
+}
+
+// openURL opens a store from a store URL, failing the test on error.
+func openURL(t *testing.T, url string) *Store {
+	t.Helper()
+	s, err := openURLErr(t, url)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", url, err)
+	}
+	return s
+}
+
+func openURLErr(t *testing.T, url string) (*Store, error) {
+	t.Helper()
+	cfg, err := ParseURL(url)
+	if err != nil {
+		t.Fatalf("ParseURL: %v", err)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := Open(ctx, cfg)
+	if err == nil {
+		t.Cleanup(func() { _ = s.Close() })
+	}
+	return s, err
+}
+
+func mustAcquire(t *testing.T, s *Store, key string, ttl time.Duration) lockstore.AcquireResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := s.Acquire(ctx, key, ttl)
+	if err != nil || !r.OK {
+		t.Fatalf("Acquire(%q) = %+v, %v", key, r, err)
+	}
+	return r
+}
+
+// ops are every store call, for the outage tests.
+func ops(s *Store, lockID string) map[string]func(context.Context) error {
+	return map[string]func(context.Context) error{
+		"acquire": func(ctx context.Context) error { _, err := s.Acquire(ctx, "other", time.Second); return err },
+		"release": func(ctx context.Context) error { _, err := s.Release(ctx, lockID); return err },
+		"extend":  func(ctx context.Context) error { _, err := s.Extend(ctx, lockID, time.Second); return err },
+		"isLocked": func(ctx context.Context) error {
+			_, err := s.IsLocked(ctx, "k")
+			return err
+		},
+		"lookupKey":    func(ctx context.Context) error { _, err := s.LookupKey(ctx, "k"); return err },
+		"lookupLockID": func(ctx context.Context) error { _, err := s.LookupLockID(ctx, lockID); return err },
+		"inspect":      func(ctx context.Context) error { _, err := s.Inspect(ctx, "k"); return err },
+		"ping":         s.Ping,
+		"appendAudit": func(ctx context.Context) error {
+			return s.AppendAudit(ctx, []lockstore.AuditEvent{{TimeMs: 1, KeyHash: "x", Reason: "stale"}})
+		},
+		"queryAudit": func(ctx context.Context) error { _, err := s.QueryAudit(ctx, lockstore.AuditQuery{}); return err },
+	}
+}
+
+// TestOutageKilled: with the server gone every operation fails promptly with
+// ServiceUnavailable (or NetworkTimeout), well inside the caller's deadline;
+// once a server is back on the port the same store recovers by itself.
+func TestOutageKilled(t *testing.T) {
+	srv := startServer(t)
+	s := openURL(t, "redis://"+srv.addr()+"/0?prefix=outage")
+	r := mustAcquire(t, s, "k", time.Minute)
+
+	srv.kill()
+	for name, op := range ops(s, r.LockID) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		start := time.Now()
+		err := op(ctx)
+		elapsed := time.Since(start)
+		cancel()
+		code := lockstore.CodeOf(err)
+		if code != lockstore.ServiceUnavailable && code != lockstore.NetworkTimeout {
+			t.Errorf("%s with the server down: %v (code %q), want ServiceUnavailable or NetworkTimeout", name, err, code)
+		}
+		if elapsed > 1200*time.Millisecond {
+			t.Errorf("%s with the server down took %v; the 1s deadline must bound it", name, elapsed)
+		}
+	}
+
+	srv.start()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := s.Ping(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("store did not recover after the server came back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The restarted server had no persistence: its data, counters included,
+	// is gone, and fences start again at 1. This is why the package doc
+	// insists on AOF/RDB for fencing across restarts.
+	r2 := mustAcquire(t, s, "k", time.Minute)
+	if r2.Fence != "000000000000001" {
+		t.Errorf("fence on a fresh server = %s, want 000000000000001", r2.Fence)
+	}
+	if res, err := s.Release(context.Background(), r2.LockID); err != nil || !res.OK {
+		t.Errorf("Release after recovery = %+v, %v", res, err)
+	}
+}
+
+// TestOutageFrozen: a server that accepts nothing and answers nothing
+// (SIGSTOP) costs a caller no more than its deadline, and without a deadline
+// no more than the read timeout.
+func TestOutageFrozen(t *testing.T) {
+	srv := startServer(t)
+	s := openURL(t, "redis://"+srv.addr()+"/0?prefix=frozen&read_timeout=1s&write_timeout=1s")
+	r := mustAcquire(t, s, "k", time.Minute)
+
+	srv.signal(syscall.SIGSTOP)
+	for name, op := range ops(s, r.LockID) {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		start := time.Now()
+		err := op(ctx)
+		elapsed := time.Since(start)
+		cancel()
+		if code := lockstore.CodeOf(err); code != lockstore.NetworkTimeout {
+			t.Errorf("%s against a frozen server: %v (code %q), want NetworkTimeout", name, err, code)
+		}
+		if elapsed > 700*time.Millisecond {
+			t.Errorf("%s against a frozen server took %v past a 300ms deadline", name, elapsed)
+		}
+	}
+	start := time.Now()
+	_, err := s.IsLocked(context.Background(), "k")
+	if code := lockstore.CodeOf(err); code != lockstore.NetworkTimeout {
+		t.Errorf("IsLocked without a deadline against a frozen server: %v, want NetworkTimeout", err)
+	}
+	if elapsed := time.Since(start); elapsed > 2500*time.Millisecond {
+		t.Errorf("IsLocked without a deadline took %v; read_timeout=1s must bound it", elapsed)
+	}
+
+	srv.signal(syscall.SIGCONT)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		locked, err := s.IsLocked(ctx, "k")
+		cancel()
+		if err == nil {
+			if !locked {
+				t.Error("the lock taken before the freeze is gone")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("store did not recover after SIGCONT: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if res, err := s.Release(context.Background(), r.LockID); err != nil || !res.OK {
+		t.Errorf("Release after the thaw = %+v, %v", res, err)
+	}
+}
+
+// TestPersistence: with AOF (fsync always) a fence counter survives DEBUG
+// RELOAD and a crash (SIGKILL) and restart: fences keep increasing.
+func TestPersistence(t *testing.T) {
+	srv := startServer(t, "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes")
+	s := openURL(t, "redis://"+srv.addr()+"/0?prefix=durable")
+	ctx := context.Background()
+	var last lockstore.AcquireResult
+	for range 3 {
+		last = mustAcquire(t, s, "k", time.Minute)
+		if res, err := s.Release(ctx, last.LockID); err != nil || !res.OK {
+			t.Fatalf("Release = %+v, %v", res, err)
+		}
+	}
+	held := mustAcquire(t, s, "held", time.Minute)
+
+	if err := s.Client().Do(ctx, "DEBUG", "RELOAD").Err(); err != nil {
+		t.Fatalf("DEBUG RELOAD: %v", err)
+	}
+	afterReload := mustAcquire(t, s, "k", time.Second)
+	if afterReload.Fence <= last.Fence {
+		t.Fatalf("fence after DEBUG RELOAD = %s, not above %s", afterReload.Fence, last.Fence)
+	}
+
+	srv.kill()
+	srv.start()
+	s2 := openURL(t, "redis://"+srv.addr()+"/0?prefix=durable")
+	ks, err := s2.Inspect(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ks.LatestFence != afterReload.Fence {
+		t.Errorf("LatestFence after crash+restart = %q, want %q", ks.LatestFence, afterReload.Fence)
+	}
+	// Wait out the short lock so the key is free, then take it again.
+	time.Sleep(time.Until(time.UnixMilli(afterReload.ExpiresAtMs + lockstore.TimeToleranceMs + 100)))
+	after := mustAcquire(t, s2, "k", time.Second)
+	if after.Fence <= afterReload.Fence {
+		t.Errorf("fence after crash+restart = %s, not above %s", after.Fence, afterReload.Fence)
+	}
+	if res, err := s2.Release(ctx, held.LockID); err != nil || !res.OK {
+		t.Errorf("Release of a lock taken before the crash = %+v, %v (lock and index persist too)", res, err)
+	}
+}
+
+// TestNoScript: after SCRIPT FLUSH every operation still works (EVALSHA
+// falls back to EVAL, which re-caches the script).
+func TestNoScript(t *testing.T) {
+	srv := startServer(t)
+	s := openURL(t, "redis://"+srv.addr()+"/0?prefix=noscript")
+	ctx := context.Background()
+	if err := s.Client().ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ex, _ := s.Client().ScriptExists(ctx, acquireScript.Hash()).Result(); len(ex) != 1 || ex[0] {
+		t.Fatalf("SCRIPT EXISTS after flush = %v", ex)
+	}
+	r := mustAcquire(t, s, "k", time.Minute)
+	if e, err := s.Extend(ctx, r.LockID, time.Minute); err != nil || !e.OK {
+		t.Fatalf("Extend after flush = %+v, %v", e, err)
+	}
+	if li, err := s.LookupLockID(ctx, r.LockID); err != nil || li == nil {
+		t.Fatalf("LookupLockID after flush = %+v, %v", li, err)
+	}
+	if ks, err := s.Inspect(ctx, "k"); err != nil || ks.Live == nil {
+		t.Fatalf("Inspect after flush = %+v, %v", ks, err)
+	}
+	if res, err := s.Release(ctx, r.LockID); err != nil || !res.OK {
+		t.Fatalf("Release after flush = %+v, %v", res, err)
+	}
+	if err := s.AppendAudit(ctx, []lockstore.AuditEvent{{TimeMs: 1, KeyHash: "h", Reason: "stale"}}); err != nil {
+		t.Fatalf("AppendAudit after flush: %v", err)
+	}
+	if ex, _ := s.Client().ScriptExists(ctx, acquireScript.Hash()).Result(); len(ex) != 1 || !ex[0] {
+		t.Errorf("acquire script not re-cached after the EVAL fallback")
+	}
+}
+
+// TestAuthErrors: refused credentials and missing permissions are
+// AuthFailed; a server refusing more clients is RateLimited (or, when the
+// reset wins the race, ServiceUnavailable).
+func TestAuthErrors(t *testing.T) {
+	srv := startServer(t, "--requirepass", "right")
+	for _, c := range []struct{ name, url string }{
+		{"no password", "redis://" + srv.addr() + "/0"},
+		{"wrong password", "redis://:wrong@" + srv.addr() + "/0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := openURLErr(t, c.url)
+			if code := lockstore.CodeOf(err); code != lockstore.AuthFailed {
+				t.Fatalf("Open: %v (code %q), want AuthFailed", err, code)
+			}
+			if strings.Contains(err.Error(), "right") {
+				t.Error("error text contains the password")
+			}
+		})
+	}
+	s := openURL(t, "redis://:right@"+srv.addr()+"/0?prefix=auth")
+	mustAcquire(t, s, "k", time.Second)
+
+	// A user that may connect but not run scripts.
+	if err := s.Client().Do(context.Background(), "ACL", "SETUSER", "limited", "on", ">pw", "~*", "+ping", "+hello", "+auth", "+client").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := openURLErr(t, "redis://limited:pw@"+srv.addr()+"/0")
+	if code := lockstore.CodeOf(err); code != lockstore.AuthFailed {
+		t.Errorf("Open as a user without script permission: %v (code %q), want AuthFailed", err, code)
+	}
+
+	full := startServer(t, "--maxclients", "1")
+	hold, err := net.Dial("tcp", full.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	fmt.Fprint(hold, "PING\r\n")
+	if line, _ := bufio.NewReader(hold).ReadString('\n'); !strings.HasPrefix(line, "+PONG") {
+		t.Fatalf("holding connection got %q", line)
+	}
+	// Redis answers "ERR max number of clients reached" and closes at once;
+	// whether the client reads that reply or first hits the reset is a race.
+	_, err = openURLErr(t, "redis://"+full.addr()+"/0")
+	if code := lockstore.CodeOf(err); code != lockstore.RateLimited && code != lockstore.ServiceUnavailable {
+		t.Errorf("Open against a full server: %v (code %q), want RateLimited or ServiceUnavailable", err, code)
+	}
+}
+
+// TestSentinel: one master and one sentinel; the store finds the master
+// through a redis+sentinel URL.
+func TestSentinel(t *testing.T) {
+	master := startServer(t)
+	port := freePort(t)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor fgmaster 127.0.0.1 %d 1\nsentinel down-after-milliseconds fgmaster 2000\n", port, dir, master.port)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sentinel := &redisServer{t: t, bin: master.bin, port: port, dir: dir}
+	sentinel.args = []string{conf, "--sentinel"}
+	sentinel.startSentinel()
+	t.Cleanup(sentinel.kill)
+
+	s := openURL(t, fmt.Sprintf("redis+sentinel://127.0.0.1:%d/0?master=fgmaster&prefix=sent", port))
+	r := mustAcquire(t, s, "k", time.Minute)
+	if got, err := s.Client().ConfigGet(context.Background(), "port").Result(); err != nil || got["port"] != strconv.Itoa(master.port) {
+		t.Errorf("connected to the server on port %v (%v), want the master's %d", got, err, master.port)
+	}
+	if res, err := s.Release(context.Background(), r.LockID); err != nil || !res.OK {
+		t.Fatalf("Release through Sentinel = %+v, %v", res, err)
+	}
+
+	_, err := openURLErr(t, fmt.Sprintf("redis+sentinel://127.0.0.1:%d/0?master=nosuchmaster", port))
+	if code := lockstore.CodeOf(err); code != lockstore.ServiceUnavailable {
+		t.Errorf("Open of an unknown master: %v (code %q), want ServiceUnavailable", err, code)
+	}
+}
+
+// startSentinel runs redis-server in sentinel mode: the config file must
+// come first, so the usual flags are not prepended.
+func (r *redisServer) startSentinel() {
+	r.t.Helper()
+	logf, err := os.OpenFile(filepath.Join(r.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.log = logf
+	r.cmd = exec.Command(r.bin, r.args...)
+	r.cmd.Stdout, r.cmd.Stderr = logf, logf
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatalf("start sentinel: %v", err)
+	}
+	done := make(chan error, 1)
+	r.done = done
+	cmd := r.cmd
+	go func() { done <- cmd.Wait() }()
+	r.waitReady()
+}
