@@ -19,7 +19,7 @@ import (
 )
 
 // openBolt opens a real embedded store in a temp dir, closed at cleanup.
-func openBolt(t *testing.T) *bolt.Store {
+func openBolt(t testing.TB) *bolt.Store {
 	t.Helper()
 	s, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db")})
 	if err != nil {
@@ -57,7 +57,7 @@ func release(t *testing.T, s lockstore.Store, lockID string) {
 
 // serveGRPC runs the ext_authz server over a real grpc.Server on loopback
 // and returns a client connection.
-func serveGRPC(t *testing.T, c *fencecheck.Checker) *grpc.ClientConn {
+func serveGRPC(t testing.TB, c *fencecheck.Checker) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
