@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // TestHTTPConventions: the same decisions through each proxy's way of
@@ -230,5 +231,32 @@ func TestExpandKey(t *testing.T) {
 		if tc.badTpl != (err != nil && isBadTemplate(err)) {
 			t.Errorf("ExpandKey(%q, %q): template error = %v, want %v", tc.tpl, tc.path, err, tc.badTpl)
 		}
+	}
+}
+
+// TestHTTPDryRun: a would-deny passes with x-fence-would-deny and without
+// x-fence-verified, and is audited with mode dry-run.
+func TestHTTPDryRun(t *testing.T) {
+	s := openBolt(t)
+	old := acquire(t, s, "k", time.Minute)
+	release(t, s, old.LockID)
+	acquire(t, s, "k", time.Minute)
+	a := fencecheck.NewAuditor(s, fencecheck.AuditorOptions{})
+	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{Audit: a}), Options{})
+	r := httptest.NewRequest("POST", HTTPPath+"/k", nil)
+	r.Header.Set(HeaderKey, "k")
+	r.Header.Set(HeaderToken, old.Fence)
+	r.Header.Set(HeaderRouteMode, "dry-run")
+	r.Header.Set(HeaderRouteName, "rollout")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 200 || w.Header().Get(HeaderWouldDeny) != "stale" || w.Header().Get(HeaderVerified) != "" {
+		t.Fatalf("code %d headers %v", w.Code, w.Header())
+	}
+	_ = a.Close()
+	evs, err := s.QueryAudit(t.Context(), lockstore.AuditQuery{})
+	if err != nil || len(evs) != 1 || evs[0].Mode != "dry-run" || evs[0].Route != "rollout" ||
+		evs[0].Source != SourceHTTP || evs[0].DecisionID != w.Header().Get(HeaderDecisionID) {
+		t.Fatalf("audit %+v %v", evs, err)
 	}
 }
