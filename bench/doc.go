@@ -1,0 +1,15 @@
+// Package bench holds fencegate's performance benchmarks. Every number is
+// measured next to a floor or a peer in the same run and reported as a ratio,
+// because the absolute numbers of a shared machine move from minute to
+// minute while the ratio of two adjacent measurements moves much less:
+//
+//   - the gateway's lock API (HTTP/JSON and gRPC over loopback) against the
+//     same store called in-process, for the bolt and Redis stores;
+//   - the ext_authz Check on the Redis store against a no-op Authorization
+//     server on an identical gRPC stack;
+//   - the Redis store's acquire+release cycle against github.com/bsm/redislock
+//     on the same Redis and the same connection pool.
+//
+// The benchmarks live in the _test files; TestMain prints the comparison
+// table after a benchmark run and writes it to results/. See README.md.
+package bench

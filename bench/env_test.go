@@ -1,0 +1,262 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/fencegate/fencegate/api"
+	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/bolt"
+	redisstore "github.com/fencegate/fencegate/lockstore/redis"
+)
+
+// lockTTL is the TTL of every measured acquire: long enough that no lock
+// expires inside a cycle, the library default of both fencegate and redislock
+// users.
+const lockTTL = 30 * time.Second
+
+// benchToken is the bearer token of the gateway under test. Auth stays on,
+// as in any non-loopback deployment, so its cost is part of the gateway's.
+const benchToken = "bench-token-6b1d0c"
+
+// runID makes this process's Redis keys unique, so runs against a shared
+// REDIS_URL never meet each other's locks or fence counters.
+var runID = strconv.FormatInt(time.Now().UnixNano(), 36)
+
+// logger is what every component under test logs to: the JSON handler a
+// deployment uses, at info, writing to io.Discard. Log records are built
+// and encoded as in production (access logs included), only not written.
+var logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+
+// redisURL returns REDIS_URL or fails the benchmark: the comparisons need a
+// real server, and a skipped comparison would look like a finished one.
+func redisURL(tb testing.TB) string {
+	tb.Helper()
+	u := os.Getenv("REDIS_URL")
+	if u == "" {
+		tb.Fatal("REDIS_URL is not set: run `make bench` (or `make test`), whose scripts/testenv starts a throwaway Redis, or export REDIS_URL=redis://127.0.0.1:PORT/0")
+	}
+	return u
+}
+
+// cleanupCtx is a fresh context for teardown: tb.Context is already
+// cancelled when cleanups run.
+func cleanupCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 10*time.Second)
+}
+
+// openBolt opens the embedded store on a file in a temp dir, with its
+// default durability (fsync on every commit, shared by concurrent writers).
+func openBolt(tb testing.TB) lockstore.Store {
+	tb.Helper()
+	s, err := bolt.Open(tb.Context(), bolt.Config{Path: filepath.Join(tb.TempDir(), "bench.db"), Logger: logger})
+	if err != nil {
+		tb.Fatalf("open bolt store: %v", err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// openRedis opens the Redis store on REDIS_URL under a prefix of this run's
+// own, and deletes every key under that prefix at cleanup (fence counters
+// are never deleted by the store itself).
+func openRedis(tb testing.TB) *redisstore.Store {
+	tb.Helper()
+	cfg, err := redisstore.ParseURL(redisURL(tb))
+	if err != nil {
+		tb.Fatalf("REDIS_URL: %v", err)
+	}
+	cfg.Prefix = "fencegate-bench-" + runID
+	cfg.Logger = logger
+	s, err := redisstore.Open(tb.Context(), cfg)
+	if err != nil {
+		tb.Fatalf("open redis store: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := cleanupCtx()
+		defer cancel()
+		if err := deletePrefix(ctx, s.Client(), s.Prefix()); err != nil {
+			tb.Errorf("delete bench keys: %v", err)
+		}
+		_ = s.Close()
+	})
+	return s
+}
+
+// deletePrefix removes every key starting with prefix.
+func deletePrefix(ctx context.Context, c *goredis.Client, prefix string) error {
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return fmt.Errorf("scan: %w", err)
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		if err := c.Del(ctx, keys[:n]...).Err(); err != nil {
+			return fmt.Errorf("del: %w", err)
+		}
+		keys = keys[n:]
+	}
+	return nil
+}
+
+// workerKeys returns one lock key per worker, distinct per subject, so no
+// two workers (and no two subjects) ever contend for a key.
+func workerKeys(id string, nw int) []string {
+	keys := make([]string, nw)
+	for w := range keys {
+		keys[w] = fmt.Sprintf("bench/%s/w%d", id, w)
+	}
+	return keys
+}
+
+// cycler is the part of a lock API one acquire+release cycle needs; the
+// store, the HTTP client and the gRPC adapter all have it.
+type cycler interface {
+	Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error)
+	Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error)
+}
+
+// cycle is the lock benchmarks' op: acquire worker w's key, release it.
+// Both must succeed: a "locked" or a failed release means the benchmark is
+// measuring something else than an uncontended cycle.
+func cycle(c cycler, keys []string) op {
+	return func(ctx context.Context, w int) error {
+		a, err := c.Acquire(ctx, keys[w], lockTTL)
+		if err != nil {
+			return fmt.Errorf("acquire: %w", err)
+		}
+		if !a.OK {
+			return fmt.Errorf("acquire: not acquired (%s) on a key no one else uses", a.Reason)
+		}
+		r, err := c.Release(ctx, a.LockID)
+		if err != nil {
+			return fmt.Errorf("release: %w", err)
+		}
+		if !r.OK {
+			return fmt.Errorf("release: lock just acquired was not held (%s)", r.Detail)
+		}
+		return nil
+	}
+}
+
+// gateway is one api.Server over a store, served on real loopback
+// listeners, with a client for each transport.
+type gateway struct {
+	http *client.Client
+	grpc grpcLocks
+}
+
+// startGateway serves store through api.Server on an HTTP listener and a gRPC
+// listener, both on 127.0.0.1, and returns clients for both. Everything is
+// stopped at cleanup.
+func startGateway(tb testing.TB, store lockstore.Store, nw int) gateway {
+	tb.Helper()
+	auth, err := api.NewAuthenticator([]api.Token{{
+		Name: "bench", SHA256: api.HashToken(benchToken), Prefixes: []string{"bench/"},
+	}})
+	if err != nil {
+		tb.Fatalf("authenticator: %v", err)
+	}
+	// Registerer nil: each server keeps its metrics in a private registry
+	// (still counted per request), so two gateways in one process coexist.
+	srv, err := api.New(api.Options{Store: store, Auth: auth, Logger: logger})
+	if err != nil {
+		tb.Fatalf("api.New: %v", err)
+	}
+
+	hs := httptest.NewServer(srv.Handler())
+	tb.Cleanup(hs.Close)
+	// One idle connection per worker: net/http's default of two per host
+	// would make the other workers dial a fresh connection per request.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = nw
+	tr.MaxIdleConns = nw
+	tb.Cleanup(tr.CloseIdleConnections)
+	hc, err := client.New(hs.URL, client.WithToken(benchToken), client.WithHTTPClient(&http.Client{Transport: tr}))
+	if err != nil {
+		tb.Fatalf("client.New: %v", err)
+	}
+
+	conn := serveGRPC(tb, srv.RegisterGRPC)
+	return gateway{
+		http: hc,
+		grpc: grpcLocks{c: fencegatev1.NewLocksClient(conn), auth: "Bearer " + benchToken},
+	}
+}
+
+// serveGRPC starts a grpc.Server with default options on a loopback
+// listener, lets register add its services, and returns a client connection
+// to it (one HTTP/2 connection the workers share, as a proxy's would be).
+// The server and the goroutine serving it end at cleanup.
+func serveGRPC(tb testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("listen: %v", err)
+	}
+	gs := grpc.NewServer()
+	register(gs)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	tb.Cleanup(func() {
+		gs.Stop()
+		<-served
+	})
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatalf("grpc client: %v", err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// grpcLocks adapts the generated fencegate.v1.Locks client to cycler.
+type grpcLocks struct {
+	c    fencegatev1.LocksClient
+	auth string
+}
+
+func (g grpcLocks) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
+	ms := ttl.Milliseconds()
+	r, err := g.c.Acquire(metadata.AppendToOutgoingContext(ctx, "authorization", g.auth),
+		&fencegatev1.AcquireRequest{Key: key, TtlMs: &ms})
+	if err != nil {
+		return lockstore.AcquireResult{}, err
+	}
+	return lockstore.AcquireResult{
+		OK: r.GetOk(), Reason: r.GetReason(), LockID: r.GetLockId(), Fence: r.GetFence(), ExpiresAtMs: r.GetExpiresAtMs(),
+	}, nil
+}
+
+func (g grpcLocks) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
+	r, err := g.c.Release(metadata.AppendToOutgoingContext(ctx, "authorization", g.auth),
+		&fencegatev1.ReleaseRequest{LockId: lockID})
+	if err != nil {
+		return lockstore.ReleaseResult{}, err
+	}
+	return lockstore.ReleaseResult{OK: r.GetOk()}, nil
+}

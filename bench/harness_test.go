@@ -1,0 +1,147 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// workers is the size of the fixed client pool every benchmark runs. A fixed
+// pool (rather than b.RunParallel, whose goroutine count follows GOMAXPROCS)
+// offers the floor and the subject exactly the same concurrency on any
+// machine, and lets each worker own its keys so lock contention never enters
+// the numbers.
+var workers = flag.Int("workers", 8, "concurrent clients in every benchmark's fixed worker pool")
+
+// An op is one measured operation (an acquire+release cycle, one ext_authz
+// Check). Worker w calls it sequentially and only with its own w, so an op
+// may keep per-worker state indexed by w without locking.
+type op func(ctx context.Context, w int) error
+
+// A subject is one measured thing: a scoreboard id ("gateway/redis/http"),
+// the unit its throughput is reported in, and its op.
+type subject struct {
+	id   string
+	unit string
+	op   op
+}
+
+// A suite sets up the subjects of one comparison for nw workers, floor or
+// peer first, and registers their teardown on tb. The benchmarks and the
+// smoke test share the suites, so `go test` without -bench proves that every
+// benchmark's setup works.
+type suite func(tb testing.TB, nw int) []subject
+
+// sample is one timed run of an op: n calls over elapsed wall time, with
+// every call's latency, sorted.
+type sample struct {
+	n       int
+	elapsed time.Duration
+	lat     []time.Duration
+}
+
+// measureN calls o n times in total from a pool of nw goroutines, each taking
+// the next call from a shared counter until n are claimed. It returns the
+// wall time of the whole pool and every call's latency. The first failing
+// call stops the pool and is returned.
+func measureN(ctx context.Context, nw, n int, o op) (sample, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next     atomic.Int64
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+	)
+	lats := make([][]time.Duration, nw)
+	start := time.Now()
+	for w := range nw {
+		wg.Go(func() {
+			per := make([]time.Duration, 0, n/nw+1)
+			for next.Add(1) <= int64(n) && ctx.Err() == nil {
+				t0 := time.Now()
+				if err := o(ctx, w); err != nil {
+					errOnce.Do(func() { firstErr = fmt.Errorf("worker %d: %w", w, err) })
+					cancel()
+					break
+				}
+				per = append(per, time.Since(t0))
+			}
+			lats[w] = per
+		})
+	}
+	wg.Wait()
+	s := sample{n: n, elapsed: time.Since(start), lat: slices.Concat(lats...)}
+	slices.Sort(s.lat)
+	return s, firstErr
+}
+
+// perSec is the pool's throughput: calls per second of wall time.
+func (s sample) perSec() float64 {
+	if s.elapsed <= 0 {
+		return 0
+	}
+	return float64(s.n) / s.elapsed.Seconds()
+}
+
+// pct is the nearest-rank percentile p (0 < p <= 100) of the latencies.
+func (s sample) pct(p float64) time.Duration {
+	if len(s.lat) == 0 {
+		return 0
+	}
+	// Nearest rank: the smallest value with at least p% of the samples at
+	// or below it.
+	rank := int(float64(len(s.lat))*p/100 + 0.999999999)
+	return s.lat[min(max(rank, 1), len(s.lat))-1]
+}
+
+func (s sample) result() result {
+	return result{PerSec: s.perSec(), P50: s.pct(50), P99: s.pct(99), N: s.n}
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// runSuite sets the suite up once (outside any timing) and measures each
+// subject as a sub-benchmark named after its id, in order, so a subject and
+// its floor run back to back. Each sub-benchmark's final run goes on the
+// scoreboard for the report TestMain prints.
+func runSuite(b *testing.B, s suite) {
+	nw := *workers
+	if nw < 1 {
+		b.Fatalf("-workers=%d: want at least 1", nw)
+	}
+	for _, sub := range s(b, nw) {
+		b.Run(subName(sub.id), func(b *testing.B) {
+			b.ReportAllocs()
+			b.ResetTimer()
+			smp, err := measureN(b.Context(), nw, b.N, sub.op)
+			b.StopTimer()
+			if err != nil {
+				b.Fatalf("%s: %v", sub.id, err)
+			}
+			b.ReportMetric(smp.perSec(), sub.unit)
+			b.ReportMetric(micros(smp.pct(50)), "p50-µs")
+			b.ReportMetric(micros(smp.pct(99)), "p99-µs")
+			board.set(sub.id, smp.result())
+		})
+		// b.Run returns once the sub-benchmark is done with every b.N it
+		// tried; what set saw last is the run the framework reports.
+		board.commit(sub.id)
+	}
+}
+
+// subName is the sub-benchmark name of a scoreboard id: the id without its
+// first element, which the Benchmark function's name already says.
+func subName(id string) string {
+	for i := range len(id) {
+		if id[i] == '/' {
+			return id[i+1:]
+		}
+	}
+	return id
+}

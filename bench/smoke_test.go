@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/code"
+
+	"github.com/fencegate/fencegate/authz"
+	"github.com/fencegate/fencegate/fencecheck"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+)
+
+// TestSuites sets up every benchmark exactly as the benchmarks do and runs a
+// few ops of each subject through the same worker pool, so a plain `go test`
+// (which never runs benchmarks) still proves each setup works and each op
+// succeeds. It needs REDIS_URL like the benchmarks.
+func TestSuites(t *testing.T) {
+	const nw, n = 2, 6
+	for _, tc := range []struct {
+		name  string
+		suite suite
+		ids   []string
+	}{
+		{"gateway", gatewaySuite, []string{
+			"gateway/bolt/in-process", "gateway/bolt/http", "gateway/bolt/grpc",
+			"gateway/redis/in-process", "gateway/redis/http", "gateway/redis/grpc",
+		}},
+		{"authz", authzSuite, []string{"authz/noop", "authz/fencegate-redis"}},
+		{"peer", peerSuite, []string{"peer/redislock", "peer/fencegate-redis"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			subs := tc.suite(t, nw)
+			var ids []string
+			for _, s := range subs {
+				ids = append(ids, s.id)
+				smp, err := measureN(t.Context(), nw, n, s.op)
+				if err != nil {
+					t.Fatalf("%s: %v", s.id, err)
+				}
+				if smp.n != n || len(smp.lat) != n || smp.elapsed <= 0 {
+					t.Errorf("%s: sample n=%d latencies=%d elapsed=%v, want %d calls timed", s.id, smp.n, len(smp.lat), smp.elapsed, n)
+				}
+			}
+			// The report's sections name these ids; a renamed subject
+			// would silently drop out of the table.
+			if strings.Join(ids, ",") != strings.Join(tc.ids, ",") {
+				t.Errorf("subjects %v, want %v", ids, tc.ids)
+			}
+		})
+	}
+}
+
+// TestAuthzBenchChecksTheFence guards what the ext_authz benchmark measures:
+// its request is allowed because the fence it carries is current, not because
+// the server lets writes through — once the key has moved on to a newer
+// fence, the same request is denied stale.
+func TestAuthzBenchChecksTheFence(t *testing.T) {
+	store := openRedis(t)
+	key := workerKeys("authz", 1)[0]
+	reqs, held := heldWrites(t, store, 1)
+	fence := reqs[0].GetAttributes().GetRequest().GetHttp().GetHeaders()[authz.HeaderToken]
+	c := authv3.NewAuthorizationClient(serveGRPC(t, authz.NewServer(
+		fencecheck.New(store, fencecheck.Options{Logger: logger}), authz.Options{Logger: logger}).Register))
+
+	resp, err := c.Check(t.Context(), reqs[0])
+	if err != nil || resp.GetStatus().GetCode() != int32(code.Code_OK) {
+		t.Fatalf("current fence: %v %v", resp, err)
+	}
+	var verified string
+	for _, h := range resp.GetOkResponse().GetHeaders() {
+		if h.GetHeader().GetKey() == authz.HeaderVerified {
+			verified = h.GetHeader().GetValue()
+		}
+	}
+	if verified != fence {
+		t.Errorf("%s = %q, want the checked fence %s", authz.HeaderVerified, verified, fence)
+	}
+
+	// Move the key on to a newer fence: release the held lock and take
+	// the key again.
+	if r, err := store.Release(t.Context(), held[0].LockID); err != nil || !r.OK {
+		t.Fatalf("release: %+v %v", r, err)
+	}
+	again, err := store.Acquire(t.Context(), key, lockTTL)
+	if err != nil || !again.OK || again.Fence <= fence {
+		t.Fatalf("re-acquire: %+v %v (old fence %s)", again, err, fence)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := cleanupCtx()
+		defer cancel()
+		_, _ = store.Release(ctx, again.LockID)
+	})
+	resp, err = c.Check(t.Context(), reqs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetStatus().GetCode(); got != int32(code.Code_PERMISSION_DENIED) || !strings.Contains(resp.GetDeniedResponse().GetBody(), "stale") {
+		t.Errorf("stale fence: code %d body %s, want PERMISSION_DENIED stale", got, resp.GetDeniedResponse().GetBody())
+	}
+}
+
+// errTest is a sentinel for the pool tests.
+var errTest = errors.New("boom")
+
+func TestMeasureN(t *testing.T) {
+	t.Run("every call once", func(t *testing.T) {
+		var calls [3]int
+		smp, err := measureN(t.Context(), 3, 100, func(_ context.Context, w int) error {
+			calls[w]++ // each worker touches only its own slot
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := calls[0] + calls[1] + calls[2]; got != 100 || len(smp.lat) != 100 {
+			t.Errorf("calls %v (sum %d), latencies %d; want 100", calls, got, len(smp.lat))
+		}
+	})
+	t.Run("first error stops the pool", func(t *testing.T) {
+		smp, err := measureN(t.Context(), 2, 1000, func(ctx context.Context, w int) error {
+			if w == 1 {
+				return errTest
+			}
+			time.Sleep(time.Millisecond)
+			return ctx.Err()
+		})
+		if !errors.Is(err, errTest) {
+			t.Fatalf("err %v, want %v", err, errTest)
+		}
+		if len(smp.lat) >= 1000 {
+			t.Errorf("%d calls completed after a failure", len(smp.lat))
+		}
+	})
+}
+
+func TestPercentile(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for i, x := range v {
+			out[i] = time.Duration(x) * time.Millisecond
+		}
+		return out
+	}
+	hundred := make([]int, 100)
+	for i := range hundred {
+		hundred[i] = i + 1
+	}
+	for _, tc := range []struct {
+		name string
+		lat  []time.Duration
+		p    float64
+		want time.Duration
+	}{
+		{"empty", nil, 50, 0},
+		{"one", ms(7), 99, 7 * time.Millisecond},
+		{"p50 of 1..100", ms(hundred...), 50, 50 * time.Millisecond},
+		{"p99 of 1..100", ms(hundred...), 99, 99 * time.Millisecond},
+		{"p100 of 1..100", ms(hundred...), 100, 100 * time.Millisecond},
+		{"p50 of four", ms(1, 2, 3, 4), 50, 2 * time.Millisecond},
+		{"p99 of four", ms(1, 2, 3, 4), 99, 4 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := (sample{lat: tc.lat}).pct(tc.p); got != tc.want {
+				t.Errorf("pct(%v) = %v, want %v", tc.p, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestScoreboardKeepsFinalRuns(t *testing.T) {
+	var s scoreboard
+	// Two -count rounds, each calibrating with growing b.N; only each
+	// round's last call counts.
+	for _, round := range [][]float64{{10, 20, 100}, {12, 300}} {
+		for _, v := range round {
+			s.set("x", result{PerSec: v, P50: time.Duration(v) * time.Microsecond})
+		}
+		s.commit("x")
+	}
+	s.commit("filtered-out") // never set: nothing recorded
+	m := s.medians()
+	if len(m) != 1 || m["x"].Runs != 2 || m["x"].PerSec != 200 {
+		t.Errorf("medians %+v, want x over 2 runs with median 200/s", m)
+	}
+}
+
+func TestRender(t *testing.T) {
+	m := map[string]summary{
+		"authz/noop":            {PerSec: 10000, P50: 100e3, P99: 400e3, Runs: 1},
+		"authz/fencegate-redis": {PerSec: 5000, P50: 250e3, P99: 1200e3, Runs: 1},
+		"peer/fencegate-redis":  {PerSec: 100, P50: 1e3, P99: 2e3, Runs: 1},
+	}
+	var sb strings.Builder
+	render(&sb, runInfo{Commit: "abc1234", Command: "go test -bench ."}, m)
+	out := sb.String()
+	for _, want := range []string{
+		"| authz/noop | 10000 | 100 | 400 | authz/noop | 1.00 | 1.00 | 1.00 | +0 | 1 |",
+		"| authz/fencegate-redis | 5000 | 250 | 1200 | authz/noop | 0.50 | 2.50 | 3.00 | +150 | 1 |",
+		// the peer is missing: absolute numbers, no ratios
+		"| peer/fencegate-redis | 100 | 1 | 2 | peer/redislock | — | — | — | — | 1 |",
+		"`go test -bench .`",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Gateway lock API") {
+		t.Errorf("report has a section with no data:\n%s", out)
+	}
+}
