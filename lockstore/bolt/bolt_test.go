@@ -3,8 +3,10 @@ package bolt
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -364,4 +366,57 @@ func TestLayout(t *testing.T) {
 			t.Errorf("fence counter after release = %q, want \"1\" (never deleted)", got)
 		}
 	})
+}
+
+// helperPathEnv makes this test binary act as a second fencegate process
+// opening the file it names (see TestFileInUseByOtherProcess).
+const helperPathEnv = "FENCEGATE_BOLT_TEST_OPEN"
+
+// TestFileInUseHelper is the second process's body; it does nothing in a
+// normal run.
+func TestFileInUseHelper(t *testing.T) {
+	path := os.Getenv(helperPathEnv)
+	if path == "" {
+		return
+	}
+	s, err := Open(context.Background(), Config{Path: path, OpenTimeout: 300 * time.Millisecond})
+	if err != nil {
+		fmt.Println("OPEN-ERROR:", err)
+		return
+	}
+	s.Close()
+	fmt.Println("OPEN-OK")
+}
+
+// TestFileInUseByOtherProcess: a real second process gets the clear
+// "in use" error quickly while this one holds the file, and opens it once
+// this one has closed.
+func TestFileInUseByOtherProcess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "locks.db")
+	s, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := func() string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestFileInUseHelper$", "-test.count=1")
+		cmd.Env = append(os.Environ(), helperPathEnv+"="+path)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helper process: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	out := second()
+	if !strings.Contains(out, "OPEN-ERROR:") || !strings.Contains(out, "is in use by another fencegate process") {
+		t.Fatalf("second process while the file is held:\n%s\nwant the in-use error", out)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if out := second(); !strings.Contains(out, "OPEN-OK") {
+		t.Fatalf("second process after close:\n%s\nwant OPEN-OK", out)
+	}
 }
