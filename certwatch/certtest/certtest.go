@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"math/big"
 	"net"
@@ -141,4 +142,14 @@ func serial(t testing.TB) *big.Int {
 		t.Fatalf("certtest: serial: %v", err)
 	}
 	return n
+}
+
+// RandomToken returns 32 random bytes, hex-encoded: a bearer token for tests.
+func RandomToken(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatalf("certtest: token: %v", err)
+	}
+	return hex.EncodeToString(b)
 }
