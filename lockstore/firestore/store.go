@@ -53,6 +53,8 @@ type Store struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
+
+	inflight *keyLocks // per-document serialisation of our own transactions
 }
 
 var (
@@ -89,6 +91,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		fences: client.Collection(cfg.FenceCollection),
 		audit:  client.Collection(cfg.AuditCollection),
 		log:    cfg.Logger.With("backend", "firestore"),
+
+		inflight: newKeyLocks(),
 	}
 	s.log.Debug("firestore store opened",
 		"project", cfg.ProjectID, "database", cfg.DatabaseID,
@@ -176,6 +180,34 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	}
 	lockRef, fenceRef := s.locks.Doc(lockID), s.fences.Doc(fenceID)
 
+	// Contention fast path: a plain (strongly consistent, lock-free) read
+	// that finds a live lock answers "locked" without a transaction. Inside
+	// a read-write transaction the same read would take a shared lock on
+	// the holder's document — Firestore's transactions are pessimistic —
+	// and a crowd of waiters polling a held key would then stall the
+	// holder's own Extend and Release behind lock waits. The clock is read
+	// after the read returns, so a lock live at that instant was live when
+	// read: "locked" is a true answer for a moment inside this call. A free
+	// or expired key falls through to the transaction, which decides.
+	switch snap, err := lockRef.Get(ctx); {
+	case status.Code(err) == codes.NotFound:
+	case err != nil:
+		return lockstore.AcquireResult{}, withKey(classify(ctx, op, err), nk)
+	default:
+		cur, held, err := decodeLock(snap, op)
+		if err != nil {
+			return lockstore.AcquireResult{}, withKey(err, nk)
+		}
+		if held && lockstore.IsLive(cur.ExpiresAtMs, s.nowMs()) {
+			return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
+		}
+	}
+
+	unlock, err := s.inflight.lock(ctx, op, lockID)
+	if err != nil {
+		return lockstore.AcquireResult{}, withKey(err, nk)
+	}
+	defer unlock()
 	var res lockstore.AcquireResult
 	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		res = lockstore.AcquireResult{} // the library may run us more than once
@@ -244,8 +276,10 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	return res, nil
 }
 
-// Release deletes the live lock lockID holds. It queries by lockId inside
-// the transaction, so the document it verifies is the one it deletes.
+// Release deletes the live lock lockID holds. The lockId query finds the
+// candidate documents; the transaction re-reads each by reference and
+// verifies it (see resolve), so the document it checks is the one it
+// deletes.
 func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
 	const op = "release"
 	if err := lockstore.ValidateLockID(lockID); err != nil {
@@ -254,18 +288,34 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 	if err := s.begin(ctx, op); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
+	refs, err := s.findLockID(ctx, lockID)
+	if err != nil {
+		return lockstore.ReleaseResult{}, withLockID(classify(ctx, op, err), lockID)
+	}
+	if len(refs) == 0 {
+		return lockstore.ReleaseResult{Detail: lockstore.DetailNotFound}, nil
+	}
+	unlock, err := s.inflight.lock(ctx, op, refIDs(refs)...)
+	if err != nil {
+		return lockstore.ReleaseResult{}, withLockID(err, lockID)
+	}
+	defer unlock()
 	var res lockstore.ReleaseResult
-	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		res = lockstore.ReleaseResult{}
 		if err := checkpoint(ctx, op); err != nil {
 			return err
 		}
 		nowMs := s.nowMs()
-		m, err := s.resolve(ctx, tx, op, lockID, nowMs)
+		snaps, err := tx.GetAll(refs)
 		if err != nil {
 			return err
 		}
 		if err := checkpoint(ctx, op); err != nil {
+			return err
+		}
+		m, err := s.resolve(op, lockID, snaps, nowMs, true)
+		if err != nil {
 			return err
 		}
 		if err := m.deleteStale(tx); err != nil {
@@ -289,6 +339,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 
 // Extend sets the live lock's expiry to now+ttl (replacing, not adding) and
 // returns that authoritative expiry. An expired lock is never revived.
+// It resolves lockID like Release.
 func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
 	const op = "extend"
 	if err := lockstore.ValidateLockID(lockID); err != nil {
@@ -301,18 +352,36 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 	if err := s.begin(ctx, op); err != nil {
 		return lockstore.ExtendResult{}, err
 	}
+	refs, err := s.findLockID(ctx, lockID)
+	if err != nil {
+		return lockstore.ExtendResult{}, withLockID(classify(ctx, op, err), lockID)
+	}
+	if len(refs) == 0 {
+		return lockstore.ExtendResult{Detail: lockstore.DetailNotFound}, nil
+	}
+	unlock, err := s.inflight.lock(ctx, op, refIDs(refs)...)
+	if err != nil {
+		return lockstore.ExtendResult{}, withLockID(err, lockID)
+	}
+	defer unlock()
 	var res lockstore.ExtendResult
 	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		res = lockstore.ExtendResult{}
 		if err := checkpoint(ctx, op); err != nil {
 			return err
 		}
+		// Read inside the transaction (ADR-010): the new expiry is this
+		// attempt's now + ttl.
 		nowMs := s.nowMs()
-		m, err := s.resolve(ctx, tx, op, lockID, nowMs)
+		snaps, err := tx.GetAll(refs)
 		if err != nil {
 			return err
 		}
 		if err := checkpoint(ctx, op); err != nil {
+			return err
+		}
+		m, err := s.resolve(op, lockID, snaps, nowMs, true)
+		if err != nil {
 			return err
 		}
 		if err := m.deleteStale(tx); err != nil {
@@ -384,9 +453,13 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
-	m, err := s.resolve(ctx, nil, op, lockID, 0)
+	docs, err := s.locks.Where("lockId", "==", lockID).Documents(ctx).GetAll()
 	if err != nil {
 		return nil, withLockID(classify(ctx, op, err), lockID)
+	}
+	m, err := s.resolve(op, lockID, docs, s.nowMs(), false)
+	if err != nil {
+		return nil, withLockID(err, lockID)
 	}
 	if m.live == nil {
 		return nil, nil
@@ -483,70 +556,101 @@ func (m *match) deleteStale(tx *firestore.Transaction) error {
 	return nil
 }
 
-// resolve finds the lock document lockID holds by querying the lockId field
-// — without limit(1), so duplicates are seen (ADR-014) — inside tx when tx
-// is non-nil (release/extend), or as a plain query for lookup (tx nil; no
-// clean-up is proposed then). nowMs 0 means "read the clock after the query".
+// findLockID returns the documents whose lockId field is lockID: a plain
+// equality query on the automatic single-field index, without limit(1) so
+// duplicates are seen (ADR-014).
 //
-// A single document is verified explicitly (ADR-003): its lockId must equal
-// lockID and it must sit where its own key's lock lives, else it is not this
-// lock. More than one document is an inconsistency: it is logged (hashes
-// only) and nothing is returned as live, so no caller mutates ambiguous
-// state; duplicates expired beyond the clean-up guard are offered for
-// deletion.
-func (s *Store) resolve(ctx context.Context, tx *firestore.Transaction, op, lockID string, nowMs int64) (match, error) {
-	q := s.locks.Where("lockId", "==", lockID)
-	var (
-		docs []*firestore.DocumentSnapshot
-		err  error
-	)
-	if tx != nil {
-		docs, err = tx.Documents(q).GetAll()
-	} else {
-		docs, err = q.Documents(ctx).GetAll()
-	}
+// It runs outside the transaction on purpose. The binding lockId → document
+// never changes while the lock exists (a lockId is issued once, for one
+// key's document), so finding the candidates needs no isolation; what needs
+// it — that the document still carries this lockId, is live, and is the one
+// mutated — is re-read and verified by reference inside the transaction.
+// A query inside a read-write transaction would also lock far more than the
+// documents it returns (the emulator locks the whole collection for it,
+// stalling every acquire behind each release for its 2 s lock timeout).
+// A duplicate created between the query and the transaction is missed by
+// that one call, as it would be by any call made a moment earlier.
+func (s *Store) findLockID(ctx context.Context, lockID string) ([]*firestore.DocumentRef, error) {
+	docs, err := s.locks.Where("lockId", "==", lockID).Documents(ctx).GetAll()
 	if err != nil {
-		return match{}, err
+		return nil, err
 	}
-	if nowMs == 0 {
-		nowMs = s.nowMs()
+	refs := make([]*firestore.DocumentRef, len(docs))
+	for i, d := range docs {
+		refs[i] = d.Ref
 	}
-	switch len(docs) {
+	return refs, nil
+}
+
+// refIDs returns the document IDs of refs.
+func refIDs(refs []*firestore.DocumentRef) []string {
+	ids := make([]string, len(refs))
+	for i, r := range refs {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// resolve decides which document, if any, lockID holds, from snapshots of
+// the candidate documents (read inside the transaction for release/extend,
+// by the query itself for lookup). Documents that are gone or now carry
+// another lockId are not candidates any more.
+//
+// A single candidate is verified explicitly (ADR-003): its lockId must equal
+// lockID and it must sit where its own key's lock lives, else it is not this
+// lock. More than one is an inconsistency (ADR-014): it is logged (hashes
+// only) and nothing is returned as live, so no caller mutates ambiguous
+// state; with cleanup, duplicates expired beyond the clean-up guard are
+// offered for deletion.
+func (s *Store) resolve(op, lockID string, snaps []*firestore.DocumentSnapshot, nowMs int64, cleanup bool) (match, error) {
+	type candidate struct {
+		snap *firestore.DocumentSnapshot
+		lock lockDoc
+		err  error
+	}
+	var cands []candidate
+	for _, snap := range snaps {
+		l, ok, err := decodeLock(snap, op)
+		if err == nil && (!ok || l.LockID != lockID) {
+			continue
+		}
+		cands = append(cands, candidate{snap, l, err})
+	}
+	switch len(cands) {
 	case 0:
 		return match{detail: lockstore.DetailNotFound}, nil
 	case 1:
-		l, ok, err := decodeLock(docs[0], op)
-		if err != nil {
-			return match{}, err
+		c := cands[0]
+		if c.err != nil {
+			return match{}, c.err
 		}
-		if !ok || l.LockID != lockID || !s.atHome(docs[0].Ref, l) {
+		if !s.atHome(c.snap.Ref, c.lock) {
 			return match{detail: lockstore.DetailNotFound}, nil
 		}
-		if !lockstore.IsLive(l.ExpiresAtMs, nowMs) {
+		if !lockstore.IsLive(c.lock.ExpiresAtMs, nowMs) {
 			return match{detail: lockstore.DetailExpired}, nil
 		}
-		return match{live: docs[0], lock: l}, nil
+		return match{live: c.snap, lock: c.lock}, nil
 	}
 
 	m := match{detail: lockstore.DetailExpired}
 	live := 0
-	for _, d := range docs {
-		l, ok, err := decodeLock(d, op)
+	for _, c := range cands {
 		switch {
-		case err != nil || !ok || l.LockID != lockID:
+		case c.err != nil:
 			// Unreadable: treat as possibly live, never delete it.
 			live++
-		case lockstore.IsLive(l.ExpiresAtMs, nowMs):
+		case lockstore.IsLive(c.lock.ExpiresAtMs, nowMs):
 			live++
-		case tx != nil && l.ExpiresAtMs < nowMs-lockstore.TimeToleranceMs-cleanupGuardMs:
-			m.stale = append(m.stale, d.Ref)
+		case cleanup && c.lock.ExpiresAtMs < nowMs-lockstore.TimeToleranceMs-cleanupGuardMs:
+			m.stale = append(m.stale, c.snap.Ref)
 		}
 	}
 	if live > 0 {
 		m.detail = ""
 	}
 	s.log.Warn("duplicate lock documents for one lockId; refusing to act on ambiguous state",
-		"op", op, "lockid_hash", lockstore.HashKey(lockID), "documents", len(docs),
+		"op", op, "lockid_hash", lockstore.HashKey(lockID), "documents", len(cands),
 		"live", live, "expired_deleted", len(m.stale))
 	return m, nil
 }

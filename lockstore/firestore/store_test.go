@@ -433,25 +433,31 @@ func TestClosedStore(t *testing.T) {
 	}
 }
 
-// TestContention: several goroutines race for one key; exactly one wins per
-// round and fences never repeat. Contention is modest on purpose: the
-// emulator locks pessimistically and serialises conflicting transactions.
-func TestContention(t *testing.T) {
+// TestCrossProcessContention: separate stores (separate clients, as
+// separate gateways would be) race for one key, so the contention meets
+// inside Firestore rather than in one store's per-key serialisation.
+// Exactly one wins per round and fences never repeat; a racer may give up
+// with ServiceUnavailable after its bounded transaction retries, never
+// with a wrong answer. Kept modest: the emulator resolves each such
+// deadlock only by its 2 s lock timeout.
+func TestCrossProcessContention(t *testing.T) {
 	t.Parallel()
-	s := openStore(t, nsConfig(t, uniqueNS(t)))
-	const rounds, workers = 5, 4
+	cfg := nsConfig(t, uniqueNS(t))
+	const rounds, racers = 3, 3
+	stores := make([]*Store, racers)
+	for i := range stores {
+		stores[i] = openStore(t, cfg)
+	}
 	seen := map[string]bool{}
-	for round := 0; round < rounds; round++ {
+	for round := range rounds {
 		var (
 			wg   sync.WaitGroup
 			mu   sync.Mutex
 			wins []lockstore.AcquireResult
 			errs []error
 		)
-		for w := 0; w < workers; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+		for _, s := range stores {
+			wg.Go(func() {
 				r, err := s.Acquire(bg(t), "hot", 10*time.Second)
 				mu.Lock()
 				defer mu.Unlock()
@@ -460,12 +466,10 @@ func TestContention(t *testing.T) {
 				} else if r.OK {
 					wins = append(wins, r)
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		for _, err := range errs {
-			// Bounded retries may give up under contention; that must be
-			// the transient code, never a wrong answer.
 			if lockstore.CodeOf(err) != lockstore.ServiceUnavailable {
 				t.Fatalf("round %d: %v", round, err)
 			}
@@ -477,8 +481,8 @@ func TestContention(t *testing.T) {
 			t.Fatalf("fence %s issued twice", wins[0].Fence)
 		}
 		seen[wins[0].Fence] = true
-		if rr, err := s.Release(bg(t), wins[0].LockID); err != nil || !rr.OK {
-			t.Fatalf("Release = %+v, %v", rr, err)
+		if rr, err := stores[round%racers].Release(bg(t), wins[0].LockID); err != nil || !rr.OK {
+			t.Fatalf("Release from another store = %+v, %v", rr, err)
 		}
 	}
 }
