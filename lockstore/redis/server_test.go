@@ -3,8 +3,16 @@ package redis
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -32,6 +40,7 @@ type redisServer struct {
 	cmd  *exec.Cmd
 	log  *os.File
 	done chan error
+	tls  *tls.Config // set when the server listens with TLS only
 }
 
 // startServer starts redis-server with args (plus port, bind, dir and no
@@ -94,7 +103,14 @@ func (r *redisServer) waitReady() {
 			r.t.Fatalf("redis-server exited: %v\n%s", err, r.logText())
 		default:
 		}
-		if c, err := net.DialTimeout("tcp", r.addr(), time.Second); err == nil {
+		var c net.Conn
+		var err error
+		if r.tls != nil {
+			c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", r.addr(), r.tls)
+		} else {
+			c, err = net.DialTimeout("tcp", r.addr(), time.Second)
+		}
+		if err == nil {
 			_ = c.SetDeadline(time.Now().Add(time.Second))
 			fmt.Fprint(c, "PING\r\n")
 			line, _ := bufio.NewReader(c).ReadString('\n')
@@ -469,4 +485,93 @@ func (r *redisServer) startSentinel() {
 	cmd := r.cmd
 	go func() { done <- cmd.Wait() }()
 	r.waitReady()
+}
+
+// TestTLS: rediss:// reaches a TLS-only server whose CA the config trusts;
+// an untrusted certificate is AuthFailed, plain text to a TLS port is
+// ServiceUnavailable.
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	pool := writeTestCerts(t, dir)
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatal("redis-server is not on PATH")
+	}
+	port := freePort(t)
+	srv := &redisServer{t: t, bin: bin, port: port, dir: dir,
+		tls: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}}
+	srv.args = []string{"--port", "0", "--tls-port", strconv.Itoa(port),
+		"--tls-cert-file", filepath.Join(dir, "server.pem"), "--tls-key-file", filepath.Join(dir, "server-key.pem"),
+		"--tls-auth-clients", "no"}
+	srv.start()
+	t.Cleanup(srv.kill)
+
+	url := "rediss://127.0.0.1:" + strconv.Itoa(port) + "/0?prefix=tls"
+	cfg, err := ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Options.TLSConfig.RootCAs = pool
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Open over TLS: %v", err)
+	}
+	defer s.Close()
+	r := mustAcquire(t, s, "k", time.Second)
+	if res, err := s.Release(ctx, r.LockID); err != nil || !res.OK {
+		t.Fatalf("Release over TLS = %+v, %v", res, err)
+	}
+
+	if _, err := openURLErr(t, url); lockstore.CodeOf(err) != lockstore.AuthFailed {
+		t.Errorf("Open with an untrusted server certificate: %v, want AuthFailed", err)
+	}
+	if _, err := openURLErr(t, "redis://127.0.0.1:"+strconv.Itoa(port)+"/0"); lockstore.CodeOf(err) != lockstore.ServiceUnavailable {
+		t.Errorf("Open in plain text against a TLS port: %v, want ServiceUnavailable", err)
+	}
+}
+
+// writeTestCerts writes a throwaway CA and a server certificate for
+// 127.0.0.1 into dir and returns a pool trusting the CA.
+func writeTestCerts(t *testing.T, dir string) *x509.CertPool {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fencegate test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, typ string, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("server.pem", "CERTIFICATE", der)
+	write("server-key.pem", "EC PRIVATE KEY", keyDER)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return pool
 }

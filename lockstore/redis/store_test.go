@@ -1,10 +1,12 @@
 package redis
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -519,5 +521,69 @@ func TestRoundTrips(t *testing.T) {
 		if got := h.take(); len(got) != 1 || got[0] != "evalsha" {
 			t.Errorf("%s sent %v, want exactly one evalsha", st.name, got)
 		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a slog handler and a reader.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestFenceWarnLog: past FenceWarn the store logs a warning naming the
+// key's hash — never the key or the lockId.
+func TestFenceWarnLog(t *testing.T) {
+	var logs lockedBuffer
+	s := openPrefix(t, "syncguard_test_warnlog", func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	t.Cleanup(func() { dropPrefix(t, s.Client(), s.Prefix()) })
+	ctx := context.Background()
+	const key = "customer-4711-secret"
+	r := mustAcquire(t, s, key, time.Second)
+	if strings.Contains(logs.String(), "level=WARN") {
+		t.Fatalf("warning at fence %s:\n%s", r.Fence, logs.String())
+	}
+	s.Release(ctx, r.LockID)
+	s.Client().Set(ctx, mustKey(t, s.FenceKey, key), lockstore.FenceWarn, 0)
+	r = mustAcquire(t, s, key, time.Second)
+	out := logs.String()
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "keyHash="+lockstore.HashKey(key)) {
+		t.Errorf("no warning with the keyHash past FenceWarn:\n%s", out)
+	}
+	if strings.Contains(out, key) || strings.Contains(out, r.LockID) {
+		t.Errorf("logs contain the raw key or lockId:\n%s", out)
+	}
+}
+
+// TestLongestTTL: the longest TTL a Duration can carry (~292 years) stays
+// exact through the scripts (now+ttl is far below 2^53).
+func TestLongestTTL(t *testing.T) {
+	s := openPrefix(t, "syncguard_test_ttl")
+	t.Cleanup(func() { dropPrefix(t, s.Client(), s.Prefix()) })
+	ctx := context.Background()
+	ttl := time.Duration(math.MaxInt64).Truncate(time.Millisecond)
+	before := time.Now().UnixMilli()
+	r := mustAcquire(t, s, "k", ttl)
+	if d := r.ExpiresAtMs - before - ttl.Milliseconds(); d < -1000 || d > 1000 {
+		t.Errorf("expiresAtMs is %d ms off now+ttl", d)
+	}
+	if e, err := s.Extend(ctx, r.LockID, ttl); err != nil || !e.OK {
+		t.Errorf("Extend with the longest TTL = %+v, %v", e, err)
+	}
+	if res, err := s.Release(ctx, r.LockID); err != nil || !res.OK {
+		t.Errorf("Release of a lock with the longest TTL = %+v, %v", res, err)
 	}
 }
