@@ -3,6 +3,7 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -131,7 +132,8 @@ func (s *ownServer) freeze(on bool) {
 	}
 	pids := append([]int{s.cmd.Process.Pid}, childPids(s.t, s.cmd.Process.Pid)...)
 	for _, pid := range pids {
-		if err := syscall.Kill(pid, sig); err != nil {
+		// ESRCH: a backend whose client went away exited meanwhile.
+		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 			s.t.Fatalf("signal %v to server process %d: %v", sig, pid, err)
 		}
 	}
