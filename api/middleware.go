@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
@@ -59,8 +60,10 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // Middleware recovers panics (500 Internal, the stack logged) and writes
-// one structured access log line per request. The line carries the path
-// without the query string (GET /v1/locks/status takes the key there), the
+// one structured access log line per request. The line carries the route
+// the request matched, not its path: forward-auth requests carry the
+// protected API's path after /v1/authz/check/, and that path may be a key;
+// GET /v1/locks/status takes the key in its query. Then the
 // status, size, duration and the token's name; never a key, lockId or
 // token. Probe and scrape paths log at debug level.
 func (s *Server) Middleware(h http.Handler) http.Handler {
@@ -75,19 +78,19 @@ func (s *Server) Middleware(h http.Handler) http.Handler {
 					// net/http's own way to abort a reply; it must reach the server.
 					panic(v)
 				}
-				s.log.Error("panic in HTTP handler", "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				s.log.Error("panic in HTTP handler", "route", logRoute(r), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
 				if rec.status == 0 {
 					writeJSON(rec, http.StatusInternalServerError,
 						errorReply{errorBody{Code: lockstore.Internal, Message: "internal error"}})
 				}
 			}
 			level := slog.LevelInfo
-			if isProbePath(r.URL.Path) {
+			if isProbePath(logRoute(r)) {
 				level = slog.LevelDebug
 			}
 			s.log.LogAttrs(r.Context(), level, "http request",
 				slog.String("method", r.Method),
-				slog.String("path", r.URL.Path),
+				slog.String("route", logRoute(r)),
 				slog.Int("status", rec.status),
 				slog.Int64("bytes", rec.bytes),
 				slog.Duration("duration", time.Since(start)),
@@ -98,6 +101,19 @@ func (s *Server) Middleware(h http.Handler) http.Handler {
 		}()
 		h.ServeHTTP(rec, r)
 	})
+}
+
+// logRoute is what logs say about a request's path: the ServeMux pattern
+// it matched (without a method), which never contains a key.
+func logRoute(r *http.Request) string {
+	p := r.Pattern
+	if _, rest, ok := strings.Cut(p, " "); ok {
+		p = rest
+	}
+	if p == "" {
+		return "(unmatched)"
+	}
+	return p
 }
 
 func isProbePath(p string) bool {
@@ -117,7 +133,7 @@ func levelFor(c lockstore.Code) slog.Level {
 // comes from lockstore.Error, which prints only key and lockId hashes.
 func slogAttrs(r *http.Request, status int, ae *apiError) []slog.Attr {
 	attrs := []slog.Attr{
-		slog.String("path", r.URL.Path),
+		slog.String("route", logRoute(r)),
 		slog.Int("status", status),
 		slog.String("code", string(ae.code)),
 	}
