@@ -92,7 +92,10 @@ func (g *Gateway) Stop(t testing.TB) {
 // log is printed if the test failed.
 func StartGateway(t testing.TB, storeURL string, args ...string) *Gateway {
 	t.Helper()
-	full := []string{"serve", "--store", storeURL, "--log-format", "json", "--log-level", "debug"}
+	full := []string{"serve", "--store", storeURL, "--log-format", "json"}
+	if !hasFlag(args, "--log-level") {
+		full = append(full, "--log-level", "debug")
+	}
 	for _, l := range []string{"--http-addr", "--grpc-addr", "--authz-addr"} {
 		if !hasFlag(args, l) {
 			full = append(full, l, "127.0.0.1:0")
