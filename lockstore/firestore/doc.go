@@ -14,23 +14,35 @@
 //     per key, ID makeStorageKey("", "fence:"+lockDocID, 1500, 0), fields
 //     {fence, keyDebug}. Counters are never deleted, by anything.
 //
-// Keys that are not legal document IDs (containing '/', "." and "..", or
-// of the reserved form __.*__) use the hashed storage-key form instead,
+// Keys that are not legal document IDs (containing '/', equal to "." or
+// "..", or of the reserved form __.*__) use the hashed storage-key form instead,
 // base64url(sha256(key)[:16]); see lockDocID. SyncGuard cannot store such
 // keys at all, so no shared lock is affected.
 //
 // # Operations
 //
-// Acquire runs one transaction (reads of both documents first, the clock
-// read inside it, overflow checked before any write). Release and Extend
-// query lockId inside a transaction without limit(1): more than one match
-// is an inconsistency (ADR-014) that is logged with hashes only and makes
-// the operation return OK=false without touching any live document;
-// duplicates expired beyond the clean-up guard are deleted in the same
-// transaction. LookupLockID treats duplicates the same way and never writes.
-// Inspect reads the lock and counter documents in one batched get.
-// Commit conflicts are retried by the client library at most
-// Config.MaxAttempts times; past that the operation is ServiceUnavailable.
+// Acquire first reads the lock document without a transaction: a live lock
+// answers "locked" at once, without the shared lock a transactional read
+// would hold on the holder's document. Otherwise one transaction reads the
+// lock and counter documents (all reads before writes), reads the clock
+// inside it, checks the fence limit before writing, and writes the counter
+// and the lock; the returned expiresAtMs is the one stored.
+//
+// Release and Extend find the candidate documents with a plain lockId
+// query without limit(1), then, in one transaction, re-read each candidate
+// by reference and verify it explicitly (ADR-003): it must still carry the
+// lockId, be live, and sit at its own key's document ID. More than one
+// candidate is an inconsistency (ADR-014), logged with hashes only: the
+// operation returns OK=false without touching a live document, and deletes
+// duplicates that expired more than tolerance + 1 s ago. LookupLockID
+// treats duplicates the same way and never writes. Inspect reads the lock
+// and counter documents in one batched get (one consistent snapshot).
+//
+// A store serialises its own read-write transactions per lock document, so
+// transactions of one process never deadlock each other on Firestore's
+// pessimistic locks; conflicts with other processes are retried by the
+// client library at most Config.MaxAttempts times, then reported as
+// ServiceUnavailable.
 //
 // # Indexes
 //
