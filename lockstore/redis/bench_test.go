@@ -18,6 +18,18 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.Cleanup(func() { dropPrefix(b, s.Client(), s.Prefix()) })
 	ctx := context.Background()
 
+	// The floor: two bare round trips on the same client, which is what an
+	// acquire+release cycle costs before any script work.
+	b.Run("floor-two-pings", func(b *testing.B) {
+		for b.Loop() {
+			if err := s.Client().Ping(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Client().Ping(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("serial", func(b *testing.B) {
 		for b.Loop() {
 			if err := cycle(ctx, s, "bench"); err != nil {

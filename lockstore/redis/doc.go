@@ -59,5 +59,8 @@
 // go-redis retries are disabled (an operation is a single attempt; the
 // lockstore Lock helper retries), context deadlines are honoured on the
 // socket, and dial/read/write/pool timeouts default to 2 s, so a dead server
-// fails a call promptly with ServiceUnavailable or NetworkTimeout.
+// fails a call promptly with ServiceUnavailable or NetworkTimeout. A
+// NetworkTimeout is ambiguous: the script may still have run (e.g. on a
+// server that was merely slow), so an acquire that timed out can leave a
+// lock nobody holds the lockId of; it expires on its TTL.
 package redis
