@@ -6,29 +6,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/authz"
+	"github.com/fencegate/fencegate/deploy/nginx/nginxtest"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
-)
-
-// The addresses the shipped config names, replaced by the test's own.
-const (
-	shippedListen    = "listen 127.0.0.1:10080;"
-	shippedFencegate = "server 127.0.0.1:8080;"
-	shippedApp       = "server 127.0.0.1:3000;"
 )
 
 // app is the protected upstream: it records the headers of what reached it.
@@ -58,92 +48,6 @@ func (a *app) count() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.seen)
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
-
-// startNginx runs nginx with the shipped config, its addresses templated,
-// in a temp prefix; it is stopped at cleanup.
-func startNginx(t *testing.T, fencegateAddr, appAddr string) string {
-	t.Helper()
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
-			t.Fatalf("nginx binary not found on PATH (or /usr/sbin/nginx): %v; install nginx", err)
-		}
-		bin = "/usr/sbin/nginx"
-	}
-	conf, err := os.ReadFile("nginx.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(conf)
-	listen := freePort(t)
-	prefix := t.TempDir()
-	for from, to := range map[string]string{
-		shippedListen:    "listen " + listen + ";",
-		shippedFencegate: "server " + fencegateAddr + ";",
-		shippedApp:       "server " + appAddr + ";",
-		// Keep every file nginx writes inside the temp prefix.
-		"http {": fmt.Sprintf("http {\n    access_log %[1]s/access.log;\n    client_body_temp_path %[1]s/body;\n"+
-			"    proxy_temp_path %[1]s/proxy;\n    fastcgi_temp_path %[1]s/fastcgi;\n    uwsgi_temp_path %[1]s/uwsgi;\n"+
-			"    scgi_temp_path %[1]s/scgi;\n", prefix),
-	} {
-		if strings.Count(text, from) != 1 {
-			t.Fatalf("nginx.conf should contain %q exactly once; update the test", from)
-		}
-		text = strings.Replace(text, from, to, 1)
-	}
-	confPath := filepath.Join(prefix, "nginx.conf")
-	if err := os.WriteFile(confPath, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	global := fmt.Sprintf("daemon off; master_process on; worker_processes 1; pid %s/nginx.pid; error_log %s/error.log warn;", prefix, prefix)
-	if out, err := exec.Command(bin, "-t", "-p", prefix, "-c", confPath, "-g", global).CombinedOutput(); err != nil {
-		t.Fatalf("nginx -t: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "-p", prefix, "-c", confPath, "-g", global)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGQUIT) // graceful; only the nginx we started
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			if b, err := os.ReadFile(filepath.Join(prefix, "error.log")); err == nil {
-				t.Logf("nginx error.log:\n%s", b)
-			}
-		}
-	})
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := net.Dial("tcp", listen)
-		if err == nil {
-			_ = c.Close()
-			return "http://" + listen
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nginx did not listen on %s: %v", listen, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 type call struct {
@@ -202,7 +106,7 @@ func TestNginxForwardAuth(t *testing.T) {
 	up := &app{}
 	appSrv := httptest.NewServer(up)
 	t.Cleanup(appSrv.Close)
-	base := startNginx(t, fg.Listener.Addr().String(), appSrv.Listener.Addr().String())
+	base := nginxtest.Start(t, fg.Listener.Addr().String(), appSrv.Listener.Addr().String())
 
 	type want struct {
 		status  int
