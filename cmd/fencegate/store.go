@@ -27,7 +27,7 @@ func openStore(ctx context.Context, rawURL string, retention lockstore.AuditRete
 		if err != nil {
 			return nil, wrap(err)
 		}
-		cfg.Logger, cfg.AuditRetention = log, retention
+		cfg.Logger, cfg.AuditRetention = log, mergeRetention(cfg.AuditRetention, retention)
 		s, err := bolt.Open(ctx, cfg)
 		if err != nil {
 			return nil, wrap(err)
@@ -38,7 +38,7 @@ func openStore(ctx context.Context, rawURL string, retention lockstore.AuditRete
 		if err != nil {
 			return nil, wrap(err)
 		}
-		cfg.Logger, cfg.AuditRetention = log, retention
+		cfg.Logger, cfg.AuditRetention = log, mergeRetention(cfg.AuditRetention, retention)
 		s, err := redis.Open(ctx, cfg)
 		if err != nil {
 			return nil, wrap(err)
@@ -49,7 +49,7 @@ func openStore(ctx context.Context, rawURL string, retention lockstore.AuditRete
 		if err != nil {
 			return nil, wrap(err)
 		}
-		cfg.Logger, cfg.Audit = log, retention
+		cfg.Logger, cfg.Audit = log, mergeRetention(cfg.Audit, retention)
 		s, err := postgres.Open(ctx, cfg)
 		if err != nil {
 			return nil, wrap(err)
@@ -60,7 +60,7 @@ func openStore(ctx context.Context, rawURL string, retention lockstore.AuditRete
 		if err != nil {
 			return nil, wrap(err)
 		}
-		cfg.Logger, cfg.AuditRetention = log, retention
+		cfg.Logger, cfg.AuditRetention = log, mergeRetention(cfg.AuditRetention, retention)
 		s, err := firestore.Open(ctx, cfg)
 		if err != nil {
 			return nil, wrap(err)
@@ -68,4 +68,16 @@ func openStore(ctx context.Context, rawURL string, retention lockstore.AuditRete
 		return s, nil
 	}
 	return nil, fmt.Errorf("store %s: unsupported scheme %q (bolt, redis, rediss, redis+sentinel, postgres, firestore)", config.RedactURL(rawURL), scheme)
+}
+
+// mergeRetention lets the config file's audit retention fill what the store
+// URL left unset: the URL names one store, so it is the more specific.
+func mergeRetention(fromURL, fromConfig lockstore.AuditRetention) lockstore.AuditRetention {
+	if fromURL.MaxEvents == 0 {
+		fromURL.MaxEvents = fromConfig.MaxEvents
+	}
+	if fromURL.MaxAge == 0 {
+		fromURL.MaxAge = fromConfig.MaxAge
+	}
+	return fromURL
 }
