@@ -18,6 +18,13 @@ import (
 // the numbers.
 var workers = flag.Int("workers", 8, "concurrent clients in every benchmark's fixed worker pool")
 
+// rounds repeats each suite's subjects in turn (floor, subject, floor,
+// subject, …). Unlike -count, which repeats one sub-benchmark back to back,
+// this keeps every round's subject next to its own floor, so a burst of load
+// from the rest of the machine lands on one round's pair, not on one side of
+// every pair.
+var rounds = flag.Int("rounds", 3, "rounds of each suite, subjects interleaved with their baselines")
+
 // An op is one measured operation (an acquire+release cycle, one ext_authz
 // Check). Worker w calls it sequentially and only with its own w, so an op
 // may keep per-worker state indexed by w without locking.
@@ -108,30 +115,34 @@ func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsec
 
 // runSuite sets the suite up once (outside any timing) and measures each
 // subject as a sub-benchmark named after its id, in order, so a subject and
-// its floor run back to back. Each sub-benchmark's final run goes on the
-// scoreboard for the report TestMain prints.
+// its floor run back to back, -rounds times. Each sub-benchmark's final run
+// goes on the scoreboard for the report TestMain prints.
 func runSuite(b *testing.B, s suite) {
 	nw := *workers
-	if nw < 1 {
-		b.Fatalf("-workers=%d: want at least 1", nw)
+	if nw < 1 || *rounds < 1 {
+		b.Fatalf("-workers=%d -rounds=%d: want at least 1 of each", nw, *rounds)
 	}
-	for _, sub := range s(b, nw) {
-		b.Run(subName(sub.id), func(b *testing.B) {
-			b.ReportAllocs()
-			b.ResetTimer()
-			smp, err := measureN(b.Context(), nw, b.N, sub.op)
-			b.StopTimer()
-			if err != nil {
-				b.Fatalf("%s: %v", sub.id, err)
-			}
-			b.ReportMetric(smp.perSec(), sub.unit)
-			b.ReportMetric(micros(smp.pct(50)), "p50-µs")
-			b.ReportMetric(micros(smp.pct(99)), "p99-µs")
-			board.set(sub.id, smp.result())
-		})
-		// b.Run returns once the sub-benchmark is done with every b.N it
-		// tried; what set saw last is the run the framework reports.
-		board.commit(sub.id)
+	subs := s(b, nw)
+	for range *rounds {
+		for _, sub := range subs {
+			// A name run again gets the framework's "#01" suffix.
+			b.Run(subName(sub.id), func(b *testing.B) {
+				b.ReportAllocs()
+				b.ResetTimer()
+				smp, err := measureN(b.Context(), nw, b.N, sub.op)
+				b.StopTimer()
+				if err != nil {
+					b.Fatalf("%s: %v", sub.id, err)
+				}
+				b.ReportMetric(smp.perSec(), sub.unit)
+				b.ReportMetric(micros(smp.pct(50)), "p50-µs")
+				b.ReportMetric(micros(smp.pct(99)), "p99-µs")
+				board.set(sub.id, smp.result())
+			})
+			// b.Run returns once the sub-benchmark is done with every b.N
+			// it tried; what set saw last is the run it reported.
+			board.commit(sub.id)
+		}
 	}
 }
 

@@ -34,22 +34,31 @@ type scoreboard struct {
 
 var board = &scoreboard{}
 
-// set records a run of id; the framework calls a benchmark several times
-// with a growing b.N, and the last call is the one it reports.
+// set records a run of id. The framework calls a benchmark several times
+// with a strictly growing b.N and reports the last call; a call whose b.N is
+// not larger than the previous one's starts a new -count round, so the
+// previous call was that round's final run.
 func (s *scoreboard) set(id string, r result) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.last == nil {
 		s.last = map[string]result{}
 	}
+	if prev, ok := s.last[id]; ok && r.N <= prev.N {
+		s.commitLocked(id)
+	}
 	s.last[id] = r
 }
 
-// commit moves id's last run to its final runs (once its sub-benchmark has
+// commit moves id's pending run to its final runs (once its sub-benchmark has
 // returned). A sub-benchmark filtered out by -bench leaves nothing to move.
 func (s *scoreboard) commit(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.commitLocked(id)
+}
+
+func (s *scoreboard) commitLocked(id string) {
 	r, ok := s.last[id]
 	if !ok {
 		return
@@ -61,41 +70,65 @@ func (s *scoreboard) commit(id string) {
 	s.runs[id] = append(s.runs[id], r)
 }
 
-// medians returns, per id, the median of each metric over its final runs
-// (one per -count round) and how many there were.
-func (s *scoreboard) medians() map[string]summary {
+// snapshot returns a copy of every id's final runs, in round order.
+func (s *scoreboard) snapshot() map[string][]result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]summary, len(s.runs))
+	out := make(map[string][]result, len(s.runs))
 	for id, rs := range s.runs {
-		out[id] = summary{
-			PerSec: median(rs, func(r result) float64 { return r.PerSec }),
-			P50:    median(rs, func(r result) float64 { return float64(r.P50) }),
-			P99:    median(rs, func(r result) float64 { return float64(r.P99) }),
-			Runs:   len(rs),
-		}
+		out[id] = slices.Clone(rs)
 	}
 	return out
 }
 
-// summary is a subject's median over its runs.
-type summary struct {
-	PerSec, P50, P99 float64 // P50/P99 in nanoseconds
-	Runs             int
+// median of v (which it sorts); 0 for none.
+func median(v []float64) float64 {
+	slices.Sort(v)
+	switch n := len(v); {
+	case n == 0:
+		return 0
+	case n%2 == 1:
+		return v[n/2]
+	default:
+		return (v[n/2-1] + v[n/2]) / 2
+	}
 }
 
-func median(rs []result, f func(result) float64) float64 {
+// each applies f to every run.
+func each(rs []result, f func(result) float64) []float64 {
 	v := make([]float64, len(rs))
 	for i, r := range rs {
 		v[i] = f(r)
 	}
-	slices.Sort(v)
-	if n := len(v); n%2 == 1 {
-		return v[n/2]
-	} else if n > 0 {
-		return (v[n/2-1] + v[n/2]) / 2
+	return v
+}
+
+// paired applies f to the i-th runs of sub and base. With -rounds, run i of
+// a subject and run i of its baseline ran back to back in the same round, so
+// their ratio is the least disturbed by the machine's load changing between
+// rounds. (-count repeats one sub-benchmark back to back instead; its runs
+// pair up too, just less tightly in time.)
+func paired(sub, base []result, f func(s, b result) float64) []float64 {
+	n := min(len(sub), len(base))
+	v := make([]float64, n)
+	for i := range n {
+		v[i] = f(sub[i], base[i])
 	}
-	return 0
+	return v
+}
+
+func perSec(r result) float64 { return r.PerSec }
+func p50(r result) float64    { return float64(r.P50) }
+func p99(r result) float64    { return float64(r.P99) }
+
+// ratioOf returns f(sub)/f(base) per round (0 when the base is 0).
+func ratioOf(f func(result) float64) func(s, b result) float64 {
+	return func(s, b result) float64 {
+		if f(b) == 0 {
+			return 0
+		}
+		return f(s) / f(b)
+	}
 }
 
 // A section is one comparison of the report: each row is a subject and the
@@ -149,16 +182,17 @@ type runInfo struct {
 	Dirty               bool
 	GoVersion, Platform string
 	CPUs, Procs         int
-	Workers             int
+	Workers, Rounds     int
 	Command             string
 	LoadStart, LoadEnd  string
 }
 
-// render writes the report as Markdown: absolute numbers (medians over -count
-// rounds) and each subject's ratios to its baseline. Rows with no data (a
-// benchmark filtered out or failed) are left out; a missing baseline shows
-// as "—".
-func render(w io.Writer, info runInfo, m map[string]summary) {
+// render writes the report as Markdown: absolute numbers (medians over the
+// runs) and each subject's ratios to its baseline (medians of the
+// per-round ratios, with their range when there are several rounds). Rows
+// with no data (a benchmark filtered out) are left out; a missing baseline
+// shows as "—".
+func render(w io.Writer, info runInfo, runs map[string][]result) {
 	fmt.Fprintf(w, "# fencegate benchmarks — %s, %s\n\n", info.When.UTC().Format("2006-01-02 15:04 UTC"), info.Commit)
 	fmt.Fprintf(w, "- command: `%s`\n", info.Command)
 	dirty := ""
@@ -168,28 +202,33 @@ func render(w io.Writer, info runInfo, m map[string]summary) {
 	fmt.Fprintf(w, "- commit: %s%s; %s, %s\n", info.Commit, dirty, info.GoVersion, info.Platform)
 	fmt.Fprintf(w, "- %d CPUs, GOMAXPROCS %d; fixed pool of %d concurrent workers per benchmark, each on its own keys\n", info.CPUs, info.Procs, info.Workers)
 	fmt.Fprintf(w, "- load average (1/5/15 min) at start: %s; at end: %s\n", info.LoadStart, info.LoadEnd)
-	fmt.Fprintf(w, "- numbers are medians over -count rounds; ratios are subject ÷ baseline, both measured back to back in this run\n")
+	fmt.Fprintf(w, "- %d rounds per suite, each subject run right after its baseline; absolute numbers: medians over the runs; ratios: subject ÷ baseline within each round, median over rounds (range in brackets)\n", info.Rounds)
 	for _, s := range sections {
 		var lines []string
 		for _, r := range s.rows {
-			sub, ok := m[r.id]
-			if !ok {
+			sub := runs[r.id]
+			if len(sub) == 0 {
 				continue
 			}
-			base, hasBase := m[r.baseline]
-			ratio := func(a, b float64) string {
-				if !hasBase || b == 0 {
+			base := runs[r.baseline]
+			ratio := func(f func(result) float64, withRange bool) string {
+				v := paired(sub, base, ratioOf(f))
+				if len(v) == 0 {
 					return "—"
 				}
-				return fmt.Sprintf("%.2f", a/b)
+				m := median(v) // sorts v
+				if !withRange || len(v) == 1 {
+					return fmt.Sprintf("%.2f", m)
+				}
+				return fmt.Sprintf("%.2f (%.2f–%.2f)", m, v[0], v[len(v)-1])
 			}
 			added := "—"
-			if hasBase {
-				added = fmt.Sprintf("%+.0f", (sub.P50-base.P50)/1e3)
+			if d := paired(sub, base, func(s, b result) float64 { return p50(s) - p50(b) }); len(d) > 0 {
+				added = fmt.Sprintf("%+.0f", median(d)/1e3)
 			}
 			lines = append(lines, fmt.Sprintf("| %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %d |",
-				r.id, sub.PerSec, sub.P50/1e3, sub.P99/1e3, r.baseline,
-				ratio(sub.PerSec, base.PerSec), ratio(sub.P50, base.P50), ratio(sub.P99, base.P99), added, sub.Runs))
+				r.id, median(each(sub, perSec)), median(each(sub, p50))/1e3, median(each(sub, p99))/1e3, r.baseline,
+				ratio(perSec, true), ratio(p50, true), ratio(p99, false), added, len(sub)))
 		}
 		if len(lines) == 0 {
 			continue
@@ -210,13 +249,13 @@ func TestMain(m *testing.M) {
 	start := time.Now()
 	loadStart := loadAvg()
 	code := m.Run()
-	results := board.medians()
+	results := board.snapshot()
 	if len(results) == 0 {
 		os.Exit(code)
 	}
 	info := runInfo{
 		When: start, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH,
-		CPUs: runtime.NumCPU(), Procs: runtime.GOMAXPROCS(0), Workers: *workers,
+		CPUs: runtime.NumCPU(), Procs: runtime.GOMAXPROCS(0), Workers: *workers, Rounds: *rounds,
 		Command: command(), LoadStart: loadStart, LoadEnd: loadAvg(),
 	}
 	info.Commit, info.Dirty = gitCommit()
@@ -255,8 +294,15 @@ func command() string {
 		parts = append(parts, "-cpu "+c)
 	}
 	parts = append(parts, "./bench/...")
+	var args []string
 	if *workers != 8 {
-		parts = append(parts, fmt.Sprintf("-args -workers %d", *workers))
+		args = append(args, fmt.Sprintf("-workers %d", *workers))
+	}
+	if *rounds != 3 {
+		args = append(args, fmt.Sprintf("-rounds %d", *rounds))
+	}
+	if len(args) > 0 {
+		parts = append(parts, "-args "+strings.Join(args, " "))
 	}
 	return strings.Join(parts, " ")
 }

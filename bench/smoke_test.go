@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,34 +174,61 @@ func TestPercentile(t *testing.T) {
 }
 
 func TestScoreboardKeepsFinalRuns(t *testing.T) {
-	var s scoreboard
-	// Two -count rounds, each calibrating with growing b.N; only each
-	// round's last call counts.
-	for _, round := range [][]float64{{10, 20, 100}, {12, 300}} {
-		for _, v := range round {
-			s.set("x", result{PerSec: v, P50: time.Duration(v) * time.Microsecond})
-		}
-		s.commit("x")
-	}
-	s.commit("filtered-out") // never set: nothing recorded
-	m := s.medians()
-	if len(m) != 1 || m["x"].Runs != 2 || m["x"].PerSec != 200 {
-		t.Errorf("medians %+v, want x over 2 runs with median 200/s", m)
+	for _, tc := range []struct {
+		name  string
+		calls [][]int // b.N of each call, per sub-benchmark (b.Run)
+		want  []int   // b.N of the runs kept
+	}{
+		{"one round calibrating", [][]int{{1, 20, 100}}, []int{100}},
+		{"-count 2: rounds inside one b.Run", [][]int{{1, 20, 100, 1, 300}}, []int{100, 300}},
+		{"-benchtime 1x -count 3", [][]int{{1, 1, 1}}, []int{1, 1, 1}},
+		{"-rounds 2: two b.Runs", [][]int{{1, 50}, {1, 70}}, []int{50, 70}},
+		{"filtered out", [][]int{{}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s scoreboard
+			for _, run := range tc.calls {
+				for _, n := range run {
+					s.set("x", result{N: n})
+				}
+				s.commit("x")
+			}
+			var got []int
+			for _, r := range s.snapshot()["x"] {
+				got = append(got, r.N)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("kept runs with b.N %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 
 func TestRender(t *testing.T) {
-	m := map[string]summary{
-		"authz/noop":            {PerSec: 10000, P50: 100e3, P99: 400e3, Runs: 1},
-		"authz/fencegate-redis": {PerSec: 5000, P50: 250e3, P99: 1200e3, Runs: 1},
-		"peer/fencegate-redis":  {PerSec: 100, P50: 1e3, P99: 2e3, Runs: 1},
+	us := func(v float64) time.Duration { return time.Duration(v * float64(time.Microsecond)) }
+	runs := map[string][]result{
+		// Three rounds; the load changes between rounds, the per-round
+		// ratio does not: 0.5, 0.5, 0.4.
+		"authz/noop": {
+			{PerSec: 10000, P50: us(100), P99: us(400)},
+			{PerSec: 4000, P50: us(300), P99: us(900)},
+			{PerSec: 10000, P50: us(100), P99: us(400)},
+		},
+		"authz/fencegate-redis": {
+			{PerSec: 5000, P50: us(250), P99: us(1200)},
+			{PerSec: 2000, P50: us(600), P99: us(1800)},
+			{PerSec: 4000, P50: us(200), P99: us(800)},
+		},
+		"peer/fencegate-redis": {{PerSec: 100, P50: us(1), P99: us(2)}},
 	}
 	var sb strings.Builder
-	render(&sb, runInfo{Commit: "abc1234", Command: "go test -bench ."}, m)
+	render(&sb, runInfo{Commit: "abc1234", Command: "go test -bench ."}, runs)
 	out := sb.String()
 	for _, want := range []string{
-		"| authz/noop | 10000 | 100 | 400 | authz/noop | 1.00 | 1.00 | 1.00 | +0 | 1 |",
-		"| authz/fencegate-redis | 5000 | 250 | 1200 | authz/noop | 0.50 | 2.50 | 3.00 | +150 | 1 |",
+		"| authz/noop | 10000 | 100 | 400 | authz/noop | 1.00 (1.00–1.00) | 1.00 (1.00–1.00) | 1.00 | +0 | 3 |",
+		// medians: 4000/s, 250 µs, 1200 µs; ratios per round
+		// 0.5/0.5/0.4, p50 2.5/2/2, p99 3/2/2; added p50 150/300/100.
+		"| authz/fencegate-redis | 4000 | 250 | 1200 | authz/noop | 0.50 (0.40–0.50) | 2.00 (2.00–2.50) | 2.00 | +150 | 3 |",
 		// the peer is missing: absolute numbers, no ratios
 		"| peer/fencegate-redis | 100 | 1 | 2 | peer/redislock | — | — | — | — | 1 |",
 		"`go test -bench .`",
