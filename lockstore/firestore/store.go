@@ -154,9 +154,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return classify(ctx, op, err)
 }
 
-// Acquire takes the lock on key for ttl in one transaction: it reads the
-// lock and counter documents together, then (if the lock is absent or
-// expired) writes the next fence to the counter and a new lock document.
+// Acquire tries once to take the lock on key for ttl. A plain read that
+// finds a live lock answers "locked"; otherwise one transaction reads the
+// lock and counter documents together and, if the lock is absent or
+// expired, writes the next fence to the counter and a new lock document.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	const op = "acquire"
 	nk, err := lockstore.NormalizeKey(key)

@@ -382,12 +382,25 @@ func TestContextErrors(t *testing.T) {
 			}
 		}
 	}
-	// Mid-flight: a deadline that expires while the transaction waits.
-	ctx, cancel3 := context.WithTimeout(context.Background(), time.Microsecond)
+	// Mid-flight: the context ends while the acquire waits for another
+	// transaction of this store on the same document.
+	unlock, err := s.inflight.lock(bg(t), "test", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	tctx, cancel3 := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel3()
-	time.Sleep(time.Millisecond)
-	if _, err := s.Acquire(ctx, "k", time.Second); lockstore.CodeOf(err) != lockstore.NetworkTimeout {
-		t.Errorf("acquire with expired deadline: %v", err)
+	if _, err := s.Acquire(tctx, "k", time.Second); lockstore.CodeOf(err) != lockstore.NetworkTimeout {
+		t.Errorf("acquire whose deadline passes while waiting: %v, want NetworkTimeout", err)
+	}
+	cctx, cancel4 := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel4)
+	if _, err := s.Acquire(cctx, "k", time.Second); lockstore.CodeOf(err) != lockstore.Aborted {
+		t.Errorf("acquire cancelled while waiting: %v, want Aborted", err)
+	}
+	if locked, err := s.IsLocked(bg(t), "k"); err != nil || locked {
+		t.Errorf("IsLocked after the interrupted acquires = %v, %v; want false", locked, err)
 	}
 }
 
