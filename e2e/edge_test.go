@@ -83,7 +83,11 @@ type edgeRun struct {
 	lockIDs  []string
 }
 
-func (e *edgeRun) addAttempt(a attempt) { e.mu.Lock(); e.attempts = append(e.attempts, a); e.mu.Unlock() }
+func (e *edgeRun) addAttempt(a attempt) {
+	e.mu.Lock()
+	e.attempts = append(e.attempts, a)
+	e.mu.Unlock()
+}
 func (e *edgeRun) addIssued(key string, r lockstore.AcquireResult) {
 	e.mu.Lock()
 	e.issued = append(e.issued, issued{key, r.Fence, time.Now()})
