@@ -176,7 +176,8 @@ func validDatabaseID(id string) bool {
 
 // ParseURL parses a store URL:
 //
-//	firestore://PROJECT?database=D&collection=C&fenceCollection=F&auditCollection=A&maxAttempts=N
+//	firestore://PROJECT?database=D&collection=C&fenceCollection=F&auditCollection=A
+//	    &auditMaxEvents=N&auditMaxAge=168h&maxAttempts=N
 //
 // Every query parameter is optional; unknown parameters are an error (a
 // typo must not silently select a default collection). The result is
@@ -215,6 +216,18 @@ func ParseURL(raw string) (Config, error) {
 			c.FenceCollection = v
 		case "auditCollection":
 			c.AuditCollection = v
+		case "auditMaxEvents":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				probs = append(probs, fmt.Sprintf("auditMaxEvents %q must be a positive integer", v))
+			}
+			c.AuditRetention.MaxEvents = n
+		case "auditMaxAge":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				probs = append(probs, fmt.Sprintf("auditMaxAge %q must be a positive Go duration such as 168h", v))
+			}
+			c.AuditRetention.MaxAge = d
 		case "maxAttempts":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > 100 {
@@ -222,7 +235,7 @@ func ParseURL(raw string) (Config, error) {
 			}
 			c.MaxAttempts = n
 		default:
-			probs = append(probs, fmt.Sprintf("unknown parameter %q (known: database, collection, fenceCollection, auditCollection, maxAttempts)", name))
+			probs = append(probs, fmt.Sprintf("unknown parameter %q (known: database, collection, fenceCollection, auditCollection, auditMaxEvents, auditMaxAge, maxAttempts)", name))
 		}
 	}
 	if len(probs) > 0 {

@@ -3,6 +3,7 @@ package firestore
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -18,6 +19,8 @@ func TestParseURL(t *testing.T) {
 		{"firestore://proj?database=(default)", Config{ProjectID: "proj", DatabaseID: "(default)"}},
 		{"firestore://proj?collection=l&fenceCollection=f&auditCollection=a&maxAttempts=3",
 			Config{ProjectID: "proj", Collection: "l", FenceCollection: "f", AuditCollection: "a", MaxAttempts: 3}},
+		{"firestore://proj?auditMaxEvents=50&auditMaxAge=36h",
+			Config{ProjectID: "proj", AuditRetention: lockstore.AuditRetention{MaxEvents: 50, MaxAge: 36 * time.Hour}}},
 	}
 	for _, g := range good {
 		got, err := ParseURL(g.url)
@@ -26,7 +29,8 @@ func TestParseURL(t *testing.T) {
 			continue
 		}
 		if got.ProjectID != g.want.ProjectID || got.DatabaseID != g.want.DatabaseID || got.Collection != g.want.Collection ||
-			got.FenceCollection != g.want.FenceCollection || got.AuditCollection != g.want.AuditCollection || got.MaxAttempts != g.want.MaxAttempts {
+			got.FenceCollection != g.want.FenceCollection || got.AuditCollection != g.want.AuditCollection || got.MaxAttempts != g.want.MaxAttempts ||
+			got.AuditRetention != g.want.AuditRetention {
 			t.Errorf("ParseURL(%q) = %+v, want %+v", g.url, got, g.want)
 		}
 	}
@@ -40,6 +44,8 @@ func TestParseURL(t *testing.T) {
 		{"firestore://proj?database=a&database=b", "given 2 times"},
 		{"firestore://proj?database=Bad_DB", "not a valid database ID"},
 		{"firestore://proj?maxAttempts=0", "maxAttempts"},
+		{"firestore://proj?auditMaxEvents=-1", "auditMaxEvents"},
+		{"firestore://proj?auditMaxAge=7d", "auditMaxAge"},
 		{"firestore://proj?collection=fence_counters", "fenceCollection must differ from collection"},
 		{"firestore://proj?auditCollection=fence_counters", "fenceCollection must differ from auditCollection"},
 		{"firestore://proj?auditCollection=locks", "auditCollection must differ from collection"},

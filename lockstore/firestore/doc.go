@@ -67,7 +67,8 @@
 //
 // # Store URL
 //
-//	firestore://PROJECT?database=D&collection=C&fenceCollection=F&auditCollection=A&maxAttempts=N
+//	firestore://PROJECT?database=D&collection=C&fenceCollection=F&auditCollection=A
+//	    &auditMaxEvents=N&auditMaxAge=168h&maxAttempts=N
 //
 // Credentials are Application Default Credentials; with
 // FIRESTORE_EMULATOR_HOST set, the client library talks to that emulator.
