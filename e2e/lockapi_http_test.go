@@ -23,6 +23,9 @@ import (
 // fenceRE is the wire form of a fence (DESIGN.md: 15 digits).
 var fenceRE = regexp.MustCompile(`^[0-9]{15}$`)
 
+// rawKeyRE matches the keys the lock tests use.
+var rawKeyRE = regexp.MustCompile(`(orders|fences|errors|wait|audit)/[0-9a-f]{12}`)
+
 // TestLockAPIHTTP walks every row of API.md's lock table over HTTP, on
 // every store kind, against one gateway per store.
 func TestLockAPIHTTP(t *testing.T) {
@@ -33,17 +36,29 @@ func TestLockAPIHTTP(t *testing.T) {
 			waitReady(t, g.URL())
 			base := g.URL()
 
-			t.Run("lifecycle", func(t *testing.T) { testHTTPLifecycle(t, base) })
+			t.Run("lifecycle", func(t *testing.T) {
+				id := testHTTPLifecycle(t, base)
+				if id != "" && strings.Contains(g.Logs(), id) {
+					t.Errorf("gateway log contains a lockId")
+				}
+			})
 			t.Run("fences increase", func(t *testing.T) { testHTTPFencesIncrease(t, base) })
 			t.Run("errors", func(t *testing.T) { testHTTPErrors(t, base) })
 			t.Run("wait succeeds", func(t *testing.T) { testHTTPWaitSucceeds(t, base) })
 			t.Run("wait times out", func(t *testing.T) { testHTTPWaitTimesOut(t, base) })
 			t.Run("audit", func(t *testing.T) { testHTTPAudit(t, base) })
+
+			// The gateway logs at debug level here, access logs included:
+			// still no raw key (every test key is <word>/<12 hex digits>).
+			if m := rawKeyRE.FindString(g.Logs()); m != "" {
+				t.Errorf("gateway log contains the raw key %q", m)
+			}
 		})
 	}
 }
 
-func testHTTPLifecycle(t *testing.T, base string) {
+// testHTTPLifecycle returns the lockId it used, for the log check.
+func testHTTPLifecycle(t *testing.T, base string) string {
 	key := "orders/" + randHex(6)
 	start := time.Now().UnixMilli()
 	a := acquireHTTP(t, base, key, 10000)
@@ -103,6 +118,7 @@ func testHTTPLifecycle(t *testing.T, base string) {
 	wantExact(t, "lookup lockId after release", post(t, base, "/v1/locks/lookup", `{"lockId":%q}`, a.LockID), 404, `{}`)
 	wantExact(t, "lookup of a never-locked key", post(t, base, "/v1/locks/lookup", `{"key":%q}`, key+"/never"), 404, `{}`)
 	wantLocked(t, base, key+"/never", false)
+	return a.LockID
 }
 
 func testHTTPFencesIncrease(t *testing.T, base string) {
