@@ -76,8 +76,8 @@ const (
 	SchemeSentinelTLS    = "rediss+sentinel"
 	queryPrefix          = "prefix"
 	queryCleanup         = "cleanup"
-	queryAuditMaxEvents  = "audit_max_events"
-	queryAuditMaxAge     = "audit_max_age"
+	queryAuditMaxEvents  = "auditMaxEvents"
+	queryAuditMaxAge     = "auditMaxAge"
 	queryMaster          = "master"
 	querySentinelUser    = "sentinel_username"
 	querySentinelPass    = "sentinel_password"
@@ -98,7 +98,7 @@ const (
 // the sentinels themselves. Sentinel ports default to 26379.
 //
 // fencegate's own parameters are prefix, cleanup (bool, see
-// Config.CleanupInIsLocked), audit_max_events and audit_max_age (a Go
+// Config.CleanupInIsLocked), auditMaxEvents and auditMaxAge (a Go
 // duration). Every other query parameter is handed to go-redis
 // (dial_timeout, read_timeout, pool_size, …); unknown ones are an error.
 // Errors never echo the URL, which may hold a password.

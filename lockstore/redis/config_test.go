@@ -35,7 +35,7 @@ func TestParseURL(t *testing.T) {
 				t.Errorf("TLSConfig = %+v, want ServerName redis.example", c.Options.TLSConfig)
 			}
 		}},
-		{"go-redis options pass through", "redis://h:1/0?dial_timeout=750ms&pool_size=7&cleanup=true&audit_max_events=50&audit_max_age=1h", func(t *testing.T, c Config) {
+		{"go-redis options pass through", "redis://h:1/0?dial_timeout=750ms&pool_size=7&cleanup=true&auditMaxEvents=50&auditMaxAge=1h", func(t *testing.T, c Config) {
 			if c.Options.DialTimeout != 750*time.Millisecond || c.Options.PoolSize != 7 {
 				t.Errorf("DialTimeout %v PoolSize %d", c.Options.DialTimeout, c.Options.PoolSize)
 			}
@@ -88,7 +88,7 @@ func TestParseURLErrors(t *testing.T) {
 		{"unknown option", "redis://h:1/0?frobnicate=1"},
 		{"bad db", "redis://h:1/zero"},
 		{"bad cleanup", "redis://h:1/0?cleanup=maybe"},
-		{"bad audit age", "redis://h:1/0?audit_max_age=-1h"},
+		{"bad audit age", "redis://h:1/0?auditMaxAge=-1h"},
 		{"empty sentinel host", "redis+sentinel://a:1,,b:2?master=m"},
 	}
 	for _, c := range cases {
