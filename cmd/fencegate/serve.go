@@ -57,6 +57,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(cfg.Log, stderr)
+	routeRedisLogs(log)
 	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("fencegate stopped", "err", err)
 		return exitFailure
