@@ -224,20 +224,26 @@ func writeServiceAccountKeys(t *testing.T, keyFile, pubFile string) {
 
 // do sends one request as user and returns the status and body.
 func (c *cluster) do(ctx context.Context, user, method, path string, body any, contentType string) (int, []byte, error) {
+	code, b, _, err := c.doHeader(ctx, user, method, path, body, contentType)
+	return code, b, err
+}
+
+// doHeader is do, also returning the response headers.
+func (c *cluster) doHeader(ctx context.Context, user, method, path string, body any, contentType string) (int, []byte, http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, ok := body.([]byte)
 		if !ok {
 			var err error
 			if b, err = json.Marshal(body); err != nil {
-				return 0, nil, err
+				return 0, nil, nil, err
 			}
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.url+path, rd)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.tokens[user])
 	req.Header.Set("Accept", "application/json")
@@ -249,9 +255,9 @@ func (c *cluster) do(ctx context.Context, user, method, path string, body any, c
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, err
+	return resp.StatusCode, b, resp.Header, err
 }

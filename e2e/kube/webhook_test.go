@@ -3,6 +3,7 @@ package kube_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,12 +48,16 @@ type gate struct {
 	url   string // https://127.0.0.1:PORT/admission/validate
 	ca    []byte // PEM CA bundle for the webhook configuration
 
+	issuer  *certtest.CA       // signs the serving certificate
+	certDir string             // where tls.crt/tls.key live
+	certs   *certwatch.Watcher // serves them
+
 	mu      sync.Mutex
 	handled []time.Duration // time spent in the handler per review
 	bodies  [][]byte        // the first reviews received, verbatim
 }
 
-func startGate(t *testing.T) *gate {
+func startGate(t *testing.T, mode fencecheck.Mode) *gate {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
@@ -74,7 +79,7 @@ func startGate(t *testing.T) *gate {
 
 	ca := certtest.NewCA(t, "fencegate webhook e2e CA")
 	certFile, keyFile := ca.Server(t, "fencegate-webhook", "127.0.0.1").Write(t, dir)
-	cw, err := certwatch.New(certFile, keyFile, certwatch.Options{Logger: logger})
+	cw, err := certwatch.New(certFile, keyFile, certwatch.Options{Logger: logger, Interval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +89,7 @@ func startGate(t *testing.T) *gate {
 
 	checker := fencecheck.New(store, fencecheck.Options{Audit: aud, Registerer: reg, Logger: logger})
 	h, err := admission.New(checker, admission.Options{
+		Mode:           mode,
 		Resources:      []admission.Resource{{Resource: "configmaps"}},
 		ExemptUsers:    []string{oncallUser},
 		ServiceAccount: "fencegate:fencegate",
@@ -97,7 +103,7 @@ func startGate(t *testing.T) *gate {
 	if !h.Ready() {
 		t.Fatal("handler not ready with its certificate loaded")
 	}
-	g := &gate{store: store, reg: reg, ca: ca.PEM}
+	g := &gate{store: store, reg: reg, ca: ca.PEM, issuer: ca, certDir: dir, certs: cw}
 	mux := http.NewServeMux()
 	mux.HandleFunc(admission.Path, func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, admission.DefaultMaxBodyBytes))
@@ -192,6 +198,33 @@ func registerWebhook(t *testing.T, c *cluster, g *gate) {
 		"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", vwc, "")
 	if err != nil || status != http.StatusCreated {
 		t.Fatalf("register webhook: %d %s %v", status, body, err)
+	}
+}
+
+// setUp creates the namespace, registers the webhook and waits until the API
+// server calls it.
+func setUp(t *testing.T, c *cluster, g *gate) {
+	t.Helper()
+	if code, raw, err := c.do(context.Background(), adminUser, http.MethodPost, "/api/v1/namespaces",
+		map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]string{"name": namespace}}, ""); err != nil || code != http.StatusCreated {
+		t.Fatalf("create namespace: %d %s %v", code, raw, err)
+	}
+	registerWebhook(t, c, g)
+
+	// The API server loads webhook configurations asynchronously. Probe with
+	// a dry-run create carrying a fence never issued for its key: refused
+	// once the webhook is live, and dry-run leaves no trace either way.
+	probe := map[string]string{admission.DefaultKeyAnnotation: "probe/ready", admission.DefaultFenceAnnotation: "000000000000001"}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, _ := c.write(t, adminUser, http.MethodPost, "", configMap("probe", probe, "x"), true)
+		if code == http.StatusConflict || (code == http.StatusCreated && g.reviews(t) > 0) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("webhook never became active (last probe HTTP %d)", code)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -322,29 +355,9 @@ func TestAdmissionThroughKubeAPIServer(t *testing.T) {
 	began := time.Now()
 	c := startCluster(t)
 	clusterUp := time.Since(began)
-	g := startGate(t)
+	g := startGate(t, fencecheck.ModeEnforce)
 
-	if code, raw, err := c.do(context.Background(), adminUser, http.MethodPost, "/api/v1/namespaces",
-		map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]string{"name": namespace}}, ""); err != nil || code != http.StatusCreated {
-		t.Fatalf("create namespace: %d %s %v", code, raw, err)
-	}
-	registerWebhook(t, c, g)
-
-	// The API server loads webhook configurations asynchronously. Probe with
-	// a dry-run create carrying a fence never issued for its key: refused
-	// once the webhook is live, and dry-run leaves no trace either way.
-	probe := map[string]string{admission.DefaultKeyAnnotation: "probe/ready", admission.DefaultFenceAnnotation: "000000000000001"}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, _ := c.write(t, adminUser, http.MethodPost, "", configMap("probe", probe, "x"), true)
-		if code == http.StatusConflict {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("webhook never became active (last probe HTTP %d)", code)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	setUp(t, c, g)
 	webhookUp := time.Since(began)
 
 	// Two fences for the key: the first lock is released (its fence is now
@@ -505,6 +518,40 @@ func TestAdmissionThroughKubeAPIServer(t *testing.T) {
 			n, pct(governed, 50), pct(governed, 99), pct(plain, 50), pct(plain, 99), len(inHandler), pct(inHandler, 50), pct(inHandler, 99))
 	})
 
+	t.Run("a rotated serving certificate is picked up without a restart", func(t *testing.T) {
+		before := g.certs.Certificate().Leaf.SerialNumber
+		rotated := g.issuer.Server(t, "fencegate-webhook-rotated", "127.0.0.1")
+		rotated.Write(t, g.certDir)
+		deadline := time.Now().Add(10 * time.Second)
+		for g.certs.Certificate().Leaf.SerialNumber.Cmp(rotated.Cert.SerialNumber) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("certwatch did not load the rotated certificate")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if before.Cmp(rotated.Cert.SerialNumber) == 0 {
+			t.Fatal("rotation produced the same serial")
+		}
+		// The API server opens new connections (its keep-alive ones were made
+		// with the old certificate, which stays valid); both must work.
+		for i := range 20 {
+			if code, s := c.write(t, writerUser, http.MethodPut, "bench", configMap("bench", stamped(current), fmt.Sprint("rotated-", i)), false); code != http.StatusOK {
+				t.Fatalf("update after rotation: %d %s", code, s.raw)
+			}
+		}
+		code, s := c.write(t, writerUser, http.MethodPut, "bench", configMap("bench", stamped(stale), "zombie"), false)
+		expectDenied(t, "stale update after rotation", code, s, http.StatusConflict, metav1.StatusReasonConflict)
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(strings.TrimSuffix(g.url, admission.Path), "https://"),
+			&tls.Config{RootCAs: g.issuer.Pool(), MinVersion: tls.VersionTLS12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if got := conn.ConnectionState().PeerCertificates[0].SerialNumber; got.Cmp(rotated.Cert.SerialNumber) != 0 {
+			t.Fatalf("the webhook serves serial %v, want the rotated %v", got, rotated.Cert.SerialNumber)
+		}
+	})
+
 	t.Logf("timing: etcd+kube-apiserver ready in %v, webhook active at %v, whole test %v",
 		clusterUp.Round(time.Millisecond), webhookUp.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 }
@@ -578,5 +625,42 @@ func keyPaths(prefix string, v any, out map[string]bool) {
 			continue
 		}
 		keyPaths(p, child, out)
+	}
+}
+
+// In warn mode a stale write is admitted, the client is told through the
+// API server's Warning header, and the would-deny is audited.
+func TestWarnModeThroughKubeAPIServer(t *testing.T) {
+	c := startCluster(t)
+	g := startGate(t, fencecheck.ModeWarn)
+	setUp(t, c, g)
+	first := acquire(t, g.store)
+	release(t, g.store, first.LockID)
+	current := acquire(t, g.store).Fence
+
+	if code, s := c.write(t, writerUser, http.MethodPost, "", configMap("orders", stamped(current), "new"), false); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, s.raw)
+	}
+	code, raw, hdr, err := c.doHeader(context.Background(), writerUser, http.MethodPut,
+		"/api/v1/namespaces/"+namespace+"/configmaps/orders", configMap("orders", stamped(first.Fence), "zombie"), "")
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("stale update in warn mode: %d %s %v", code, raw, err)
+	}
+	warning := strings.Join(hdr.Values("Warning"), "\n")
+	for _, w := range []string{"would be denied in enforce mode", "stale fence", "presented " + first.Fence, "current " + current} {
+		if !strings.Contains(warning, w) {
+			t.Fatalf("Warning header %q lacks %q", warning, w)
+		}
+	}
+	if st, _ := c.state(t, "orders"); st != "zombie" {
+		t.Fatalf("warn mode did not admit the write: state %q", st)
+	}
+	id := decisionRE.FindStringSubmatch(warning)
+	if id == nil {
+		t.Fatalf("no decision id in %q", warning)
+	}
+	evs := audited(t, g, id[1])
+	if ev := evs[slices.IndexFunc(evs, func(e lockstore.AuditEvent) bool { return e.DecisionID == id[1] })]; ev.Mode != "warn" || ev.Reason != "stale" {
+		t.Fatalf("audit event %+v", ev)
 	}
 }
