@@ -134,6 +134,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Review decides one admission request. It never returns nil; a panic while
 // deciding becomes a 500 denial (fail closed, like the backend failing).
 func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse) {
+	if req == nil {
+		h.count(operationUnknown, decisionError, reasonBadReview)
+		return Denied("", http.StatusBadRequest, metav1.StatusReasonBadRequest, "fencegate: no admission request")
+	}
 	op := operationLabel(req.Operation)
 	defer func() {
 		if p := recover(); p != nil {

@@ -561,3 +561,11 @@ func TestCustomAnnotationNames(t *testing.T) {
 		t.Errorf("cause field %q", f)
 	}
 }
+
+func TestReviewNilRequest(t *testing.T) {
+	e := newEnv(t, admission.Options{}, nil)
+	resp := e.h.Review(context.Background(), nil)
+	if resp == nil || resp.Allowed || resp.Result.Code != 400 {
+		t.Fatalf("Review(nil) = %+v, want a 400 denial", resp)
+	}
+}
