@@ -482,6 +482,7 @@ func TestAdmissionThroughKubeAPIServer(t *testing.T) {
 			t.Fatalf("delete by the new holder: %d %s", code, s.raw)
 		}
 		current = third.Fence
+		checkFixtureShape(t, g, "DELETE", "delete-stale.json")
 	})
 
 	t.Run("latency", func(t *testing.T) {
