@@ -124,6 +124,7 @@ type Admission struct {
 	Mode            string   `yaml:"mode"`   // enforce, dry-run, warn
 	Resources       []string `yaml:"resources"`
 	ExemptUsers     []string `yaml:"exemptUsers"`
+	ExemptGroups    []string `yaml:"exemptGroups"`
 	ServiceAccount  string   `yaml:"serviceAccount"`
 }
 

@@ -118,9 +118,26 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	// The webhook is built first so that /readyz also covers its
+	// certificate: a pod whose webhook cannot serve must not get traffic.
+	var admissionRunner *httpRunner
+	var ready func(context.Context) error
+	if cfg.Admission.Enabled() {
+		r, h, err := newAdmissionRunner(cfg.Admission, checker, reg, log, goBG)
+		if err != nil {
+			return err
+		}
+		admissionRunner = r
+		ready = func(context.Context) error {
+			if !h.Ready() {
+				return errors.New("admission webhook certificate not loaded")
+			}
+			return nil
+		}
+	}
 	srv, err := api.New(api.Options{
 		Store: store, Audit: auditLog, Auth: auth, MaxWait: cfg.Locks.MaxWait.Std(),
-		Registerer: reg, Gatherer: reg, Logger: log,
+		Registerer: reg, Gatherer: reg, Logger: log, Ready: ready,
 	})
 	if err != nil {
 		return err
@@ -166,13 +183,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		servers = append(servers, r)
 		addrs = append(addrs, "authz", r.addr())
 	}
-	if cfg.Admission.Enabled() {
-		r, err := newAdmissionRunner(cfg.Admission, checker, reg, log, goBG)
-		if err != nil {
-			return err
-		}
-		servers = append(servers, r)
-		addrs = append(addrs, "admission", r.addr())
+	if admissionRunner != nil {
+		servers = append(servers, admissionRunner)
+		addrs = append(addrs, "admission", admissionRunner.addr())
 	}
 
 	errc := make(chan error, len(servers))
@@ -334,24 +347,24 @@ func (r *grpcRunner) shutdown(ctx context.Context) {
 	}
 }
 
-func newAdmissionRunner(c config.Admission, checker *fencecheck.Checker, reg prometheus.Registerer, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
+func newAdmissionRunner(c config.Admission, checker *fencecheck.Checker, reg prometheus.Registerer, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *admission.Handler, error) {
 	tc, w, err := serverTLS("admission", c.TLS, log, goBG)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	policy, err := fencecheck.ParsePolicy(c.Policy)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mode, err := fencecheck.ParseMode(c.Mode)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var resources []admission.Resource
 	for _, s := range c.Resources {
 		r, err := admission.ParseResource(s)
 		if err != nil {
-			return nil, fmt.Errorf("admission.resources: %w", err)
+			return nil, nil, fmt.Errorf("admission.resources: %w", err)
 		}
 		resources = append(resources, r)
 	}
@@ -362,12 +375,13 @@ func newAdmissionRunner(c config.Admission, checker *fencecheck.Checker, reg pro
 		Resources:      resources,
 		ServiceAccount: c.ServiceAccount,
 		ExemptUsers:    c.ExemptUsers,
+		ExemptGroups:   c.ExemptGroups,
 		CertReady:      w.Ready,
 		Registerer:     reg,
 		Logger:         log,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle(admission.Path, h)
@@ -380,7 +394,7 @@ func newAdmissionRunner(c config.Admission, checker *fencecheck.Checker, reg pro
 	})
 	ln, err := listen("admission", c.Addr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return &httpRunner{ln: ln, tls: true, srv: &http.Server{
 		Handler:           mux,
@@ -388,5 +402,5 @@ func newAdmissionRunner(c config.Admission, checker *fencecheck.Checker, reg pro
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}}, nil
+	}}, h, nil
 }
