@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -160,6 +162,11 @@ func testHTTPErrors(t *testing.T, base string) {
 		{name: "ttlMs negative", call: Call{Method: "POST", Path: "/v1/locks/acquire", Body: `{"key":"a","ttlMs":-5}`}, status: 400},
 		{name: "waitMs over the cap", call: Call{Method: "POST", Path: "/v1/locks/acquire", Body: `{"key":"a","waitMs":30001}`}, status: 400},
 		{name: "waitMs negative", call: Call{Method: "POST", Path: "/v1/locks/acquire", Body: `{"key":"a","waitMs":-1}`}, status: 400},
+		{name: "charset not UTF-8", call: Call{Method: "POST", Path: "/v1/locks/acquire", Body: `{"key":"a"}`, ContentType: "application/json; charset=latin1"}, status: 400},
+		{name: "form content type", call: Call{Method: "POST", Path: "/v1/locks/acquire", Body: `key=a`, ContentType: "application/x-www-form-urlencoded"}, status: 400},
+		{name: "body is an array", call: Call{Method: "POST", Path: "/v1/locks/acquire", Body: `[]`}, status: 400},
+		{name: "key over 512 bytes", call: Call{Method: "POST", Path: "/v1/locks/acquire", Body: `{"key":"` + strings.Repeat("k", 513) + `"}`}, status: 400},
+		{name: "ttlMs not an integer", call: Call{Method: "POST", Path: "/v1/locks/acquire", Body: `{"key":"a","ttlMs":1.5}`}, status: 400},
 		{name: "content type text/plain", call: Call{Method: "POST", Path: "/v1/locks/acquire", Body: `{"key":"a"}`, ContentType: "text/plain"}, status: 400},
 		{name: "bad lockId on release", call: Call{Method: "POST", Path: "/v1/locks/release", Body: `{"lockId":"not-a-lock-id"}`}, status: 400},
 		{name: "bad lockId on extend", call: Call{Method: "POST", Path: "/v1/locks/extend", Body: `{"lockId":"AAAA","ttlMs":1000}`}, status: 400},
@@ -211,7 +218,7 @@ func testHTTPWaitSucceeds(t *testing.T, base string) {
 	done := make(chan result, 1)
 	go func() {
 		start := time.Now()
-		r, err := doE(base, Call{Method: "POST", Path: "/v1/locks/acquire", Body: fmt.Sprintf(`{"key":%q,"ttlMs":10000,"waitMs":5000}`, key)})
+		r, err := doE(base, Call{Method: "POST", Path: "/v1/locks/acquire", Body: fmt.Sprintf(`{"key":%q,"ttlMs":10000,"waitMs":5000}`, key)}, 30*time.Second)
 		done <- result{r, err, time.Since(start)}
 	}()
 	time.Sleep(300 * time.Millisecond)
@@ -336,47 +343,88 @@ func testHTTPAudit(t *testing.T, base string) {
 	}
 }
 
-// TestLockAPIStoreDown: a gateway whose Redis goes away answers the lock API
-// 503 ServiceUnavailable (promptly, not after a client timeout) and /readyz
-// 503. It runs its own redis-server so killing it disturbs no other test.
+// TestLockAPIStoreDown: a gateway whose store goes away answers the lock
+// API promptly with 503 ServiceUnavailable (not after the client gives up),
+// /readyz 503 and /healthz 200, and serves again when the store is back.
+// Each case runs its own server, so killing it disturbs no other test.
 func TestLockAPIStoreDown(t *testing.T) {
-	t.Parallel()
-	redisAddr, kill := startRedis(t)
-	g := StartGateway(t, "redis://"+redisAddr+"/0")
-	base := g.URL()
-	waitReady(t, base)
-	a := acquireHTTP(t, base, "down/1", 30000)
+	cases := []struct {
+		name  string
+		start func(t *testing.T) outage
+		// codes are the acceptable answers: a store that retries until a
+		// deadline may say NetworkTimeout (504) rather than 503.
+		codes map[int]lockstore.Code
+		// serial: the case sets environment variables for its gateway
+		// (t.Setenv), so it runs alone; the top-level test is not parallel
+		// for the same reason.
+		serial bool
+	}{
+		{"redis", startRedis, map[int]lockstore.Code{503: lockstore.ServiceUnavailable}, false},
+		{"postgres", startPostgres, map[int]lockstore.Code{503: lockstore.ServiceUnavailable}, false},
+		{"firestore", startFirestoreEmulator, map[int]lockstore.Code{503: lockstore.ServiceUnavailable, 504: lockstore.NetworkTimeout}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.serial {
+				t.Parallel()
+			}
+			o := tc.start(t)
+			for k, v := range o.env {
+				t.Setenv(k, v)
+			}
+			g := StartGateway(t, o.url, "--grpc-addr", "off", "--authz-addr", "off")
+			base := g.URL()
+			waitReady(t, base)
+			a := acquireHTTP(t, base, "down/1", 30000)
 
-	kill()
+			o.stop()
 
-	for _, c := range []Call{
-		{Method: "POST", Path: "/v1/locks/acquire", Body: `{"key":"down/2"}`},
-		{Method: "POST", Path: "/v1/locks/release", Body: fmt.Sprintf(`{"lockId":%q}`, a.LockID)},
-		{Method: "GET", Path: "/v1/locks/status?key=down/1"},
-	} {
-		start := time.Now()
-		r := Do(t, base, c)
-		dur := time.Since(start)
-		if r.Status != 503 {
-			t.Errorf("%s %s with Redis down = %d %s, want 503", c.Method, c.Path, r.Status, r.Body)
-			continue
-		}
-		wantError(t, r, lockstore.ServiceUnavailable)
-		if dur > 5*time.Second {
-			t.Errorf("%s %s took %v to fail", c.Method, c.Path, dur)
-		}
-		t.Logf("%s %s failed in %v", c.Method, c.Path, dur)
-	}
-	if r := Do(t, base, Call{Method: "GET", Path: "/readyz"}); r.Status != 503 {
-		t.Errorf("/readyz with Redis down = %d %s", r.Status, r.Body)
-	}
-	if r := Do(t, base, Call{Method: "GET", Path: "/healthz"}); r.Status != 200 {
-		t.Errorf("/healthz with Redis down = %d %s (the process is up)", r.Status, r.Body)
-	}
-	for _, l := range strings.Split(g.Logs(), "\n") {
-		if strings.Contains(l, "down/1") || strings.Contains(l, a.LockID) {
-			t.Errorf("gateway log names a raw key or lockId: %s", l)
-		}
+			for _, c := range []Call{
+				{Method: "POST", Path: "/v1/locks/acquire", Body: `{"key":"down/2"}`},
+				{Method: "POST", Path: "/v1/locks/acquire", Body: `{"key":"down/2","waitMs":3000}`},
+				{Method: "POST", Path: "/v1/locks/release", Body: fmt.Sprintf(`{"lockId":%q}`, a.LockID)},
+				{Method: "GET", Path: "/v1/locks/status?key=down/1"},
+			} {
+				what := c.Method + " " + c.Path + " " + c.Body
+				start := time.Now()
+				r, err := doE(base, c, 8*time.Second)
+				dur := time.Since(start)
+				if err != nil {
+					// One hung call is enough to show it; don't wait for more.
+					t.Errorf("%s with the store down: no answer after %v (%v)", what, dur.Round(time.Millisecond), err)
+					break
+				}
+				code, ok := tc.codes[r.Status]
+				if !ok {
+					t.Errorf("%s with the store down = %d %s, want one of %v", what, r.Status, r.Body, tc.codes)
+					continue
+				}
+				wantError(t, r, code)
+				if dur > 5*time.Second {
+					t.Errorf("%s took %v to fail", what, dur)
+				}
+				t.Logf("%s failed in %v: %d", what, dur.Round(time.Millisecond), r.Status)
+			}
+			if r, err := doE(base, Call{Method: "GET", Path: "/readyz"}, 10*time.Second); err != nil || r.Status != 503 {
+				t.Errorf("/readyz with the store down = %d %s %v", r.Status, r.Body, err)
+			}
+			if r := Do(t, base, Call{Method: "GET", Path: "/healthz"}); r.Status != 200 {
+				t.Errorf("/healthz with the store down = %d %s (the process is up)", r.Status, r.Body)
+			}
+
+			if o.restart != nil {
+				o.restart()
+				waitReady(t, base)
+				if r := post(t, base, "/v1/locks/acquire", `{"key":"down/3"}`); r.Status != 200 {
+					t.Errorf("acquire after the store came back = %d %s", r.Status, r.Body)
+				}
+			}
+			for _, l := range strings.Split(g.Logs(), "\n") {
+				if strings.Contains(l, "down/1") || strings.Contains(l, a.LockID) {
+					t.Errorf("gateway log names a raw key or lockId: %s", l)
+				}
+			}
+		})
 	}
 }
 
@@ -417,9 +465,9 @@ func post(t testing.TB, base, path, format string, args ...any) Reply {
 }
 
 // doE is Do without testing.TB, for goroutines (t.Fatal must not be called
-// off the test goroutine).
-func doE(base string, c Call) (Reply, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// off the test goroutine) and for calls that may not be answered in time.
+func doE(base string, c Call, timeout time.Duration) (Reply, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, c.Method, base+c.Path, strings.NewReader(c.Body))
 	if err != nil {
@@ -516,16 +564,128 @@ func waitReady(t testing.TB, base string) {
 	}
 }
 
-// startRedis runs a private redis-server on a free loopback port and
-// returns its address and a func that SIGKILLs it (also run at cleanup).
-func startRedis(t testing.TB) (string, func()) {
+// outage is a private store server a test may stop and start again.
+type outage struct {
+	url     string
+	stop    func() // kill it hard (also done at cleanup)
+	restart func() // start it again on the same port and data; nil if unsupported
+	// env is what the gateway's environment needs to reach the server. It is
+	// set with t.Setenv, so a test using it must not be parallel.
+	env map[string]string
+}
+
+// startRedis runs a private redis-server on a free loopback port.
+func startRedis(t *testing.T) outage {
 	t.Helper()
-	port := freePort(t)
+	port := strconv.Itoa(freePort(t))
 	dir := t.TempDir()
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
+	var kill func()
+	run := func() {
+		cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
+		kill = startProcess(t, cmd)
+		waitTCP(t, "127.0.0.1:"+port, 10*time.Second, filepath.Join(dir, "redis.log"))
+	}
+	run()
+	return outage{url: "redis://127.0.0.1:" + port + "/0", stop: func() { kill() }, restart: run}
+}
+
+// startPostgres runs a private PostgreSQL (initdb into a temp dir), as the
+// postgres user when the tests run as root, the way scripts/testenv does.
+func startPostgres(t *testing.T) outage {
+	t.Helper()
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(bins) == 0 {
+		t.Fatal("PostgreSQL binaries not found in /usr/lib/postgresql/*/bin: install postgresql (scripts/testenv needs them too)")
+	}
+	sort.Strings(bins)
+	bin := filepath.Dir(bins[len(bins)-1])
+	dir, err := os.MkdirTemp("", "fencegate-e2e-pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// PostgreSQL refuses to run as root.
+	asPG := func(name string, args ...string) *exec.Cmd { return exec.Command(name, args...) }
+	if os.Getuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("running as root and there is no postgres user to run PostgreSQL as: %v", err)
+		}
+		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, int(uid), int(gid)); err != nil {
+			t.Fatal(err)
+		}
+		// Switch user in the child itself (not through runuser, which would
+		// stay as the parent and take the SIGKILL meant for postgres).
+		asPG = func(name string, args ...string) *exec.Cmd {
+			cmd := exec.Command(name, args...)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+			cmd.Env = append(os.Environ(), "HOME="+dir)
+			return cmd
+		}
+	}
+	data := filepath.Join(dir, "data")
+	if out, err := asPG(filepath.Join(bin, "initdb"), "-A", "trust", "-U", "postgres", "-D", data).CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	port := strconv.Itoa(freePort(t))
+	var kill func()
+	run := func() {
+		kill = startProcess(t, asPG(filepath.Join(bin, "postgres"), "-D", data, "-p", port, "-k", dir,
+			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"))
+		waitTCP(t, "127.0.0.1:"+port, 30*time.Second, "")
+	}
+	run()
+	return outage{
+		url:     "postgres://postgres@127.0.0.1:" + port + "/postgres?sslmode=disable",
+		stop:    func() { kill() },
+		restart: run,
+	}
+}
+
+// startFirestoreEmulator runs a private Cloud Firestore emulator. Killing
+// a JVM and starting another costs seconds, so it is not restarted.
+func startFirestoreEmulator(t *testing.T) outage {
+	t.Helper()
+	jar := os.Getenv("FIRESTORE_JAR")
+	if jar == "" {
+		jar = "/usr/lib/google-cloud-sdk/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar"
+	}
+	if _, err := os.Stat(jar); err != nil {
+		t.Fatalf("Firestore emulator jar: %v (set FIRESTORE_JAR; scripts/testenv needs it too)", err)
+	}
+	port := strconv.Itoa(freePort(t))
+	logFile := filepath.Join(t.TempDir(), "emulator.log")
+	f, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	cmd := exec.Command("java", "-cp", jar, "com.google.cloud.datastore.emulator.firestore.CloudFirestore", "start",
+		"--host=127.0.0.1", "--port="+port)
+	cmd.Stdout, cmd.Stderr = f, f
+	kill := startProcess(t, cmd)
+	waitTCP(t, "127.0.0.1:"+port, 60*time.Second, logFile)
+	// The gateway finds the emulator through FIRESTORE_EMULATOR_HOST, which
+	// StartGateway passes on from this process's environment.
+	return outage{
+		url:  "firestore://e2e-down-" + randHex(4),
+		env:  map[string]string{"FIRESTORE_EMULATOR_HOST": "127.0.0.1:" + port},
+		stop: kill,
+	}
+}
+
+// startProcess starts cmd and returns a func that SIGKILLs it and waits;
+// the same runs at cleanup.
+func startProcess(t testing.TB, cmd *exec.Cmd) func() {
+	t.Helper()
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("redis-server: %v (is it installed?)", err)
+		t.Fatalf("start %s: %v", cmd.Path, err)
 	}
 	waited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(waited) }()
@@ -534,17 +694,25 @@ func startRedis(t testing.TB) (string, func()) {
 		<-waited
 	}
 	t.Cleanup(kill)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	deadline := time.Now().Add(10 * time.Second)
+	return kill
+}
+
+// waitTCP waits until addr accepts connections.
+func waitTCP(t testing.TB, addr string, timeout time.Duration, logFile string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			return addr, kill
+			return
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			t.Fatalf("redis-server on %s did not start: %v\n%s", addr, err, log)
+			var log []byte
+			if logFile != "" {
+				log, _ = os.ReadFile(logFile)
+			}
+			t.Fatalf("nothing listening on %s after %v: %v\n%s", addr, timeout, err, log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
