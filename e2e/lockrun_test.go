@@ -136,6 +136,26 @@ func TestLockRun(t *testing.T) {
 		wantLocked(t, server, key, false)
 	})
 
+	t.Run("gateway gone", func(t *testing.T) {
+		t.Parallel()
+		// Its own gateway, stopped mid-run: extends fail, and before the
+		// TTL runs out the command is stopped, since the lock may be gone.
+		own := StartGateway(t, "bolt://"+filepath.Join(t.TempDir(), "gone.db"), "--authz-addr", "off", "--grpc-addr", "off")
+		started := filepath.Join(t.TempDir(), "started")
+		run := startFencegate(t, nil, "lock", "run", "--server", own.URL(), "--key", "run/gone", "--ttl", "2s", "--grace", "1s", "--",
+			"sh", "-c", `echo up > "$0"; sleep 60`, started)
+		waitFile(t, started, 10*time.Second)
+		own.Stop(t)
+		stopped := time.Now()
+		res := run.wait(t, 30*time.Second)
+		if res.code != 121 {
+			t.Fatalf("lock run with its gateway gone: exit %d, want 121\n%s", res.code, res.stderr)
+		}
+		if d := time.Since(stopped); d > 5*time.Second {
+			t.Errorf("lock run stopped the command %v after the gateway went away (ttl 2s)", d)
+		}
+	})
+
 	t.Run("command not found", func(t *testing.T) {
 		t.Parallel()
 		key := "run/" + randHex(6)
