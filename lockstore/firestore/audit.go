@@ -41,9 +41,11 @@ const trimBatch = 500
 // logged, not returned, because the events themselves were stored.
 func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) error {
 	const op = "appendAudit"
-	if err := s.begin(ctx, op); err != nil {
+	ctx, cancel, err := s.begin(ctx, op)
+	if err != nil {
 		return err
 	}
+	defer cancel()
 	ret := s.cfg.AuditRetention
 	cutoff := s.nowMs() - ret.MaxAge.Milliseconds()
 	keep := make([]lockstore.AuditEvent, 0, len(events))
@@ -157,9 +159,11 @@ func (s *Store) trimAudit(ctx context.Context, cutoff int64) error {
 // index of this package: (keyHash ASC, timeMs DESC) on the audit collection.
 func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]lockstore.AuditEvent, error) {
 	const op = "queryAudit"
-	if err := s.begin(ctx, op); err != nil {
+	ctx, cancel, err := s.begin(ctx, op)
+	if err != nil {
 		return nil, err
 	}
+	defer cancel()
 	limit := q.Limit
 	if limit <= 0 {
 		limit = lockstore.DefaultAuditLimit

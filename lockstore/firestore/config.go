@@ -29,6 +29,11 @@ const (
 	// contention into long stalls; after the last attempt the operation
 	// fails with ServiceUnavailable and the Lock helper's backoff takes over.
 	DefaultMaxAttempts = 5
+	// DefaultOpTimeout bounds one operation when the caller's context has
+	// no sooner deadline. The client library retries UNAVAILABLE until its
+	// context ends, so without a bound an unreachable Firestore holds the
+	// caller forever; with it the caller gets ServiceUnavailable.
+	DefaultOpTimeout = 4 * time.Second
 )
 
 // Scheme is the store URL scheme: firestore://PROJECT?database=…&collection=…
@@ -56,6 +61,10 @@ type Config struct {
 	// MaxAttempts bounds the client library's transaction retries on
 	// commit conflicts (default DefaultMaxAttempts).
 	MaxAttempts int
+	// OpTimeout bounds each operation (default DefaultOpTimeout); running
+	// out of it is ServiceUnavailable, while the caller's own deadline is
+	// NetworkTimeout.
+	OpTimeout time.Duration
 	// Now is the time authority (default time.Now). Firestore has no server
 	// clock we can read in a transaction, so the gateway's clock decides
 	// expiry; keep it NTP-synced. Tests inject a fake clock here.
@@ -85,6 +94,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.OpTimeout <= 0 {
+		c.OpTimeout = DefaultOpTimeout
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -44,6 +44,10 @@ func codeFor(c codes.Code) (lockstore.Code, bool) {
 // Our own *lockstore.Error values pass through unchanged, and the caller's
 // context decides first: once it is cancelled or past its deadline, the
 // failure is Aborted or NetworkTimeout whatever the RPC layer called it.
+// errOpTimeout is the cause of a context ended by the store's own
+// per-operation bound (Config.OpTimeout).
+var errOpTimeout = errors.New("firestore: operation timeout")
+
 func classify(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
@@ -51,6 +55,11 @@ func classify(ctx context.Context, op string, err error) error {
 	var le *lockstore.Error
 	if errors.As(err, &le) {
 		return err
+	}
+	if errors.Is(context.Cause(ctx), errOpTimeout) {
+		// Our own bound ran out (begin), not the caller's deadline: Firestore
+		// did not answer in time, an infrastructure timeout.
+		return &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: op, Msg: "firestore did not answer within the operation timeout", Err: err}
 	}
 	if ce := lockstore.ContextError(ctx, op); ce != nil {
 		ce.Err = err

@@ -121,14 +121,19 @@ func (s *Store) nowMs() int64 { return s.cfg.Now().UnixMilli() }
 
 // begin is the common preamble of every operation: a closed store or a
 // finished context fails before any I/O.
-func (s *Store) begin(ctx context.Context, op string) error {
+func (s *Store) begin(ctx context.Context, op string) (context.Context, context.CancelFunc, error) {
 	if s.closed.Load() {
-		return lockstore.Errorf(lockstore.ServiceUnavailable, op, "store is closed")
+		return ctx, func() {}, lockstore.Errorf(lockstore.ServiceUnavailable, op, "store is closed")
 	}
 	if ce := lockstore.ContextError(ctx, op); ce != nil {
-		return ce
+		return ctx, func() {}, ce
 	}
-	return nil
+	// The client library retries UNAVAILABLE until the context ends, so an
+	// unreachable Firestore would hold a caller without a deadline forever.
+	// Bound every operation; classify reports our bound as
+	// ServiceUnavailable, the caller's own deadline as NetworkTimeout.
+	bctx, cancel := context.WithTimeoutCause(ctx, s.cfg.OpTimeout, errOpTimeout)
+	return bctx, cancel, nil
 }
 
 // checkpoint is the spec's checkAborted: a cancelled or expired context
@@ -144,10 +149,12 @@ func checkpoint(ctx context.Context, op string) error {
 // database is reachable and the credentials may read, and writes nothing.
 func (s *Store) Ping(ctx context.Context) error {
 	const op = "ping"
-	if err := s.begin(ctx, op); err != nil {
+	ctx, cancel, err := s.begin(ctx, op)
+	if err != nil {
 		return err
 	}
-	_, err := s.fences.Doc("fencegate-ping").Get(ctx)
+	defer cancel()
+	_, err = s.fences.Doc("fencegate-ping").Get(ctx)
 	if status.Code(err) == codes.NotFound {
 		err = nil
 	}
@@ -172,9 +179,11 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
-	if err := s.begin(ctx, op); err != nil {
+	ctx, cancel, err := s.begin(ctx, op)
+	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
+	defer cancel()
 	id, err := lockstore.NewLockID()
 	if err != nil {
 		return lockstore.AcquireResult{}, err
@@ -286,9 +295,11 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 	if err := lockstore.ValidateLockID(lockID); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
-	if err := s.begin(ctx, op); err != nil {
+	ctx, cancel, err := s.begin(ctx, op)
+	if err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
+	defer cancel()
 	refs, err := s.findLockID(ctx, lockID)
 	if err != nil {
 		return lockstore.ReleaseResult{}, withLockID(classify(ctx, op, err), lockID)
@@ -350,9 +361,11 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
-	if err := s.begin(ctx, op); err != nil {
+	ctx, cancel, err := s.begin(ctx, op)
+	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
+	defer cancel()
 	refs, err := s.findLockID(ctx, lockID)
 	if err != nil {
 		return lockstore.ExtendResult{}, withLockID(classify(ctx, op, err), lockID)
@@ -425,9 +438,11 @@ func (s *Store) lookupKey(ctx context.Context, op, key string) (*lockstore.LockI
 	if err != nil {
 		return nil, err
 	}
-	if err := s.begin(ctx, op); err != nil {
+	ctx, cancel, err := s.begin(ctx, op)
+	if err != nil {
 		return nil, err
 	}
+	defer cancel()
 	snap, err := s.locks.Doc(lockID).Get(ctx)
 	if status.Code(err) == codes.NotFound {
 		return nil, nil
@@ -451,9 +466,11 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 	if err := lockstore.ValidateLockID(lockID); err != nil {
 		return nil, err
 	}
-	if err := s.begin(ctx, op); err != nil {
+	ctx, cancel, err := s.begin(ctx, op)
+	if err != nil {
 		return nil, err
 	}
+	defer cancel()
 	docs, err := s.locks.Where("lockId", "==", lockID).Documents(ctx).GetAll()
 	if err != nil {
 		return nil, withLockID(classify(ctx, op, err), lockID)
@@ -481,9 +498,11 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	if err != nil {
 		return lockstore.KeyState{}, err
 	}
-	if err := s.begin(ctx, op); err != nil {
+	ctx, cancel, err := s.begin(ctx, op)
+	if err != nil {
 		return lockstore.KeyState{}, err
 	}
+	defer cancel()
 	snaps, err := s.client.GetAll(ctx, []*firestore.DocumentRef{s.locks.Doc(lockID), s.fences.Doc(fenceID)})
 	if err != nil {
 		return lockstore.KeyState{}, withKey(classify(ctx, op, err), nk)
@@ -519,9 +538,11 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 // single-field expiresAtMs index.
 func (s *Store) CountHeld(ctx context.Context) (int64, error) {
 	const op = "countHeld"
-	if err := s.begin(ctx, op); err != nil {
+	ctx, cancel, err := s.begin(ctx, op)
+	if err != nil {
 		return 0, err
 	}
+	defer cancel()
 	nowMs := s.nowMs()
 	// IsLive(exp, now) is exp > now - tolerance.
 	q := s.locks.Where("expiresAtMs", ">", nowMs-lockstore.TimeToleranceMs)
