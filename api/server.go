@@ -33,6 +33,10 @@ type Options struct {
 	// MaxWait caps waitMs; a larger waitMs is 400 InvalidArgument. Zero
 	// means DefaultMaxWait.
 	MaxWait time.Duration
+	// OpTimeout bounds each store call a request makes (the request's own
+	// deadline, if sooner, wins); past it the answer is 504 NetworkTimeout.
+	// Zero means DefaultOpTimeout.
+	OpTimeout time.Duration
 	// Registerer receives the metrics. Nil keeps them in a private
 	// registry (counted, not exported).
 	Registerer prometheus.Registerer
@@ -48,14 +52,15 @@ type Options struct {
 // Server is the lock API over HTTP/JSON and gRPC. Build one per process
 // with New and serve it on both transports: they share metrics and auth.
 type Server struct {
-	store    lockstore.Store
-	auditLog lockstore.AuditLog
-	auth     *Authenticator
-	maxWait  time.Duration
-	gatherer prometheus.Gatherer
-	log      *slog.Logger
-	ready    func(ctx context.Context) error
-	metrics  *metrics
+	store     lockstore.Store
+	opTimeout time.Duration
+	auditLog  lockstore.AuditLog
+	auth      *Authenticator
+	maxWait   time.Duration
+	gatherer  prometheus.Gatherer
+	log       *slog.Logger
+	ready     func(ctx context.Context) error
+	metrics   *metrics
 }
 
 // New validates o and registers the metrics.
@@ -66,14 +71,19 @@ func New(o Options) (*Server, error) {
 	if o.MaxWait < 0 {
 		return nil, errors.New("api: Options.MaxWait must not be negative")
 	}
+	opTimeout := o.OpTimeout
+	if opTimeout <= 0 {
+		opTimeout = DefaultOpTimeout
+	}
 	s := &Server{
-		store:    o.Store,
-		auditLog: o.Audit,
-		auth:     o.Auth,
-		maxWait:  o.MaxWait,
-		gatherer: o.Gatherer,
-		log:      o.Logger,
-		ready:    o.Ready,
+		store:     boundedStore{Store: o.Store, d: opTimeout},
+		opTimeout: opTimeout,
+		auditLog:  o.Audit,
+		auth:      o.Auth,
+		maxWait:   o.MaxWait,
+		gatherer:  o.Gatherer,
+		log:       o.Logger,
+		ready:     o.Ready,
 	}
 	if s.maxWait == 0 {
 		s.maxWait = DefaultMaxWait

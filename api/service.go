@@ -176,7 +176,9 @@ func (s *Server) audit(ctx context.Context, p *Principal, key *string, sinceMs i
 		return nil, &apiError{code: lockstore.AuthFailed, forbidden: true, wwwAuth: "insufficient_scope",
 			msg: fmt.Sprintf("token %q is limited to key prefixes; pass key=", p.Name)}
 	}
-	events, err := s.auditLog.QueryAudit(ctx, q)
+	qctx, cancel := context.WithTimeout(ctx, s.opTimeout)
+	defer cancel()
+	events, err := s.auditLog.QueryAudit(qctx, q)
 	if err != nil {
 		return nil, err
 	}

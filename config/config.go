@@ -32,6 +32,7 @@ const (
 	// timeout, so Envoy hears our fail-closed 503 rather than its own error.
 	DefaultCheckTimeout = 150 * time.Millisecond
 	DefaultMaxWait      = 30 * time.Second
+	DefaultOpTimeout    = 5 * time.Second
 )
 
 // Off disables a listener when given as its address.
@@ -111,6 +112,8 @@ type Audit struct {
 type Locks struct {
 	// MaxWait caps a request's waitMs.
 	MaxWait Duration `yaml:"maxWait"`
+	// OpTimeout bounds each store call a lock request makes (504 past it).
+	OpTimeout Duration `yaml:"opTimeout"`
 }
 
 // Admission configures the Kubernetes validating webhook. It is served only
@@ -163,7 +166,7 @@ func Default() Config {
 		Log:       Log{Level: "info", Format: "text"},
 		Check:     Check{Timeout: Duration(DefaultCheckTimeout)},
 		Audit:     Audit{QueueSize: 4096},
-		Locks:     Locks{MaxWait: Duration(DefaultMaxWait)},
+		Locks:     Locks{MaxWait: Duration(DefaultMaxWait), OpTimeout: Duration(DefaultOpTimeout)},
 	}
 }
 
@@ -286,6 +289,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Locks.MaxWait < 0 {
 		add("locks.maxWait: must not be negative")
+	}
+	if c.Locks.OpTimeout <= 0 {
+		add("locks.opTimeout: must be positive")
 	}
 	if c.Audit.QueueSize < 0 || c.Audit.MaxEvents < 0 || c.Audit.MaxAge < 0 {
 		add("audit: queueSize, maxEvents and maxAge must not be negative")

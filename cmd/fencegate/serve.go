@@ -136,7 +136,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 	}
 	srv, err := api.New(api.Options{
-		Store: store, Audit: auditLog, Auth: auth, MaxWait: cfg.Locks.MaxWait.Std(),
+		Store: store, Audit: auditLog, Auth: auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
 		Registerer: reg, Gatherer: reg, Logger: log, Ready: ready,
 	})
 	if err != nil {
