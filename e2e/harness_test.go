@@ -300,3 +300,20 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// waitReady polls /readyz: the first call to a cold Firestore emulator can
+// take longer than the 2 s readiness budget.
+func waitReady(t testing.TB, base string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := Do(t, base, Call{Method: "GET", Path: "/readyz"})
+		if r.Status == 200 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d after 30s: %s", r.Status, r.Body)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}

@@ -8,9 +8,7 @@ func TestGatewayStartsOnEveryStore(t *testing.T) {
 	for _, s := range Stores(t) {
 		t.Run(s.Name, func(t *testing.T) {
 			g := StartGateway(t, s.URL)
-			if r := Do(t, g.URL(), Call{Method: "GET", Path: "/readyz"}); r.Status != 200 {
-				t.Fatalf("/readyz = %d %s", r.Status, r.Body)
-			}
+			waitReady(t, g.URL())
 			r := Do(t, g.URL(), Call{Method: "POST", Path: "/v1/locks/acquire", Body: `{"key":"smoke"}`})
 			if r.Status != 200 || r.JSON["fence"] != "000000000000001" {
 				t.Fatalf("acquire = %d %s", r.Status, r.Body)
