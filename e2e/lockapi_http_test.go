@@ -547,7 +547,6 @@ func noSecrets(t testing.TB, what string, body []byte, secrets ...string) {
 	}
 }
 
-
 // outage is a private store server a test may stop and start again.
 type outage struct {
 	url     string
