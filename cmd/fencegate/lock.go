@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
@@ -21,6 +22,8 @@ const lockUsage = `usage: fencegate lock <subcommand> [flags]
   lookup  --key K | --lock-id ID            prints the sanitised lock, or {} when absent
   run     --key K [--ttl 30s] [--wait 10s] -- CMD ARGS...
                                             run CMD holding the lock (see 'fencegate lock run -h')
+  annotate [--key K --fence F] [--patch]    stamp a Kubernetes object (stdin) with the fence
+                                            annotations the admission webhook checks
 
 Every subcommand takes --server (env FENCEGATE_SERVER), --token-file or env FENCEGATE_TOKEN.
 The lock id can also come from env FENCE_LOCK_ID (so it stays off the command line).
@@ -32,8 +35,11 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	sub, args := args[0], args[1:]
-	if sub == "run" {
+	switch sub {
+	case "run":
 		return runLockRun(ctx, args, stdout, stderr)
+	case "annotate":
+		return runAnnotate(args, os.Stdin, stdout, stderr)
 	}
 	fs := flag.NewFlagSet("lock "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
