@@ -132,7 +132,10 @@ func TestErrorsCarryTheServersCode(t *testing.T) {
 		{"no token", func() error { _, err := newClient(t, ts.URL, "").Acquire(ctx, "orders/1", 0); return err }, lockstore.AuthFailed},
 		{"wrong token", func() error { _, err := newClient(t, ts.URL, "nope").IsLocked(ctx, "orders/1"); return err }, lockstore.AuthFailed},
 		{"outside prefix", func() error { _, err := newClient(t, ts.URL, "orders").Acquire(ctx, "billing/1", 0); return err }, lockstore.AuthFailed},
-		{"audit not granted", func() error { _, err := newClient(t, ts.URL, "orders").Audit(ctx, client.AuditQuery{Key: "orders/1"}); return err }, lockstore.AuthFailed},
+		{"audit not granted", func() error {
+			_, err := newClient(t, ts.URL, "orders").Audit(ctx, client.AuditQuery{Key: "orders/1"})
+			return err
+		}, lockstore.AuthFailed},
 		{"key too long", func() error {
 			_, err := newClient(t, ts.URL, token).Acquire(ctx, strings.Repeat("k", 600), 0)
 			return err
