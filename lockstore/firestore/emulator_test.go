@@ -73,6 +73,10 @@ func nsConfig(t testing.TB, ns string) Config {
 		FenceCollection: "fence_counters_" + ns,
 		AuditCollection: "audit_" + ns,
 		Logger:          testLogger(t),
+		// The emulator resolves conflicting transactions with a ~2 s lock
+		// timeout; on a loaded machine a contended acquire can pass the 4 s
+		// production bound. Tests of that bound set their own.
+		OpTimeout: 30 * time.Second,
 	}
 }
 

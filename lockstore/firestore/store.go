@@ -452,10 +452,21 @@ func (s *Store) lookupKey(ctx context.Context, op, key string) (*lockstore.LockI
 	}
 	nowMs := s.nowMs()
 	l, ok, err := decodeLock(snap, op)
-	if err != nil || !ok || !lockstore.IsLive(l.ExpiresAtMs, nowMs) {
+	if err != nil || !ok || !lockstore.IsLive(l.ExpiresAtMs, nowMs) || !keyIs(l, nk) {
 		return nil, withKey(err, nk)
 	}
 	return sanitise(nk, l), nil
+}
+
+// keyIs reports whether the lock document l belongs to the normalised key
+// nk. Keys that are not legal document IDs ('/' and the like) live under a
+// hashed ID, and a user key may spell that very hash: the two then share a
+// document. Reads must not report the other key's lock as this key's (the
+// edge check would accept its fence); acquires already treat it as
+// contention, and the shared counter still only grows.
+func keyIs(l lockDoc, nk string) bool {
+	k, err := lockstore.NormalizeKey(l.Key)
+	return err == nil && k == nk
 }
 
 // LookupLockID returns the sanitised live lock lockID holds, or nil. It is
@@ -518,7 +529,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	if err != nil {
 		return lockstore.KeyState{}, withKey(err, nk)
 	}
-	if held {
+	if held && keyIs(l, nk) {
 		if n, err := lockstore.ParseFence(l.Fence); err == nil && n > latest {
 			latest = n
 		}

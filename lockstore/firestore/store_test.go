@@ -542,3 +542,37 @@ func TestErrorsCarryNoRawKey(t *testing.T) {
 		t.Fatalf("error text leaks the raw key: %v", err)
 	}
 }
+
+// TestHashedDocIDCollisionIsNotReported: "a/b" is not a legal document ID,
+// so its lock lives under a hashed ID; a user key spelling that hash reads
+// the same document. Reads of that key must not report "a/b"'s lock as its
+// own (the edge check would accept "a/b"'s fence for it), while the shared
+// counter keeps both keys' fences increasing.
+func TestHashedDocIDCollisionIsNotReported(t *testing.T) {
+	s := openStore(t, nsConfig(t, uniqueNS(t)))
+	ctx := context.Background()
+	hashed, _, err := docIDs("a/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := s.Acquire(ctx, "a/b", time.Minute)
+	if err != nil || !held.OK {
+		t.Fatalf("acquire a/b: %+v %v", held, err)
+	}
+	if info, err := s.LookupKey(ctx, hashed); err != nil || info != nil {
+		t.Fatalf("LookupKey(%q) = %+v %v, want nil: the document is a/b's", hashed, info, err)
+	}
+	if locked, err := s.IsLocked(ctx, hashed); err != nil || locked {
+		t.Fatalf("IsLocked(%q) = %v %v, want false", hashed, locked, err)
+	}
+	st, err := s.Inspect(ctx, hashed)
+	if err != nil || st.Live != nil {
+		t.Fatalf("Inspect(%q) = %+v %v, want no live lock", hashed, st, err)
+	}
+	if r, err := s.Acquire(ctx, hashed, time.Minute); err != nil || r.OK {
+		t.Fatalf("acquire %q while a/b holds the shared document = %+v %v, want contention", hashed, r, err)
+	}
+	if own, err := s.Inspect(ctx, "a/b"); err != nil || own.Live == nil || own.Live.Fence != held.Fence {
+		t.Fatalf("Inspect(a/b) = %+v %v", own, err)
+	}
+}
