@@ -245,6 +245,7 @@ func (c *Config) Validate() error {
 	}
 
 	names := map[string]bool{}
+	digests := map[string]string{}
 	for i, t := range c.Tokens {
 		where := fmt.Sprintf("tokens[%d]", i)
 		if t.Name == "" {
@@ -253,8 +254,15 @@ func (c *Config) Validate() error {
 			add("%s.name: %q is used twice", where, t.Name)
 		}
 		names[t.Name] = true
-		if !isHex32(t.SHA256) {
+		switch d := strings.ToLower(t.SHA256); {
+		case !isHex32(d):
 			add("%s.sha256: must be the 64-hex-digit SHA-256 of the token (see `fencegate token`), not the token itself", where)
+		case strings.Trim(d, "0") == "":
+			add("%s.sha256: all zeros is a placeholder, not a token's digest (see `fencegate token`)", where)
+		case digests[d] != "":
+			add("%s.sha256: the same digest as token %q: two names for one secret", where, digests[d])
+		default:
+			digests[d] = t.Name
 		}
 		for _, op := range t.Operations {
 			if op != "*" && !validOps[op] {
@@ -369,18 +377,42 @@ func knownStoreScheme(u string) bool {
 	return false
 }
 
-// redactURL hides a password in a URL for messages.
+// redactURL hides secrets in a URL for messages: the userinfo password and
+// query parameters that carry one (pgx's password=, go-redis's
+// sentinel_password=, …).
 func redactURL(u string) string {
-	at := strings.LastIndex(u, "@")
 	scheme := strings.Index(u, "://")
-	if at < 0 || scheme < 0 || at < scheme {
+	if scheme < 0 {
 		return u
 	}
-	userinfo := u[scheme+3 : at]
-	if i := strings.Index(userinfo, ":"); i >= 0 {
-		return u[:scheme+3] + userinfo[:i] + ":xxxxx" + u[at:]
+	rest, query, hasQuery := strings.Cut(u[scheme+3:], "?")
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		if i := strings.Index(rest[:at], ":"); i >= 0 {
+			rest = rest[:i] + ":xxxxx" + rest[at:]
+		}
 	}
-	return u
+	out := u[:scheme+3] + rest
+	if !hasQuery {
+		return out
+	}
+	params := strings.Split(query, "&")
+	for i, p := range params {
+		name, _, _ := strings.Cut(p, "=")
+		if secretParam(name) {
+			params[i] = name + "=xxxxx"
+		}
+	}
+	return out + "?" + strings.Join(params, "&")
+}
+
+func secretParam(name string) bool {
+	n := strings.ToLower(name)
+	for _, s := range []string{"password", "passwd", "secret", "token", "sslkey"} {
+		if strings.Contains(n, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // RedactURL hides the password in a store URL, for logs and messages.

@@ -105,6 +105,10 @@ tokens:
     operations: [acquire, fly]
   - name: ci
     sha256: 0000000000000000000000000000000000000000000000000000000000000000
+  - name: ci2
+    sha256: 9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08
+  - name: ci3
+    sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
 check:
   timeout: 0s
 `)
@@ -113,7 +117,7 @@ check:
 	if !errors.As(err, &p) {
 		t.Fatalf("want Problems, got %v", err)
 	}
-	for _, want := range []string{"store", "grpc.addr", "log.level", "log.format", "tokens[0].sha256", `"fly"`, "used twice", "check.timeout", "--insecure"} {
+	for _, want := range []string{"store", "grpc.addr", "log.level", "log.format", "tokens[0].sha256", `"fly"`, "used twice", "check.timeout", "--insecure", "placeholder", `token "ci2"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("problems do not mention %q:\n%v", want, err)
 		}

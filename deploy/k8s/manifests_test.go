@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate/api"
+
 	"gopkg.in/yaml.v3"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -486,6 +488,19 @@ func loadConfig(t *testing.T, m manifests) config.Config {
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("the ConfigMap's config is invalid: %v", err)
+	}
+	// serve builds the authenticator from the tokens; a digest Validate
+	// accepts but the authenticator refuses would crash-loop the pods.
+	var tokens []api.Token
+	for _, tok := range cfg.Tokens {
+		sum, err := api.ParseTokenHash(tok.SHA256)
+		if err != nil {
+			t.Fatalf("token %q: %v", tok.Name, err)
+		}
+		tokens = append(tokens, api.Token{Name: tok.Name, SHA256: sum, Prefixes: tok.Prefixes, Operations: tok.Operations})
+	}
+	if _, err := api.NewAuthenticator(tokens); err != nil {
+		t.Fatalf("the ConfigMap's tokens would stop serve: %v", err)
 	}
 	cfg.Admission.TLS = shipped
 	return cfg
