@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 	binary = filepath.Join(dir, "fencegate")
 	_, self, _, _ := runtime.Caller(0)
 	root := filepath.Dir(filepath.Dir(self))
-	build := exec.Command("go", "build", "-o", binary, "./cmd/fencegate")
+	build := exec.Command("go", "build", "-buildvcs=false", "-o", binary, "./cmd/fencegate")
 	build.Dir = root
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

@@ -607,6 +607,9 @@ func startPostgres(t *testing.T) outage {
 		// stay as the parent and take the SIGKILL meant for postgres).
 		asPG = func(name string, args ...string) *exec.Cmd {
 			cmd := exec.Command(name, args...)
+			// PostgreSQL 15 changes back to its working directory at start:
+			// the test's own (a clone under /root, say) may be closed to it.
+			cmd.Dir = dir
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
 			cmd.Env = append(os.Environ(), "HOME="+dir)
 			return cmd

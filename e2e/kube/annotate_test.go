@@ -18,7 +18,7 @@ import (
 func TestAnnotateCLIThroughKubeAPIServer(t *testing.T) {
 	_, self, _, _ := runtime.Caller(0)
 	bin := filepath.Join(t.TempDir(), "fencegate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/fencegate")
+	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin, "./cmd/fencegate")
 	build.Dir = filepath.Join(filepath.Dir(self), "..", "..")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build fencegate: %v\n%s", err, out)
