@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,7 +110,7 @@ func TestEdgeThroughNginx(t *testing.T) {
 	app := httptest.NewServer(rec)
 	defer app.Close()
 
-	g := StartGateway(t, RedisURL(t, "e2e_edge_"+randHex(4)), "--log-level", "info")
+	g := StartGateway(t, RedisURL(t, "e2e_edge_"+randHex(4)), "--log-level", "info", "--config", edgeConfig(t))
 	edge := nginxtest.Start(t, g.HTTP, strings.TrimPrefix(app.URL, "http://"))
 
 	run := runEdgeWorkers(t, g, edge, 20*time.Second)
@@ -124,6 +126,19 @@ const (
 )
 
 var edgeKeys = []string{"orders/1", "orders/2", "orders/3"}
+
+// edgeConfig gives the check more time than the 150 ms default: this test
+// asserts every write is 200 or 409, and a loaded CI machine running -race
+// must not turn a slow Redis read into a (correct, fail-closed) 503. It stays
+// under nginx's 1 s read timeout for the auth subrequest.
+func edgeConfig(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "edge.yaml")
+	if err := os.WriteFile(p, []byte("check:\n  timeout: 600ms\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 func runEdgeWorkers(t *testing.T, g *Gateway, edgeURL string, d time.Duration) *edgeRun {
 	t.Helper()

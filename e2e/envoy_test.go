@@ -30,7 +30,7 @@ func TestEdgeThroughEnvoy(t *testing.T) {
 	rec := &recorder{}
 	app := httptest.NewServer(rec)
 	defer app.Close()
-	g := StartGateway(t, RedisURL(t, "e2e_envoy_"+randHex(4)), "--log-level", "info")
+	g := StartGateway(t, RedisURL(t, "e2e_envoy_"+randHex(4)), "--log-level", "info", "--config", edgeConfig(t))
 	edge := startEnvoy(t, bin, g.Authz, strings.TrimPrefix(app.URL, "http://"))
 	run := runEdgeWorkers(t, g, edge, 20*time.Second)
 	checkEdgeRun(t, g, rec, run)
