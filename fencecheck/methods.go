@@ -8,7 +8,8 @@ import (
 )
 
 // MethodSet says which HTTP methods are writes. The zero value is the
-// default set: every method but GET, HEAD and OPTIONS.
+// default set: every method but GET, HEAD and OPTIONS, exactly as spelled
+// (methods are case-sensitive, RFC 9110 §9.1, so "get" is a write).
 type MethodSet struct {
 	all    bool            // "*": every method is a write
 	listed map[string]bool // explicit write methods; nil means the default
@@ -20,8 +21,10 @@ const DefaultWriteMethodsSpec = "everything but GET, HEAD, OPTIONS"
 // WriteMethods parses a route's write-method spec: a comma- or
 // space-separated list of methods ("POST,PUT,PATCH,DELETE"), "*" for every
 // method, or "" for the default (everything but GET, HEAD and OPTIONS).
-// Methods are matched case-insensitively. A token that is not an HTTP method
-// token is an error.
+// Listed methods are matched case-insensitively (a listed write method in
+// any case is still a write); the default set's reads are only the exact
+// upper-case GET, HEAD and OPTIONS. A token that is not an HTTP method token
+// is an error.
 func WriteMethods(spec string) (MethodSet, error) {
 	fields := strings.FieldsFunc(spec, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
 	if len(fields) == 0 {
@@ -46,15 +49,17 @@ func (ms MethodSet) IsWrite(method string) bool {
 	if ms.all {
 		return true
 	}
-	m := strings.ToUpper(method)
 	if ms.listed == nil {
-		switch m {
+		// Exact match on purpose: an upstream may route "get" (or "Get") as
+		// something other than a read, so anything that is not exactly a
+		// read method is checked as a write. Fail closed.
+		switch method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
 			return false
 		}
 		return true
 	}
-	return ms.listed[m]
+	return ms.listed[strings.ToUpper(method)]
 }
 
 // String renders the set in the form WriteMethods parses.

@@ -9,8 +9,13 @@ func TestWriteMethods(t *testing.T) {
 		reads  []string
 		str    string
 	}{
-		{"", []string{"POST", "PUT", "PATCH", "DELETE", "PROPFIND", "post"}, []string{"GET", "HEAD", "OPTIONS", "get"}, ""},
-		{"POST,PUT", []string{"POST", "put"}, []string{"DELETE", "GET", "PATCH"}, "POST,PUT"},
+		// Methods are case-sensitive (RFC 9110 §9.1): only the exact
+		// upper-case GET, HEAD and OPTIONS are reads; "get" may be a write
+		// to an upstream that does not know it.
+		{"", []string{"POST", "PUT", "PATCH", "DELETE", "PROPFIND", "post", "get", "Get", "head", "options", "", "GET "},
+			[]string{"GET", "HEAD", "OPTIONS"}, ""},
+		// A listed write method is a write in any case.
+		{"POST,PUT", []string{"POST", "put", "pOsT"}, []string{"DELETE", "GET", "PATCH"}, "POST,PUT"},
 		{" delete , patch ", []string{"DELETE", "PATCH"}, []string{"POST"}, "DELETE,PATCH"},
 		{"*", []string{"GET", "POST", "HEAD"}, nil, "*"},
 	}
