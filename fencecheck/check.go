@@ -29,7 +29,9 @@ type Options struct {
 	// Audit receives an event for every denial and would-deny; nil disables
 	// auditing.
 	Audit *Auditor
-	// AuditRawKeys puts the raw key into audit events next to its hash.
+	// AuditRawKeys puts the raw key, and the request path (which on a
+	// template route spells the key out), into audit events next to the
+	// key's hash. Off, events carry neither.
 	AuditRawKeys bool
 	// Registerer registers the check metrics; nil leaves them unregistered.
 	Registerer prometheus.Registerer
@@ -239,10 +241,11 @@ func (c *Checker) event(r Request, d Decision) lockstore.AuditEvent {
 		Mode:       string(d.Mode),
 		Peer:       r.Peer,
 		Method:     r.Method,
-		Path:       r.Path,
 	}
 	if c.rawKeys {
-		ev.Key = r.Key
+		// The path goes with the raw key: on a template route
+		// ("orders/{2}") the path spells the key out.
+		ev.Key, ev.Path = r.Key, r.Path
 	}
 	return ev
 }

@@ -111,7 +111,7 @@ type Request struct {
 	Source string // "authz-grpc", "authz-http", "admission"
 	Peer   string // the client's address, as the proxy saw it
 	Method string // the original method
-	Path   string // the original path, without the query string
+	Path   string // the original path, without the query string; audited only with raw keys
 
 	// SkipAudit suppresses the audit event (admission dry-run reviews must
 	// have no side effects). Metrics are still counted.
