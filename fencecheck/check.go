@@ -99,7 +99,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	if reason == "" {
 		reason = reasonNone
 	}
-	c.m.decisions.WithLabelValues(label, reason, string(d.Mode)).Inc()
+	c.m.decisions.WithLabelValues(label, reason, modeLabel(d.Mode)).Inc()
 
 	if (!d.Allowed || d.WouldDeny) && !r.SkipAudit && c.audit != nil {
 		c.audit.Record(c.event(r, d))
@@ -115,6 +115,16 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	return d, err
 }
 
+// modeLabel bounds the mode metric label to the known modes: a Decision
+// built anywhere with an unparsed mode still cannot mint a series.
+func modeLabel(m Mode) string {
+	switch m {
+	case ModeEnforce, ModeDryRun, ModeWarn:
+		return string(m)
+	}
+	return string(ModeEnforce)
+}
+
 func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 	d := Decision{Presented: r.Fence, Key: r.Key, Policy: r.Policy, Mode: r.Mode}
 	if !r.Write {
@@ -123,6 +133,10 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 		if p, err := ParsePolicy(string(r.Policy)); err == nil {
 			d.Policy = p
 		}
+		// An unreadable mode is reported as enforce (what a write on this
+		// route gets), never echoed: it becomes a metric label, and the raw
+		// string may be anything a client managed to send.
+		d.Mode = ModeEnforce
 		if m, err := ParseMode(string(r.Mode)); err == nil {
 			d.Mode = m
 		}

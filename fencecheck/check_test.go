@@ -315,3 +315,45 @@ func TestStatusOf(t *testing.T) {
 		t.Fatalf("Reasons has %d entries", len(Reasons))
 	}
 }
+
+// TestMetricsModeLabelBounded: a read on a route with an unreadable mode
+// (which may be client-supplied, e.g. a forwarded header) must not mint a
+// metric series per value: the mode label only ever takes the known modes.
+func TestMetricsModeLabelBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := New(&stateStore{state: live(f5, idA)}, Options{Registerer: reg})
+	ctx := context.Background()
+	for _, mode := range []Mode{"attacker-1", "attacker-2", "DRY-RUN", "", "loud"} {
+		if d, err := c.Check(ctx, Request{Key: "k", Mode: mode}); err != nil || !d.Allowed {
+			t.Fatalf("read with mode %q: %+v %v", mode, d, err)
+		}
+	}
+	_, _ = c.Check(ctx, Request{Key: "k", Write: true, Fence: f5, Mode: "attacker-3"}) // fails closed
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{string(ModeEnforce): true, string(ModeDryRun): true, string(ModeWarn): true}
+	seen := 0
+	for _, mf := range mfs {
+		if mf.GetName() != "fencegate_authz_decisions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "mode" {
+					seen++
+					if !known[lp.GetValue()] {
+						t.Errorf("mode label %q: unbounded", lp.GetValue())
+					}
+				}
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no decision series gathered")
+	}
+	if got := testutil.ToFloat64(c.m.decisions.WithLabelValues("allow", "none", "enforce")); got != 4 {
+		t.Errorf("reads counted under mode enforce = %v, want 4 (3 invalid modes and the default)", got)
+	}
+}
