@@ -28,10 +28,13 @@ type Options struct {
 // requestView is what both transports extract from their wire format.
 type requestView struct {
 	method string
-	path   string                 // may carry a query string; it is cut off here
-	header func(lc string) string // by lowercase name
-	peer   string
-	source string
+	// methodUnknown: the proxy named the original URI but not its method;
+	// the request is checked as a write whatever the route's methods say.
+	methodUnknown bool
+	path          string                 // may carry a query string; it is cut off here
+	header        func(lc string) string // by lowercase name
+	peer          string
+	source        string
 }
 
 // decider turns a requestView and a route's options into a fencecheck
@@ -63,7 +66,7 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 		methods, _ = fencecheck.WriteMethods("*")
 	}
 	req := fencecheck.Request{
-		Write:  methods.IsWrite(v.method),
+		Write:  v.methodUnknown || methods.IsWrite(v.method),
 		Policy: fencecheck.Policy(ro.policy),
 		Mode:   fencecheck.Mode(ro.mode),
 		Route:  ro.name,

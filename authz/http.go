@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -41,7 +42,10 @@ const (
 // The original request is read, in order of precedence, from
 // X-Forwarded-Method/X-Forwarded-Uri (Caddy, Traefik),
 // X-Original-Method/X-Original-URI (nginx), or the request itself with the
-// HTTPPath prefix stripped (Envoy http_service). Route options come from the
+// HTTPPath prefix stripped (Envoy http_service). A URI header without its
+// method header leaves the method unknown, and the request is checked as a
+// write (never as the auth request's own GET), with a warning naming the
+// proxy config. Route options come from the
 // X-Fence-Route-* headers and, when the original URI came from a header
 // (so that the auth request's own query is the proxy's, not the client's),
 // from query parameters named like the context_extensions (fence_key, …),
@@ -63,6 +67,12 @@ func NewHTTPHandler(c *fencecheck.Checker, o Options) *HTTPHandler {
 
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	v, trustedQuery := originalRequest(r)
+	if v.methodUnknown {
+		h.d.log.LogAttrs(r.Context(), slog.LevelWarn,
+			"authz: the auth request names the original URI but not its method; checking it as a write. "+
+				"The proxy config should send the method header (X-Original-Method with X-Original-URI, "+
+				"X-Forwarded-Method with X-Forwarded-Uri)")
+	}
 	ro := routeOptions{
 		key:     r.Header.Get(HeaderRouteKey),
 		header:  r.Header.Get(HeaderRouteHeader),
@@ -128,7 +138,12 @@ func originalRequest(r *http.Request) (requestView, bool) {
 			continue
 		}
 		v.method, v.path = m, u
-		if v.method == "" {
+		if v.method == "" && u != "" {
+			// Not the auth request's own method: nginx's auth subrequest
+			// is always GET, so every write would pass as a read. The
+			// method is unknown, and an unknown method is a write.
+			v.methodUnknown = true
+		} else if v.method == "" {
 			v.method = r.Method
 		}
 		if v.path == "" {

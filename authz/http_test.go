@@ -1,10 +1,13 @@
 package authz
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,5 +261,44 @@ func TestHTTPDryRun(t *testing.T) {
 	if err != nil || len(evs) != 1 || evs[0].Mode != "dry-run" || evs[0].Route != "rollout" ||
 		evs[0].Source != SourceHTTP || evs[0].DecisionID != w.Header().Get(HeaderDecisionID) {
 		t.Fatalf("audit %+v %v", evs, err)
+	}
+}
+
+// TestHTTPMissingMethodHeader: an auth request that names the original URI
+// but not its method (nginx's own auth_request example sets only
+// X-Original-URI; the subrequest itself is always GET) must not be taken
+// for a read: the method is unknown, so it is checked as a write, and the
+// proxy config is named at warn.
+func TestHTTPMissingMethodHeader(t *testing.T) {
+	s := openBolt(t)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{Logger: log})
+	for _, uriHeader := range []string{"X-Original-URI", "X-Forwarded-Uri"} {
+		for _, query := range []string{"", "?fence_methods=POST,PUT,DELETE", "?fence_methods=GET"} {
+			logs.Reset()
+			r := httptest.NewRequest("GET", HTTPPath+query, nil) // the auth request's own method: GET
+			r.Header.Set(uriHeader, "/orders/7")
+			r.Header.Set(HeaderKey, "orders/7") // no fence
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != 428 || w.Header().Get(HeaderReason) != "missing" {
+				t.Errorf("%s only%s: %d %q, want 428 missing (unknown method is a write)",
+					uriHeader, query, w.Code, w.Header().Get(HeaderReason))
+			}
+			if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "method header") {
+				t.Errorf("%s only%s: no warning naming the method header: %q", uriHeader, query, logs.String())
+			}
+		}
+	}
+	// With the method header, a read is still a read, and nothing is logged.
+	logs.Reset()
+	r := httptest.NewRequest("GET", HTTPPath, nil)
+	r.Header.Set("X-Original-Method", "GET")
+	r.Header.Set("X-Original-URI", "/orders/7")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 200 || logs.Len() != 0 {
+		t.Fatalf("GET with its method header: %d, logs %q", w.Code, logs.String())
 	}
 }
