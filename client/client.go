@@ -63,6 +63,13 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
+// HTTPClient is the *http.Client the client sends with (its TLS settings
+// included), for callers that speak to other gateway endpoints.
+func (c *Client) HTTPClient() *http.Client { return c.http }
+
+// Token is the bearer token the client sends ("" if none).
+func (c *Client) Token() string { return c.token }
+
 // Acquire tries once to take the lock on key for ttl (0 means the server's
 // default, 30 s).
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {

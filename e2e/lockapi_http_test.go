@@ -324,8 +324,10 @@ func testHTTPAudit(t *testing.T, base string) {
 	if stale.Presented != a1.Fence || stale.Current != a2.Fence || stale.Method != "PUT" || stale.Source != "authz-http" {
 		t.Errorf("stale event = %+v", stale)
 	}
-	if stale.Path != "/orders/1" {
-		t.Errorf("stale event path %q, want /orders/1 (no query)", stale.Path)
+	// The path can spell the key (template routes), so it is audited only
+	// with check.auditRawKeys, which this gateway does not set.
+	if stale.Path != "" {
+		t.Errorf("stale event path %q, want none without raw-key auditing", stale.Path)
 	}
 	noSecrets(t, "audit", body, key, a1.LockID, a2.LockID, "secret=q")
 

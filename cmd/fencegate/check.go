@@ -48,7 +48,15 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *policy != "" {
 		req.Header.Set("X-Fence-Route-Policy", *policy)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	c, err := cf.client()
+	if err != nil {
+		fmt.Fprintln(stderr, "fencegate check:", err)
+		return exitUsage
+	}
+	if tok := c.Token(); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := c.HTTPClient().Do(req)
 	if err != nil {
 		fmt.Fprintln(stderr, "fencegate check:", err)
 		return exitFailure

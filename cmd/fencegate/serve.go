@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -18,9 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/fencegate/fencegate/admission"
 	"github.com/fencegate/fencegate/api"
@@ -38,6 +41,9 @@ const (
 	readHeaderTimeout = 10 * time.Second // slowloris guard on every HTTP listener
 	idleTimeout       = 2 * time.Minute  // keep-alive connections
 	shutdownTimeout   = 20 * time.Second // draining in-flight requests on SIGTERM
+	readTimeout       = 30 * time.Second // a request's body (≤ 64 KiB), on top of any waitMs
+	readinessInterval = 5 * time.Second  // how often gRPC health follows the store
+	readinessTimeout  = 2 * time.Second  // one readiness check
 )
 
 func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
@@ -152,7 +158,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		fwd := authz.NewHTTPHandler(checker, authz.Options{Logger: log})
 		mux.Handle(authz.HTTPPath, srv.Middleware(fwd))
 		mux.Handle(authz.HTTPPath+"/", srv.Middleware(fwd))
-		r, err := newHTTPRunner("http", cfg.HTTP.Addr, cfg.HTTP.TLS, mux, log, goBG)
+		// A waiting acquire holds its request for up to maxWait, and Go
+		// cancels a request whose connection passes ReadTimeout.
+		r, err := newHTTPRunner("http", cfg.HTTP.Addr, cfg.HTTP.TLS, mux, readTimeout+cfg.Locks.MaxWait.Std(), log, goBG)
 		if err != nil {
 			return err
 		}
@@ -160,12 +168,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		addrs = append(addrs, "http", r.addr())
 	}
 	if cfg.GRPC.Enabled() {
-		r, err := newGRPCRunner("grpc", cfg.GRPC.Addr, cfg.GRPC.TLS, log, goBG, func(g *grpc.Server) {
+		r, err := newGRPCRunner("grpc", cfg.GRPC.Addr, cfg.GRPC.TLS, log, goBG, func(g *grpc.Server) *health.Server {
 			srv.RegisterGRPC(g)
 			// Health follows the store's readiness, like /readyz.
 			hs := health.NewServer()
 			healthpb.RegisterHealthServer(g, hs)
 			goBG(func(ctx context.Context) { srv.WatchReadiness(ctx, hs, 0) })
+			return hs
 		})
 		if err != nil {
 			return err
@@ -174,8 +183,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		addrs = append(addrs, "grpc", r.addr())
 	}
 	if cfg.Authz.Enabled() {
-		r, err := newGRPCRunner("authz", cfg.Authz.Addr, cfg.Authz.TLS, log, goBG, func(g *grpc.Server) {
-			authz.NewServer(checker, authz.Options{Logger: log}).Register(g)
+		r, err := newGRPCRunner("authz", cfg.Authz.Addr, cfg.Authz.TLS, log, goBG, func(g *grpc.Server) *health.Server {
+			as := authz.NewServer(checker, authz.Options{Logger: log})
+			as.Register(g)
+			// Envoy health-checks this listener: report NOT_SERVING while
+			// the store is unreachable, as /readyz does.
+			goBG(func(ctx context.Context) { followReadiness(ctx, as.Health(), srv.Ready, "", authz.ServiceName) })
+			return as.Health()
 		})
 		if err != nil {
 			return err
@@ -270,7 +284,7 @@ type httpRunner struct {
 	tls bool
 }
 
-func newHTTPRunner(name, addr string, t config.TLS, h http.Handler, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
+func newHTTPRunner(name, addr string, t config.TLS, h http.Handler, readTimeout time.Duration, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
 	tc, _, err := serverTLS(name, t, log, goBG)
 	if err != nil {
 		return nil, err
@@ -283,6 +297,7 @@ func newHTTPRunner(name, addr string, t config.TLS, h http.Handler, log *slog.Lo
 		Handler:           h,
 		TLSConfig:         tc,
 		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}}, nil
@@ -310,33 +325,81 @@ func (r *httpRunner) shutdown(ctx context.Context) {
 }
 
 type grpcRunner struct {
-	ln  net.Listener
-	srv *grpc.Server
+	ln     net.Listener
+	srv    *grpc.Server
+	health *health.Server
 }
 
-func newGRPCRunner(name, addr string, t config.TLS, log *slog.Logger, goBG func(func(context.Context)), register func(*grpc.Server)) (*grpcRunner, error) {
+// newGRPCRunner builds a gRPC listener; register adds the services and
+// returns the health server that shutdown turns to NOT_SERVING first.
+func newGRPCRunner(name, addr string, t config.TLS, log *slog.Logger, goBG func(func(context.Context)), register func(*grpc.Server) *health.Server) (*grpcRunner, error) {
 	tc, _, err := serverTLS(name, t, log, goBG)
 	if err != nil {
 		return nil, err
 	}
-	var opts []grpc.ServerOption
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(recoverUnary(log.With("listener", name)))}
 	if tc != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	g := grpc.NewServer(opts...)
-	register(g)
+	hs := register(g)
 	ln, err := listen(name, addr)
 	if err != nil {
 		return nil, err
 	}
-	return &grpcRunner{ln: ln, srv: g}, nil
+	return &grpcRunner{ln: ln, srv: g, health: hs}, nil
+}
+
+// recoverUnary turns a panic in a handler into INTERNAL for that call
+// instead of a crash of every listener. For ext_authz, Envoy then fails the
+// request closed.
+func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				log.Error("panic in gRPC handler", "method", info.FullMethod, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+				resp, err = nil, status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return h(ctx, req)
+	}
+}
+
+// followReadiness keeps hs in step with ready for the named services,
+// checking every readinessInterval until ctx ends.
+func followReadiness(ctx context.Context, hs *health.Server, ready func(context.Context) error, services ...string) {
+	t := time.NewTicker(readinessInterval)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, readinessTimeout)
+		st := healthpb.HealthCheckResponse_SERVING
+		if ready(cctx) != nil {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		for _, s := range services {
+			hs.SetServingStatus(s, st)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func (r *grpcRunner) addr() string { return r.ln.Addr().String() }
 func (r *grpcRunner) serve() error { return r.srv.Serve(r.ln) }
 
-// shutdown lets in-flight RPCs finish, then stops hard at the deadline.
+// shutdown reports NOT_SERVING (so health-checking proxies stop sending),
+// lets in-flight RPCs finish, then stops hard at the deadline.
 func (r *grpcRunner) shutdown(ctx context.Context) {
+	if r.health != nil {
+		r.health.Shutdown()
+	}
 	done := make(chan struct{})
 	go func() { r.srv.GracefulStop(); close(done) }()
 	select {
@@ -400,6 +463,7 @@ func newAdmissionRunner(c config.Admission, checker *fencecheck.Checker, reg pro
 		Handler:           mux,
 		TLSConfig:         tc,
 		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}}, h, nil
