@@ -54,6 +54,12 @@
 // had not yet received the latest INCRs can likewise reissue a fence;
 // WAIT-style guarantees are outside this store.
 //
+// Eviction must not touch counters either: Open refuses a server whose
+// maxmemory-policy is allkeys-* (it may evict a counter, which then starts
+// again at 1) and warns on volatile-* (it may evict live locks early; the
+// fences still protect writes). Where CONFIG is denied, the check is
+// logged as skipped and noeviction is the operator's to keep.
+//
 // # Connections
 //
 // go-redis retries are disabled (an operation is a single attempt; the

@@ -592,3 +592,36 @@ func writeTestCerts(t *testing.T, dir string) *x509.CertPool {
 	pool.AddCert(ca)
 	return pool
 }
+
+// TestEvictionPolicy: a Redis that may evict keys without a TTL would evict
+// fence counters and fences would repeat, so Open refuses allkeys-*;
+// volatile-* (which only evicts keys with a TTL, i.e. locks) opens.
+func TestEvictionPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		ok     bool
+	}{
+		{"noeviction", true},
+		{"volatile-lru", true},
+		{"allkeys-lru", false},
+		{"allkeys-random", false},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			srv := startServer(t, "--maxmemory", "64mb", "--maxmemory-policy", tc.policy)
+			cfg, err := ParseURL("redis://" + srv.addr() + "/0?prefix=evict")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(context.Background(), cfg)
+			if s != nil {
+				defer s.Close()
+			}
+			if tc.ok && err != nil {
+				t.Fatalf("Open with %s: %v", tc.policy, err)
+			}
+			if !tc.ok && (lockstore.CodeOf(err) != lockstore.InvalidArgument || !strings.Contains(err.Error(), "noeviction")) {
+				t.Fatalf("Open with %s: %v, want InvalidArgument naming noeviction", tc.policy, err)
+			}
+		})
+	}
+}

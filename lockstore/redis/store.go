@@ -74,6 +74,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = s.client.Close()
 		return nil, classify(ctx, op, fmt.Errorf("ping: %w", err))
 	}
+	if err := s.checkEviction(ctx); err != nil {
+		_ = s.client.Close()
+		return nil, err
+	}
 	// Loading up front makes the first EVALSHA of each script hit; Run still
 	// falls back to EVAL if the cache is flushed later.
 	pipe := s.client.Pipeline()
@@ -538,4 +542,32 @@ func withLockID(e *lockstore.Error, lockID string) *lockstore.Error {
 		return &c
 	}
 	return e
+}
+
+// checkEviction refuses a Redis that may evict keys without a TTL: fence
+// counters have none, and an evicted counter starts again at 1, so fences
+// would repeat. volatile-* policies evict only keys with a TTL (locks, which
+// expire early then; the fences still protect), so they get a warning. A
+// Redis that denies CONFIG (managed services often do) is logged and
+// trusted: its operator must keep maxmemory-policy at noeviction.
+func (s *Store) checkEviction(ctx context.Context) error {
+	const op = "open"
+	res, err := s.client.ConfigGet(ctx, "maxmemory-policy").Result()
+	if err != nil {
+		if ctx.Err() != nil {
+			return classify(ctx, op, err)
+		}
+		s.log.Warn("could not read maxmemory-policy; fence counters are only safe with noeviction", "err", err)
+		return nil
+	}
+	switch policy := res["maxmemory-policy"]; {
+	case policy == "" || policy == "noeviction":
+		return nil
+	case strings.HasPrefix(policy, "allkeys-"):
+		return lockstore.Errorf(lockstore.InvalidArgument, op,
+			"redis maxmemory-policy is %s: it may evict fence counters and fences would repeat; set it to noeviction", policy)
+	default:
+		s.log.Warn("redis maxmemory-policy evicts keys with a TTL: locks may vanish early under memory pressure (fences still protect writes); noeviction is recommended", "policy", policy)
+		return nil
+	}
 }
