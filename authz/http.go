@@ -18,8 +18,9 @@ const HTTPPath = "/v1/authz/check"
 const (
 	// Route options as request headers, for proxies that set per-location
 	// headers on the auth request (nginx proxy_set_header, Envoy
-	// authorization_request.headers_to_add). A proxy that forwards client
-	// headers to the auth request must overwrite or clear these.
+	// authorization_request.headers_to_add). They are ignored with the
+	// X-Forwarded-* convention (Caddy, Traefik copy client headers to the
+	// auth request); see HTTPHandler.
 	HeaderRouteKey     = "x-fence-route-key"
 	HeaderRouteHeader  = "x-fence-route-header"
 	HeaderRoutePolicy  = "x-fence-route-policy"
@@ -45,11 +46,24 @@ const (
 // HTTPPath prefix stripped (Envoy http_service). A URI header without its
 // method header leaves the method unknown, and the request is checked as a
 // write (never as the auth request's own GET), with a warning naming the
-// proxy config. Route options come from the
-// X-Fence-Route-* headers and, when the original URI came from a header
-// (so that the auth request's own query is the proxy's, not the client's),
-// from query parameters named like the context_extensions (fence_key, …),
-// which win over the headers.
+// proxy config.
+//
+// Where route options come from depends on who can write them:
+//   - X-Forwarded-* (Caddy forward_auth, Traefik forwardAuth): only the
+//     auth request's query string, named like the context_extensions
+//     (fence_key, fence_policy, …), which the operator writes in the
+//     forward_auth URL. These proxies copy every client header to the auth
+//     request, so X-Fence-Route-* headers are the client's and are
+//     ignored. A query identical to the original URI's is the client's own
+//     (Caddy keeps it when the forward_auth uri has no query) and is
+//     ignored too, with a warning: give the uri a query of its own.
+//   - X-Original-* (nginx): the X-Fence-Route-* headers, which the shipped
+//     config sets itself after passing no client header, and the query
+//     parameters, which win over the headers.
+//   - the request itself (Envoy http_service): the X-Fence-Route-* headers
+//     (headers_to_add overrides the client's; never list x-fence-route-*,
+//     x-forwarded-* or x-original-* in allowed_headers). The query is the
+//     client's and is never read.
 //
 // Allowed: 200 with x-fence-verified (a checked write) and
 // x-fence-decision-id. Denied: the reason's status, x-fence-reason,
@@ -66,20 +80,35 @@ func NewHTTPHandler(c *fencecheck.Checker, o Options) *HTTPHandler {
 }
 
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	v, trustedQuery := originalRequest(r)
+	v, conv := originalRequest(r)
 	if v.methodUnknown {
 		h.d.log.LogAttrs(r.Context(), slog.LevelWarn,
 			"authz: the auth request names the original URI but not its method; checking it as a write. "+
 				"The proxy config should send the method header (X-Original-Method with X-Original-URI, "+
 				"X-Forwarded-Method with X-Forwarded-Uri)")
 	}
-	ro := routeOptions{
-		key:     r.Header.Get(HeaderRouteKey),
-		header:  r.Header.Get(HeaderRouteHeader),
-		policy:  r.Header.Get(HeaderRoutePolicy),
-		mode:    r.Header.Get(HeaderRouteMode),
-		methods: r.Header.Get(HeaderRouteMethods),
-		name:    r.Header.Get(HeaderRouteName),
+	var ro routeOptions
+	if conv != convForwarded {
+		// nginx (whose shipped config passes no client header and sets
+		// these itself) and Envoy http_service (whose headers_to_add
+		// override the client's): the headers are the route's.
+		ro = routeOptions{
+			key:     r.Header.Get(HeaderRouteKey),
+			header:  r.Header.Get(HeaderRouteHeader),
+			policy:  r.Header.Get(HeaderRoutePolicy),
+			mode:    r.Header.Get(HeaderRouteMode),
+			methods: r.Header.Get(HeaderRouteMethods),
+			name:    r.Header.Get(HeaderRouteName),
+		}
+	}
+	trustedQuery := conv != convRequest
+	if conv == convForwarded && r.URL.RawQuery != "" && r.URL.RawQuery == uriQuery(v.path) {
+		// Caddy's forward_auth keeps the client's query when its uri has
+		// none: this query is the client's, not the operator's.
+		trustedQuery = false
+		h.d.log.LogAttrs(r.Context(), slog.LevelWarn,
+			"authz: the auth request's query is the client's own (the forward_auth uri sets no query); ignoring it. "+
+				"Put the route options in the forward_auth uri's query (e.g. ?fence_route=NAME)")
 	}
 	if trustedQuery {
 		q := r.URL.Query()
@@ -120,20 +149,42 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(body)
 }
 
-// originalRequest recovers the request the proxy is asking about, and
-// whether the auth request's own query string is the proxy's (true when
-// the original URI came from a header).
-func originalRequest(r *http.Request) (requestView, bool) {
+// convention says where the original request came from.
+type convention int
+
+const (
+	convRequest   convention = iota // the auth request itself (Envoy http_service)
+	convForwarded                   // X-Forwarded-Method/-Uri (Caddy, Traefik)
+	convOriginal                    // X-Original-Method/-URI (nginx)
+)
+
+// uriQuery is the raw query of a request URI ("" when none).
+func uriQuery(uri string) string {
+	if i := strings.IndexByte(uri, '#'); i >= 0 {
+		uri = uri[:i]
+	}
+	if _, q, ok := strings.Cut(uri, "?"); ok {
+		return q
+	}
+	return ""
+}
+
+// originalRequest recovers the request the proxy is asking about, and the
+// convention that named it.
+func originalRequest(r *http.Request) (requestView, convention) {
 	v := requestView{
 		header: func(lc string) string { return r.Header.Get(lc) },
 		peer:   clientAddr(r),
 		source: SourceHTTP,
 	}
-	for _, conv := range [...][2]string{
-		{"X-Forwarded-Method", "X-Forwarded-Uri"},
-		{"X-Original-Method", "X-Original-Uri"},
+	for _, c := range [...]struct {
+		conv              convention
+		method, uriHeader string
+	}{
+		{convForwarded, "X-Forwarded-Method", "X-Forwarded-Uri"},
+		{convOriginal, "X-Original-Method", "X-Original-Uri"},
 	} {
-		m, u := r.Header.Get(conv[0]), r.Header.Get(conv[1])
+		m, u := r.Header.Get(c.method), r.Header.Get(c.uriHeader)
 		if m == "" && u == "" {
 			continue
 		}
@@ -149,7 +200,7 @@ func originalRequest(r *http.Request) (requestView, bool) {
 		if v.path == "" {
 			v.path = "/"
 		}
-		return v, true
+		return v, c.conv
 	}
 	v.method = r.Method
 	v.path = r.URL.EscapedPath()
@@ -159,7 +210,7 @@ func originalRequest(r *http.Request) (requestView, bool) {
 	if v.path == "" {
 		v.path = "/"
 	}
-	return v, false
+	return v, convRequest
 }
 
 // clientAddr is the client as the proxy saw it, for audit only (never for

@@ -32,8 +32,11 @@ func TestHTTPConventions(t *testing.T) {
 		req func(method, uri string) *http.Request
 	}
 	convs := []conv{
+		// Route options where each proxy puts them: Caddy and Traefik in
+		// the forward_auth URL's query (they copy client headers), nginx
+		// and Envoy as X-Fence-Route-* headers they set themselves.
 		{"forwarded (Caddy, Traefik)", func(m, u string) *http.Request {
-			r, _ := http.NewRequest("GET", srv.URL+HTTPPath, nil)
+			r, _ := http.NewRequest("GET", srv.URL+HTTPPath+"?fence_key=orders/{2}&fence_route=orders", nil)
 			r.Header.Set("X-Forwarded-Method", m)
 			r.Header.Set("X-Forwarded-Uri", u)
 			return r
@@ -42,10 +45,14 @@ func TestHTTPConventions(t *testing.T) {
 			r, _ := http.NewRequest("GET", srv.URL+HTTPPath, nil)
 			r.Header.Set("X-Original-Method", m)
 			r.Header.Set("X-Original-URI", u)
+			r.Header.Set(HeaderRouteKey, "orders/{2}")
+			r.Header.Set(HeaderRouteName, "orders")
 			return r
 		}},
 		{"request itself (Envoy http_service)", func(m, u string) *http.Request {
 			r, _ := http.NewRequest(m, srv.URL+HTTPPath+u, nil)
+			r.Header.Set(HeaderRouteKey, "orders/{2}")
+			r.Header.Set(HeaderRouteName, "orders")
 			return r
 		}},
 	}
@@ -69,8 +76,6 @@ func TestHTTPConventions(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(c.name+"/"+tc.name, func(t *testing.T) {
 				req := c.req(tc.method, tc.uri)
-				req.Header.Set(HeaderRouteKey, "orders/{2}")
-				req.Header.Set(HeaderRouteName, "orders")
 				if tc.fence != "" {
 					req.Header.Set(HeaderToken, tc.fence)
 				}
@@ -300,5 +305,80 @@ func TestHTTPMissingMethodHeader(t *testing.T) {
 	h.ServeHTTP(w, r)
 	if w.Code != 200 || logs.Len() != 0 {
 		t.Fatalf("GET with its method header: %d, logs %q", w.Code, logs.String())
+	}
+}
+
+// TestHTTPForwardedRouteOptions: Caddy's forward_auth and Traefik's
+// forwardAuth copy every client header to the auth request, so with the
+// X-Forwarded-* convention X-Fence-Route-* headers are the client's and are
+// ignored: route options come only from the forward_auth URL's query. With
+// X-Original-* (nginx, whose shipped config passes no client header) and
+// with the request itself (Envoy, whose headers_to_add override the
+// client's) the headers stay the route's options.
+func TestHTTPForwardedRouteOptions(t *testing.T) {
+	s := openBolt(t)
+	cur := acquire(t, s, "orders/7", time.Minute)
+	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{})
+	forwarded := func(query string, hdr map[string]string) *http.Request {
+		r := httptest.NewRequest("GET", HTTPPath+query, nil)
+		r.Header.Set("X-Forwarded-Method", "PUT")
+		r.Header.Set("X-Forwarded-Uri", "/orders/7")
+		r.Header.Set(HeaderKey, "orders/7")
+		for k, v := range hdr {
+			r.Header.Set(k, v)
+		}
+		return r
+	}
+	tests := []struct {
+		name   string
+		req    *http.Request
+		status int
+	}{
+		{"client's policy off", forwarded("", map[string]string{HeaderRoutePolicy: "off"}), 428},
+		{"client's dry-run", forwarded("", map[string]string{HeaderRouteMode: "dry-run"}), 428},
+		{"client's write methods", forwarded("", map[string]string{HeaderRouteMethods: "X"}), 428},
+		{"client's key", forwarded("?fence_route=orders", map[string]string{
+			HeaderRouteKey: "mine", HeaderToken: cur.Fence}), 200}, // the header key orders/7, not "mine"
+		{"client's key, checked", forwarded("", map[string]string{
+			HeaderRouteKey: "mine", HeaderToken: "000000000000009"}), 409},
+		{"client's fence header", forwarded("", map[string]string{
+			HeaderRouteHeader: "x-mine", "X-Mine": cur.Fence}), 428},
+		{"operator's query policy off", forwarded("?fence_policy=off", nil), 200},
+		{"operator's query beats client's header", forwarded("?fence_policy=holder", map[string]string{HeaderRoutePolicy: "off"}), 428},
+		{"nginx-style header options kept", func() *http.Request {
+			r := httptest.NewRequest("GET", HTTPPath, nil)
+			r.Header.Set("X-Original-Method", "PUT")
+			r.Header.Set("X-Original-URI", "/orders/7")
+			r.Header.Set(HeaderRoutePolicy, "off")
+			return r
+		}(), 200},
+		{"Envoy-style header options kept", func() *http.Request {
+			r := httptest.NewRequest("PUT", HTTPPath+"/orders/7", nil)
+			r.Header.Set(HeaderRouteMethods, "POST")
+			return r
+		}(), 200},
+	}
+	for _, tc := range tests {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, tc.req)
+		if w.Code != tc.status {
+			t.Errorf("%s: %d %s, want %d", tc.name, w.Code, w.Header().Get(HeaderReason), tc.status)
+		}
+	}
+}
+
+// TestHTTPForwardedClientQuery: Caddy's forward_auth keeps the client's
+// query on the auth request when its uri has none, so a query identical to
+// the original URI's is the client's own and carries no route options.
+func TestHTTPForwardedClientQuery(t *testing.T) {
+	h := NewHTTPHandler(fencecheck.New(openBolt(t), fencecheck.Options{}), Options{})
+	r := httptest.NewRequest("GET", HTTPPath+"?fence_policy=off&fence_mode=dry-run", nil)
+	r.Header.Set("X-Forwarded-Method", "PUT")
+	r.Header.Set("X-Forwarded-Uri", "/orders/7?fence_policy=off&fence_mode=dry-run")
+	r.Header.Set(HeaderKey, "orders/7")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 428 {
+		t.Fatalf("client's own query copied to the auth request: %d, want 428", w.Code)
 	}
 }
