@@ -20,7 +20,7 @@ const lockUsage = `usage: fencegate lock <subcommand> [flags]
   extend  --lock-id ID [--ttl 30s]          reset its expiry to now+ttl; prints {"ok","expiresAtMs"}
   status  --key K                           prints {"locked"}
   lookup  --key K | --lock-id ID            prints the sanitised lock, or {} when absent
-  run     --key K [--ttl 30s] [--wait 10s] -- CMD ARGS...
+  run     --key K [--ttl 30s] [--wait 0s] -- CMD ARGS...
                                             run CMD holding the lock (see 'fencegate lock run -h')
   annotate [--key K --fence F] [--patch]    stamp a Kubernetes object (stdin) with the fence
                                             annotations the admission webhook checks

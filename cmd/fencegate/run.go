@@ -25,7 +25,7 @@ const (
 	exitRunNotFound = 127 // the command was not found
 )
 
-const runUsage = `usage: fencegate lock run --key K [--ttl 30s] [--wait 10s] [--grace 2s] -- CMD [ARGS...]
+const runUsage = `usage: fencegate lock run --key K [--ttl 30s] [--wait 0s] [--grace 2s] -- CMD [ARGS...]
 
 Runs CMD while holding the lock on K, the way 'etcdctl lock' and 'consul lock' do:
   - waits up to --wait for the lock (default: don't wait);
