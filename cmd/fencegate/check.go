@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -31,7 +32,13 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(cf.server, "/")+"/v1/authz/check", nil)
+	// Like Caddy and Traefik, we name the original request in
+	// X-Forwarded-*; route options then travel in the query.
+	target := strings.TrimRight(cf.server, "/") + "/v1/authz/check"
+	if *policy != "" {
+		target += "?" + url.Values{"fence_policy": {*policy}}.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "fencegate check:", err)
 		return exitUsage
@@ -44,9 +51,6 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if *lockID != "" {
 		req.Header.Set("X-Fence-Lock-Id", *lockID)
-	}
-	if *policy != "" {
-		req.Header.Set("X-Fence-Route-Policy", *policy)
 	}
 	c, err := cf.client()
 	if err != nil {
