@@ -17,7 +17,10 @@
 //     (so "/orders/%34%32" locks "orders/42", as the upstream will read it);
 //     a missing or empty segment leaves the key empty, which is denied 400
 //     "malformed". A template that does not parse is the same 400, logged at
-//     warn as a route misconfiguration.
+//     warn as a route misconfiguration. A path a normaliser would change
+//     ("//", "." or ".." segments, raw or percent-encoded, an encoded "/")
+//     is refused with the same 400: its segments are not the resource the
+//     upstream will write.
 //   - An unreadable fence_methods makes every method a write (fail closed);
 //     an unknown fence_policy or fence_mode is a 503 "unavailable".
 //   - The denial body's "key" is the raw key: it came from the caller's own

@@ -230,6 +230,26 @@ func TestExpandKey(t *testing.T) {
 		{"orders/{2", "/orders/1", "", true, true},
 		{"orders/2}", "/orders/1", "", true, true},
 		{"orders/{+2}", "/orders/1", "", true, true},
+		// Paths a proxy or upstream would normalise to another resource
+		// than the segments say: refused (400 malformed), never expanded.
+		{"orders/{2}", "//orders/42", "", true, false},           // nginx routes /orders/42; segment 2 is "orders"
+		{"orders/{2}", "/orders/x/../42", "", true, false},       // upstream sees /orders/42; segment 2 is "x"
+		{"orders/{2}", "/orders/./42", "", true, false},          // segment 2 is "."
+		{"orders/{2}", "/orders/42/..", "", true, false},         // a dot segment after the key's
+		{"orders/{2}", "/orders/42/x//y", "", true, false},       // an empty segment after the key's
+		{"orders/{2}", "/orders/%2e%2e/42", "", true, false},     // encoded ".."
+		{"orders/{2}", "/orders/%2E%2e/42", "", true, false},     // mixed case
+		{"orders/{2}", "/orders/.%2E/42", "", true, false},       // half encoded
+		{"orders/{2}", "/orders/%2e/42", "", true, false},        // encoded "."
+		{"orders/{2}", "/orders/a%2Fb", "", true, false},         // encoded slash inside a segment
+		{"orders/{2}", "/orders/a%2fb", "", true, false},         // lower case
+		{"orders/{2}", "/orders/..;/42", "", true, false},        // Tomcat: ".." with a path parameter
+		{"orders/{2}", "orders/42", "", true, false},             // not origin-form
+		{"orders/{2}", "/orders/42/", "orders/42", false, false}, // a trailing slash is not an empty segment
+		{"orders/{2}", "/orders/...", "orders/...", false, false},
+		{"orders/{2}", "/orders/.x", "orders/.x", false, false},
+		{"orders/{2}", "/orders/42?x=/../y//z", "orders/42", false, false}, // the query is not the path
+		{"literal", "//x/../y", "literal", false, false},                   // a literal key does not read the path
 	}
 	for _, tc := range tests {
 		got, err := ExpandKey(tc.tpl, tc.path)

@@ -61,6 +61,16 @@ var errBadTemplate = errors.New("authz: bad fence_key template")
 // same lock: the upstream will treat them as the same resource. A missing
 // or empty segment is an error (the transports answer 400 malformed); so is
 // a template that does not parse (wrapping errBadTemplate).
+//
+// A path that a proxy or the upstream would normalise into another one is
+// refused outright (fail closed, 400 malformed), because its segments are
+// not the resource the write reaches: nginx routes "//orders/42" as
+// "/orders/42" but sends the raw URI, and frameworks resolve
+// "/orders/x/../42" to "/orders/42". Refused: a path not starting with "/",
+// an empty segment ("//"; a trailing "/" is allowed), a "." or ".."
+// segment, raw or percent-encoded ("%2e", "%2E%2e"), also before a ";"
+// path parameter ("..;"), and an encoded slash ("%2F", "%2f") inside a
+// segment.
 func ExpandKey(template, path string) (string, error) {
 	if !strings.ContainsAny(template, "{}") {
 		return template, nil
@@ -68,7 +78,10 @@ func ExpandKey(template, path string) (string, error) {
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
 	}
-	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	segs, err := canonicalSegments(path)
+	if err != nil {
+		return "", err
+	}
 	var b strings.Builder
 	for rest := template; rest != ""; {
 		open := strings.IndexByte(rest, '{')
@@ -93,11 +106,40 @@ func ExpandKey(template, path string) (string, error) {
 		if n > len(segs) || segs[n-1] == "" {
 			return "", fmt.Errorf("authz: path has no segment %d for key template %q", n, template)
 		}
-		seg, err := url.PathUnescape(segs[n-1])
-		if err != nil {
-			return "", fmt.Errorf("authz: segment %d of the path: %w", n, err)
-		}
-		b.WriteString(seg)
+		b.WriteString(segs[n-1])
 	}
 	return b.String(), nil
+}
+
+// canonicalSegments splits an origin-form path (no query) into its
+// percent-decoded segments, refusing any path whose segments a normaliser
+// would change (see ExpandKey). A trailing "/" yields a final empty segment.
+func canonicalSegments(path string) ([]string, error) {
+	rest, ok := strings.CutPrefix(path, "/")
+	if !ok {
+		return nil, fmt.Errorf("authz: path %q does not start with '/'; refusing to expand a key template over it", path)
+	}
+	raw := strings.Split(rest, "/")
+	segs := make([]string, len(raw))
+	for i, r := range raw {
+		if r == "" {
+			if i == len(raw)-1 {
+				continue // trailing slash
+			}
+			return nil, fmt.Errorf("authz: path has an empty segment (\"//\") at %d; it would be normalised to another path", i+1)
+		}
+		if strings.Contains(r, "%2F") || strings.Contains(r, "%2f") {
+			return nil, fmt.Errorf("authz: path segment %d holds an encoded '/' (%%2F); it would be read as two segments", i+1)
+		}
+		seg, err := url.PathUnescape(r)
+		if err != nil {
+			return nil, fmt.Errorf("authz: segment %d of the path: %w", i+1, err)
+		}
+		// "..;" is ".." to servlet containers, which drop path parameters.
+		if name, _, _ := strings.Cut(seg, ";"); name == "." || name == ".." {
+			return nil, fmt.Errorf("authz: path segment %d is a dot segment (%q); it would be normalised to another path", i+1, r)
+		}
+		segs[i] = seg
+	}
+	return segs, nil
 }
