@@ -32,7 +32,8 @@ type requestView struct {
 	// the request is checked as a write whatever the route's methods say.
 	methodUnknown bool
 	path          string                 // may carry a query string; it is cut off here
-	header        func(lc string) string // by lowercase name
+	header        func(lc string) string // by lowercase name: the value (one copy)
+	count         func(lc string) int    // by lowercase name: how many copies the request carried
 	peer          string
 	source        string
 }
@@ -82,9 +83,27 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 	}
 	req.Fence = v.header(fenceHeader)
 
+	// A fence input sent twice is ambiguous: this check reads one copy, the
+	// upstream may read the other. Denied malformed (fencecheck).
+	inputs := []string{fenceHeader, HeaderLockID}
 	if ro.key == "" {
 		req.Key = v.header(HeaderKey)
-	} else if req.Write {
+		inputs = append(inputs, HeaderKey)
+		// Proxies join duplicate headers with commas (Envoy's headers map,
+		// nginx's $http_ variables), so a comma in a key header cannot be
+		// told from two keys: a key with a comma must come from fence_key.
+		req.Ambiguous = strings.Contains(req.Key, ",")
+	}
+	for _, h := range inputs {
+		if v.count(h) > 1 {
+			req.Ambiguous = true
+		}
+	}
+	if req.Ambiguous && req.Write {
+		d.log.LogAttrs(ctx, slog.LevelDebug, "authz: a fence input header was sent more than once", slog.String("route", ro.name))
+	}
+
+	if ro.key != "" && req.Write {
 		// An unexpandable key leaves Key empty, which fencecheck denies as
 		// malformed (400) without reading the backend.
 		key, err := ExpandKey(ro.key, path)

@@ -21,6 +21,11 @@
 //     ("//", "." or ".." segments, raw or percent-encoded, an encoded "/")
 //     is refused with the same 400: its segments are not the resource the
 //     upstream will write.
+//   - A fence input header (x-fence-key, the fence header, x-fence-lock-id)
+//     sent more than once is 400 "malformed", whichever copy is current:
+//     the upstream may read another copy than the check did. Proxies join
+//     duplicates with commas, so a key header holding a comma is treated
+//     the same (a key with a comma can still come from fence_key).
 //   - An unreadable fence_methods makes every method a write (fail closed);
 //     an unknown fence_policy or fence_mode is a 503 "unavailable".
 //   - The denial body's "key" is the raw key: it came from the caller's own

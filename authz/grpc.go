@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -56,21 +57,34 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	attrs := req.GetAttributes()
 	hr := attrs.GetRequest().GetHttp()
 	headers := hr.GetHeaders()
+	// The headers map holds one (comma-joined) value per name; header_map
+	// lists every copy, so it is counted.
+	count := func(lc string) int {
+		if _, ok := headers[lc]; ok {
+			return 1
+		}
+		return 0
+	}
 	if len(headers) == 0 && hr.GetHeaderMap() != nil {
 		// Envoy sends header_map instead of headers with encode_raw_headers.
 		headers = make(map[string]string, len(hr.GetHeaderMap().GetHeaders()))
+		copies := make(map[string]int, len(hr.GetHeaderMap().GetHeaders()))
 		for _, h := range hr.GetHeaderMap().GetHeaders() {
 			v := h.GetValue()
 			if len(h.GetRawValue()) > 0 {
 				v = string(h.GetRawValue())
 			}
-			headers[h.GetKey()] = v
+			k := strings.ToLower(h.GetKey())
+			headers[k] = v
+			copies[k]++
 		}
+		count = func(lc string) int { return copies[lc] }
 	}
 	v := requestView{
 		method: hr.GetMethod(),
 		path:   hr.GetPath(),
 		header: func(lc string) string { return headers[lc] },
+		count:  count,
 		peer:   peerAddr(attrs.GetSource()),
 		source: SourceGRPC,
 	}

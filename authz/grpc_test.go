@@ -281,3 +281,60 @@ func TestGRPCHeaderMap(t *testing.T) {
 		t.Fatalf("verified %q, want %q (%v)", got, r.Fence, resp)
 	}
 }
+
+// TestGRPCDuplicateFenceHeaders: a fence input sent twice is ambiguous (the
+// upstream may read the other copy) and is denied 400 malformed, in both of
+// Envoy's header encodings: header_map lists every copy; the headers map
+// joins them with a comma.
+func TestGRPCDuplicateFenceHeaders(t *testing.T) {
+	s := openBolt(t)
+	old := acquire(t, s, "k", time.Minute)
+	release(t, s, old.LockID)
+	cur := acquire(t, s, "k", time.Minute)
+	joined := acquire(t, s, "k,other", time.Minute) // a key a client could hold
+	client := authv3.NewAuthorizationClient(serveGRPC(t, fencecheck.New(s, fencecheck.Options{})))
+
+	rawReq := func(ext map[string]string, hs ...[2]string) *authv3.CheckRequest {
+		req := envoyRequest("POST", "/k", nil, ext)
+		hr := req.GetAttributes().GetRequest().GetHttp()
+		hr.Headers = nil
+		hm := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":method", RawValue: []byte("POST")}}}
+		for _, h := range hs {
+			hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: h[0], RawValue: []byte(h[1])})
+		}
+		hr.HeaderMap = hm
+		return req
+	}
+	tests := []struct {
+		name string
+		req  *authv3.CheckRequest
+	}{
+		{"header_map: token twice, current last", rawReq(nil,
+			[2]string{HeaderKey, "k"}, [2]string{HeaderToken, old.Fence}, [2]string{HeaderToken, cur.Fence})},
+		{"header_map: key twice", rawReq(nil,
+			[2]string{HeaderKey, "other"}, [2]string{HeaderKey, "k"}, [2]string{HeaderToken, cur.Fence})},
+		{"header_map: lockId twice", rawReq(nil,
+			[2]string{HeaderKey, "k"}, [2]string{HeaderToken, cur.Fence},
+			[2]string{HeaderLockID, old.LockID}, [2]string{HeaderLockID, cur.LockID})},
+		{"header_map: route's fence header twice", rawReq(map[string]string{ExtHeader: "if-fence"},
+			[2]string{HeaderKey, "k"}, [2]string{"if-fence", old.Fence}, [2]string{"if-fence", cur.Fence})},
+		{"headers: key joined by Envoy", envoyRequest("POST", "/k",
+			map[string]string{HeaderKey: "k,other", HeaderToken: joined.Fence}, nil)},
+	}
+	for _, tc := range tests {
+		resp, err := client.Check(t.Context(), tc.req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := resp.GetDeniedResponse()
+		if d == nil || d.GetStatus().GetCode() != 400 || headerMap(d.GetHeaders())[HeaderReason] != "malformed" {
+			t.Errorf("%s: want 400 malformed, got %v", tc.name, resp)
+		}
+	}
+	// One copy of each is fine.
+	resp, err := client.Check(t.Context(), rawReq(nil, [2]string{HeaderKey, "k"}, [2]string{HeaderToken, cur.Fence},
+		[2]string{HeaderLockID, cur.LockID}))
+	if err != nil || resp.GetOkResponse() == nil {
+		t.Fatalf("single headers: %v %v", resp, err)
+	}
+}

@@ -174,6 +174,7 @@ func uriQuery(uri string) string {
 func originalRequest(r *http.Request) (requestView, convention) {
 	v := requestView{
 		header: func(lc string) string { return r.Header.Get(lc) },
+		count:  func(lc string) int { return len(r.Header.Values(lc)) },
 		peer:   clientAddr(r),
 		source: SourceHTTP,
 	}

@@ -402,3 +402,29 @@ func TestHTTPForwardedClientQuery(t *testing.T) {
 		t.Fatalf("client's own query copied to the auth request: %d, want 428", w.Code)
 	}
 }
+
+// TestHTTPDuplicateFenceHeaders: Header.Get reads the first copy, an
+// upstream may read the last: a fence input sent twice is 400 malformed.
+func TestHTTPDuplicateFenceHeaders(t *testing.T) {
+	s := openBolt(t)
+	old := acquire(t, s, "k", time.Minute)
+	release(t, s, old.LockID)
+	cur := acquire(t, s, "k", time.Minute)
+	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{})
+	for _, dup := range [][3]string{
+		{HeaderToken, cur.Fence, old.Fence},
+		{HeaderKey, "k", "other"},
+		{HeaderLockID, cur.LockID, old.LockID},
+	} {
+		r := httptest.NewRequest("POST", HTTPPath+"/k", nil)
+		r.Header.Set(HeaderKey, "k")
+		r.Header.Set(HeaderToken, cur.Fence)
+		r.Header.Set(dup[0], dup[1])
+		r.Header.Add(dup[0], dup[2])
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != 400 || w.Header().Get(HeaderReason) != "malformed" {
+			t.Errorf("%s twice: %d %q, want 400 malformed", dup[0], w.Code, w.Header().Get(HeaderReason))
+		}
+	}
+}

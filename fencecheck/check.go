@@ -163,6 +163,8 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 
 	// Input checks: none of these needs the backend.
 	switch {
+	case r.Ambiguous:
+		return c.negative(d, ReasonMalformed), nil
 	case r.Fence == "":
 		return c.negative(d, ReasonMissing), nil
 	case !lockstore.ValidFence(r.Fence):

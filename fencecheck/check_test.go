@@ -110,6 +110,8 @@ func TestCheckDecisions(t *testing.T) {
 		{"malformed empty key", live(f5, idA), Request{Key: "", Write: true, Fence: f5}, ReasonMalformed, 400, 0},
 		{"malformed long key", live(f5, idA), Request{Key: string(make([]byte, 513)), Write: true, Fence: f5}, ReasonMalformed, 400, 0},
 		{"malformed lockId", live(f5, idA), Request{Key: "k", Write: true, Fence: f5, LockID: "short"}, ReasonMalformed, 400, 0},
+		{"ambiguous input", live(f5, idA), Request{Key: "k", Write: true, Fence: f5, Ambiguous: true}, ReasonMalformed, 400, 0},
+		{"ambiguous beats missing", live(f5, idA), Request{Key: "k", Write: true, Ambiguous: true}, ReasonMalformed, 400, 0},
 		{"holder current", live(f5, idA), Request{Key: "k", Write: true, Fence: f5}, "", 200, 1},
 		{"holder stale", live(f5, idA), Request{Key: "k", Write: true, Fence: f4}, ReasonStale, 409, 1},
 		{"holder unknown", live(f5, idA), Request{Key: "k", Write: true, Fence: f6}, ReasonUnknown, 409, 1},

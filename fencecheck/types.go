@@ -102,6 +102,10 @@ type Request struct {
 	Fence  string // the presented fence; "" when none was presented
 	LockID string // the optional ownership proof; "" when none
 	Write  bool   // whether the request is a write (see WriteMethods)
+	// Ambiguous: the transport found an input it cannot read one way, such
+	// as the fence header sent twice (the upstream may read the other
+	// copy). A write is denied 400 "malformed" without a backend read.
+	Ambiguous bool
 
 	Policy Policy // "" is PolicyHolder
 	Mode   Mode   // "" is ModeEnforce
