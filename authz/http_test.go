@@ -139,14 +139,33 @@ func TestHTTPQueryOptions(t *testing.T) {
 		t.Fatalf("client's fence_policy=off in the original query: %d, want 428", w.Code)
 	}
 
-	// The exact prefix (no trailing path) and a prefix look-alike.
-	for path, wantStatus := range map[string]int{HTTPPath: 428, HTTPPath + "x/y": 428} {
-		r = httptest.NewRequest("PUT", path, nil)
-		r.Header.Set(HeaderKey, "a")
+	// Which path the check sees: HTTPPath is stripped only as a whole
+	// segment prefix. The key template {1} names the first segment of
+	// what remains, and a fence nobody was issued is denied "unknown" with
+	// that key in the body (no segment at all is 400 malformed).
+	for _, tc := range []struct {
+		path, key string
+		status    int
+	}{
+		{HTTPPath, "", 400},             // the original path is "/"
+		{HTTPPath + "/", "", 400},       // likewise
+		{HTTPPath + "/a/b", "a", 409},   // stripped: /a/b
+		{HTTPPath + "x/y", "v1", 409},   // a look-alike is not stripped: /v1/authz/checkx/y
+		{"/v1/authz/chec/k", "v1", 409}, // nor is a shorter one
+		{HTTPPath + "/v1/x", "v1", 409}, // stripped once, not twice
+		{HTTPPath + "/c%2Fd", "", 400},  // the stripped path is checked like any other
+	} {
+		r = httptest.NewRequest("PUT", tc.path, nil)
+		r.Header.Set(HeaderRouteKey, "{1}")
+		r.Header.Set(HeaderToken, "000000000000009")
 		w = httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		if w.Code != wantStatus {
-			t.Fatalf("%s: %d, want %d", path, w.Code, wantStatus)
+		var body denialBody
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+			t.Fatalf("%s: body %q: %v", tc.path, w.Body.Bytes(), err)
+		}
+		if w.Code != tc.status || body.Key != tc.key {
+			t.Errorf("%s: %d key %q, want %d key %q", tc.path, w.Code, body.Key, tc.status, tc.key)
 		}
 	}
 }
