@@ -209,8 +209,11 @@ func TestCheckDeadline(t *testing.T) {
 	if lockstore.CodeOf(err) != lockstore.NetworkTimeout {
 		t.Fatalf("code = %s, want NetworkTimeout", lockstore.CodeOf(err))
 	}
-	if elapsed < timeout || elapsed > timeout+100*time.Millisecond {
-		t.Fatalf("elapsed %v, want ≈ %v", elapsed, timeout)
+	// Cut off at the deadline, not later: the bound leaves room for a
+	// loaded CI machine under -race, and is still far below what a check
+	// that ignored its deadline would take (the store blocks forever).
+	if elapsed < timeout || elapsed > timeout+400*time.Millisecond {
+		t.Fatalf("elapsed %v, want %v ≤ elapsed ≤ %v", elapsed, timeout, timeout+400*time.Millisecond)
 	}
 }
 
