@@ -305,8 +305,10 @@ func TestReviews(t *testing.T) {
 					ev.KeyHash == "" || ev.Key != "" || ev.DecisionID != resp.AuditAnnotations["decision-id"] {
 					t.Errorf("audit event %+v", ev)
 				}
-				if !strings.HasPrefix(ev.Path, "/api") || !strings.Contains(ev.Path, "/namespaces/shop/") {
-					t.Errorf("audit path %q", ev.Path)
+				// Paths are audited only with raw-key auditing (a path can
+				// spell a key); the API server's audit log has the object URI.
+				if ev.Path != "" {
+					t.Errorf("audit path %q without raw-key auditing", ev.Path)
 				}
 			}
 		})

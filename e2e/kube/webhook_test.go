@@ -396,7 +396,7 @@ func TestAdmissionThroughKubeAPIServer(t *testing.T) {
 		evs := audited(t, g, staleDecision)
 		ev := evs[slices.IndexFunc(evs, func(e lockstore.AuditEvent) bool { return e.DecisionID == staleDecision })]
 		if ev.Source != "admission" || ev.Reason != "stale" || ev.Presented != stale || ev.Current != current ||
-			ev.Method != "UPDATE" || ev.Path != "/api/v1/namespaces/shop/configmaps/orders" || ev.Peer != writerUser {
+			ev.Method != "UPDATE" || ev.Path != "" || ev.Peer != writerUser { // no path without raw-key auditing
 			t.Fatalf("audit event %+v", ev)
 		}
 	})
