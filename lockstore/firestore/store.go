@@ -286,74 +286,23 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	return res, nil
 }
 
-// Release deletes the live lock lockID holds. The lockId query finds the
-// candidate documents; the transaction re-reads each by reference and
-// verifies it (see resolve), so the document it checks is the one it
-// deletes.
+// Release deletes the live lock lockID holds (see mutateLive).
 func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
-	const op = "release"
 	if err := lockstore.ValidateLockID(lockID); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
-	ctx, cancel, err := s.begin(ctx, op)
+	ok, detail, err := s.mutateLive(ctx, "release", lockID, func(tx *firestore.Transaction, live *firestore.DocumentSnapshot, _ int64) error {
+		return tx.Delete(live.Ref)
+	})
 	if err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
-	defer cancel()
-	refs, err := s.findLockID(ctx, lockID)
-	if err != nil {
-		return lockstore.ReleaseResult{}, withLockID(classify(ctx, op, err), lockID)
-	}
-	if len(refs) == 0 {
-		return lockstore.ReleaseResult{Detail: lockstore.DetailNotFound}, nil
-	}
-	unlock, err := s.inflight.lock(ctx, op, refIDs(refs)...)
-	if err != nil {
-		return lockstore.ReleaseResult{}, withLockID(err, lockID)
-	}
-	defer unlock()
-	var res lockstore.ReleaseResult
-	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		res = lockstore.ReleaseResult{}
-		if err := checkpoint(ctx, op); err != nil {
-			return err
-		}
-		nowMs := s.nowMs()
-		snaps, err := tx.GetAll(refs)
-		if err != nil {
-			return err
-		}
-		if err := checkpoint(ctx, op); err != nil {
-			return err
-		}
-		m, err := s.resolve(op, lockID, snaps, nowMs, true)
-		if err != nil {
-			return err
-		}
-		if err := m.deleteStale(tx); err != nil {
-			return err
-		}
-		if m.live == nil {
-			res.Detail = m.detail
-			return nil
-		}
-		if err := tx.Delete(m.live.Ref); err != nil {
-			return err
-		}
-		res.OK = true
-		return nil
-	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
-	if err != nil {
-		return lockstore.ReleaseResult{}, withLockID(classify(ctx, op, err), lockID)
-	}
-	return res, nil
+	return lockstore.ReleaseResult{OK: ok, Detail: detail}, nil
 }
 
 // Extend sets the live lock's expiry to now+ttl (replacing, not adding) and
 // returns that authoritative expiry. An expired lock is never revived.
-// It resolves lockID like Release.
 func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
-	const op = "extend"
 	if err := lockstore.ValidateLockID(lockID); err != nil {
 		return lockstore.ExtendResult{}, err
 	}
@@ -361,31 +310,48 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
+	var exp int64
+	ok, detail, err := s.mutateLive(ctx, "extend", lockID, func(tx *firestore.Transaction, live *firestore.DocumentSnapshot, nowMs int64) error {
+		exp = nowMs + ttlMs
+		return tx.Update(live.Ref, []firestore.Update{{Path: "expiresAtMs", Value: exp}})
+	})
+	if err != nil || !ok {
+		return lockstore.ExtendResult{Detail: detail}, err
+	}
+	return lockstore.ExtendResult{OK: true, ExpiresAtMs: exp}, nil
+}
+
+// mutateLive is release and extend: the lockId query finds the candidate
+// documents; one transaction re-reads each by reference, verifies it (see
+// resolve: ownership, liveness, home document), cleans up stale duplicates,
+// and applies mutate to the one live lock, so the document it checks is the
+// one it changes. ok reports whether mutate ran; otherwise detail is the
+// best-effort reason.
+func (s *Store) mutateLive(ctx context.Context, op, lockID string, mutate func(tx *firestore.Transaction, live *firestore.DocumentSnapshot, nowMs int64) error) (ok bool, detail string, err error) {
 	ctx, cancel, err := s.begin(ctx, op)
 	if err != nil {
-		return lockstore.ExtendResult{}, err
+		return false, "", err
 	}
 	defer cancel()
 	refs, err := s.findLockID(ctx, lockID)
 	if err != nil {
-		return lockstore.ExtendResult{}, withLockID(classify(ctx, op, err), lockID)
+		return false, "", withLockID(classify(ctx, op, err), lockID)
 	}
 	if len(refs) == 0 {
-		return lockstore.ExtendResult{Detail: lockstore.DetailNotFound}, nil
+		return false, lockstore.DetailNotFound, nil
 	}
 	unlock, err := s.inflight.lock(ctx, op, refIDs(refs)...)
 	if err != nil {
-		return lockstore.ExtendResult{}, withLockID(err, lockID)
+		return false, "", withLockID(err, lockID)
 	}
 	defer unlock()
-	var res lockstore.ExtendResult
 	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		res = lockstore.ExtendResult{}
+		ok, detail = false, ""
 		if err := checkpoint(ctx, op); err != nil {
 			return err
 		}
-		// Read inside the transaction (ADR-010): the new expiry is this
-		// attempt's now + ttl.
+		// Read the clock inside the transaction (ADR-010): an extend's new
+		// expiry is this attempt's now + ttl.
 		nowMs := s.nowMs()
 		snaps, err := tx.GetAll(refs)
 		if err != nil {
@@ -402,20 +368,19 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 			return err
 		}
 		if m.live == nil {
-			res.Detail = m.detail
+			detail = m.detail
 			return nil
 		}
-		exp := nowMs + ttlMs
-		if err := tx.Update(m.live.Ref, []firestore.Update{{Path: "expiresAtMs", Value: exp}}); err != nil {
+		if err := mutate(tx, m.live, nowMs); err != nil {
 			return err
 		}
-		res = lockstore.ExtendResult{OK: true, ExpiresAtMs: exp}
+		ok = true
 		return nil
 	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
 	if err != nil {
-		return lockstore.ExtendResult{}, withLockID(classify(ctx, op, err), lockID)
+		return false, "", withLockID(classify(ctx, op, err), lockID)
 	}
-	return res, nil
+	return ok, detail, nil
 }
 
 // IsLocked reports whether key has a live lock. It only reads.
