@@ -120,9 +120,16 @@ func ContextError(ctx context.Context, op string) *Error {
 	}
 }
 
-// withContext returns a copy of e carrying key/lockId context.
-func (e *Error) withContext(key, lockID string) *Error {
-	c := *e
+// WithContext attaches the raw key and lockId an operation concerned to the
+// first *Error in err's chain (fields already set are kept), for callers
+// such as an onReleaseError callback; Error() still prints only their
+// hashes. Any other error is returned unchanged.
+func WithContext(err error, key, lockID string) error {
+	var le *Error
+	if !errors.As(err, &le) {
+		return err
+	}
+	c := *le
 	if c.Key == "" {
 		c.Key = key
 	}

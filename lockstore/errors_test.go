@@ -15,7 +15,7 @@ func TestErrorNeverPrintsSecrets(t *testing.T) {
 	var errs []error
 	errs = append(errs,
 		&Error{Code: ServiceUnavailable, Op: "acquire", Msg: "down", Key: key, LockID: id, Err: errors.New("dial tcp: refused")},
-		(&Error{Code: Internal, Op: "release"}).withContext(key, id),
+		WithContext(fmt.Errorf("wrapped: %w", &Error{Code: Internal, Op: "release"}), key, id),
 		ValidateLockID(id+"!"),
 		ValidateLockID(id[:21]+"+"),
 	)
@@ -125,5 +125,24 @@ func TestCodesComplete(t *testing.T) {
 	}
 	if len(seen) != 8 {
 		t.Errorf("%d codes, want the contract's 8", len(seen))
+	}
+}
+
+func TestWithContext(t *testing.T) {
+	inner := &Error{Code: ServiceUnavailable, Op: "release", LockID: "kept-lock-id-000000000"}
+	err := WithContext(fmt.Errorf("op: %w", inner), "k", "other-lock-id-00000000")
+	var le *Error
+	if !errors.As(err, &le) || le.Key != "k" || le.LockID != "kept-lock-id-000000000" || le.Code != ServiceUnavailable {
+		t.Fatalf("WithContext = %#v", le)
+	}
+	if inner.Key != "" {
+		t.Fatal("WithContext changed the original error")
+	}
+	plain := errors.New("plain")
+	if WithContext(plain, "k", "") != plain {
+		t.Fatal("a non-lockstore error must come back unchanged")
+	}
+	if WithContext(nil, "k", "") != nil {
+		t.Fatal("nil must stay nil")
 	}
 }

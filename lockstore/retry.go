@@ -179,7 +179,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, ttl time.Durati
 	var last AcquireResult
 	for attempt := 1; ; attempt++ {
 		if err := ContextError(ctx, "acquire"); err != nil {
-			return last, time.Time{}, err.withContext(key, "")
+			return last, time.Time{}, WithContext(err, key, "")
 		}
 		sent := time.Now()
 		r, err := l.Acquire(ctx, key, ttl)
@@ -188,7 +188,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, ttl time.Durati
 			// the code; the context's state does.
 			if cerr := ContextError(ctx, "acquire"); cerr != nil {
 				cerr.Err = err
-				return last, time.Time{}, cerr.withContext(key, "")
+				return last, time.Time{}, WithContext(cerr, key, "")
 			}
 			return last, time.Time{}, err
 		}
@@ -207,7 +207,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, ttl time.Durati
 			return timeout(attempt, last)
 		}
 		if err := sleepCtx(ctx, d); err != nil {
-			return last, time.Time{}, ContextError(ctx, "acquire").withContext(key, "")
+			return last, time.Time{}, WithContext(ContextError(ctx, "acquire"), key, "")
 		}
 	}
 }

@@ -152,7 +152,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return nil
 	})
 	if err != nil {
-		return lockstore.AcquireResult{}, withKey(err, key, "")
+		return lockstore.AcquireResult{}, lockstore.WithContext(err, key, "")
 	}
 	if lockstore.FenceNeedsWarning(issued) {
 		s.log.Warn("fence counter past the warning level; plan a key namespace rotation",
@@ -187,7 +187,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 		return nil
 	})
 	if err != nil {
-		return lockstore.ReleaseResult{}, withKey(err, "", lockID)
+		return lockstore.ReleaseResult{}, lockstore.WithContext(err, "", lockID)
 	}
 	return res, nil
 }
@@ -241,7 +241,7 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 		return nil
 	})
 	if err != nil {
-		return lockstore.ExtendResult{}, withKey(err, "", lockID)
+		return lockstore.ExtendResult{}, lockstore.WithContext(err, "", lockID)
 	}
 	return res, nil
 }
@@ -267,7 +267,7 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 		return err
 	})
 	if err != nil {
-		return nil, withKey(err, key, "")
+		return nil, lockstore.WithContext(err, key, "")
 	}
 	return info, nil
 }
@@ -286,7 +286,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 		return err
 	})
 	if err != nil {
-		return nil, withKey(err, "", lockID)
+		return nil, lockstore.WithContext(err, "", lockID)
 	}
 	return info, nil
 }
@@ -318,7 +318,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 		return err
 	})
 	if err != nil {
-		return lockstore.KeyState{}, withKey(err, key, "")
+		return lockstore.KeyState{}, lockstore.WithContext(err, key, "")
 	}
 	return ks, nil
 }
@@ -353,20 +353,4 @@ func (s *Store) setFence(key string, n int64) error {
 		return fmt.Errorf("bolt: negative fence counter %d", n)
 	}
 	return s.update(context.Background(), "set-fence", func(tx *bbolt.Tx) error { return putCounter(tx, k, n) })
-}
-
-// withKey attaches the caller's key or lockId to a *lockstore.Error for
-// the caller's own use; Error() prints only their hashes.
-func withKey(err error, key, lockID string) error {
-	if le, ok := err.(*lockstore.Error); ok {
-		c := *le
-		if c.Key == "" {
-			c.Key = key
-		}
-		if c.LockID == "" {
-			c.LockID = lockID
-		}
-		return &c
-	}
-	return err
 }

@@ -2,7 +2,6 @@ package firestore
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"sync"
@@ -202,11 +201,11 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	switch snap, err := lockRef.Get(ctx); {
 	case status.Code(err) == codes.NotFound:
 	case err != nil:
-		return lockstore.AcquireResult{}, withKey(classify(ctx, op, err), nk)
+		return lockstore.AcquireResult{}, lockstore.WithContext(classify(ctx, op, err), nk, "")
 	default:
 		cur, held, err := decodeLock(snap, op)
 		if err != nil {
-			return lockstore.AcquireResult{}, withKey(err, nk)
+			return lockstore.AcquireResult{}, lockstore.WithContext(err, nk, "")
 		}
 		if held && lockstore.IsLive(cur.ExpiresAtMs, s.nowMs()) {
 			return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
@@ -215,7 +214,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 
 	unlock, err := s.inflight.lock(ctx, op, lockID)
 	if err != nil {
-		return lockstore.AcquireResult{}, withKey(err, nk)
+		return lockstore.AcquireResult{}, lockstore.WithContext(err, nk, "")
 	}
 	defer unlock()
 	var res lockstore.AcquireResult
@@ -281,7 +280,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return nil
 	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
 	if err != nil {
-		return lockstore.AcquireResult{}, withKey(classify(ctx, op, err), nk)
+		return lockstore.AcquireResult{}, lockstore.WithContext(classify(ctx, op, err), nk, "")
 	}
 	return res, nil
 }
@@ -335,14 +334,14 @@ func (s *Store) mutateLive(ctx context.Context, op, lockID string, mutate func(t
 	defer cancel()
 	refs, err := s.findLockID(ctx, lockID)
 	if err != nil {
-		return false, "", withLockID(classify(ctx, op, err), lockID)
+		return false, "", lockstore.WithContext(classify(ctx, op, err), "", lockID)
 	}
 	if len(refs) == 0 {
 		return false, lockstore.DetailNotFound, nil
 	}
 	unlock, err := s.inflight.lock(ctx, op, refIDs(refs)...)
 	if err != nil {
-		return false, "", withLockID(err, lockID)
+		return false, "", lockstore.WithContext(err, "", lockID)
 	}
 	defer unlock()
 	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
@@ -378,7 +377,7 @@ func (s *Store) mutateLive(ctx context.Context, op, lockID string, mutate func(t
 		return nil
 	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
 	if err != nil {
-		return false, "", withLockID(classify(ctx, op, err), lockID)
+		return false, "", lockstore.WithContext(classify(ctx, op, err), "", lockID)
 	}
 	return ok, detail, nil
 }
@@ -413,12 +412,12 @@ func (s *Store) lookupKey(ctx context.Context, op, key string) (*lockstore.LockI
 		return nil, nil
 	}
 	if err != nil {
-		return nil, withKey(classify(ctx, op, err), nk)
+		return nil, lockstore.WithContext(classify(ctx, op, err), nk, "")
 	}
 	nowMs := s.nowMs()
 	l, ok, err := decodeLock(snap, op)
 	if err != nil || !ok || !lockstore.IsLive(l.ExpiresAtMs, nowMs) || !keyIs(l, nk) {
-		return nil, withKey(err, nk)
+		return nil, lockstore.WithContext(err, nk, "")
 	}
 	return sanitise(nk, l), nil
 }
@@ -449,11 +448,11 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 	defer cancel()
 	docs, err := s.locks.Where("lockId", "==", lockID).Documents(ctx).GetAll()
 	if err != nil {
-		return nil, withLockID(classify(ctx, op, err), lockID)
+		return nil, lockstore.WithContext(classify(ctx, op, err), "", lockID)
 	}
 	m, err := s.resolve(op, lockID, docs, s.nowMs(), false)
 	if err != nil {
-		return nil, withLockID(err, lockID)
+		return nil, lockstore.WithContext(err, "", lockID)
 	}
 	if m.live == nil {
 		return nil, nil
@@ -481,18 +480,18 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	defer cancel()
 	snaps, err := s.client.GetAll(ctx, []*firestore.DocumentRef{s.locks.Doc(lockID), s.fences.Doc(fenceID)})
 	if err != nil {
-		return lockstore.KeyState{}, withKey(classify(ctx, op, err), nk)
+		return lockstore.KeyState{}, lockstore.WithContext(classify(ctx, op, err), nk, "")
 	}
 	// Read the clock after the read returns: a later "now" can only make
 	// a lock look expired sooner, which is the safe side for the check.
 	st := lockstore.KeyState{NowMs: s.nowMs()}
 	l, held, err := decodeLock(snaps[0], op)
 	if err != nil {
-		return lockstore.KeyState{}, withKey(err, nk)
+		return lockstore.KeyState{}, lockstore.WithContext(err, nk, "")
 	}
 	latest, err := decodeCounter(snaps[1], op)
 	if err != nil {
-		return lockstore.KeyState{}, withKey(err, nk)
+		return lockstore.KeyState{}, lockstore.WithContext(err, nk, "")
 	}
 	if held && keyIs(l, nk) {
 		if n, err := lockstore.ParseFence(l.Fence); err == nil && n > latest {
@@ -504,7 +503,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	}
 	if latest > 0 {
 		if st.LatestFence, err = lockstore.FormatFence(latest); err != nil {
-			return lockstore.KeyState{}, withKey(err, nk)
+			return lockstore.KeyState{}, lockstore.WithContext(err, nk, "")
 		}
 	}
 	return st, nil
@@ -711,27 +710,4 @@ func sanitise(nk string, l lockDoc) *lockstore.LockInfo {
 		ExpiresAtMs:  l.ExpiresAtMs,
 		AcquiredAtMs: l.AcquiredAtMs,
 	}
-}
-
-// withKey attaches the raw key to a *lockstore.Error for the caller's use
-// (Error() prints only its hash).
-func withKey(err error, key string) error {
-	var le *lockstore.Error
-	if errors.As(err, &le) && le.Key == "" {
-		c := *le
-		c.Key = key
-		return &c
-	}
-	return err
-}
-
-// withLockID attaches the raw lockId to a *lockstore.Error (printed hashed).
-func withLockID(err error, lockID string) error {
-	var le *lockstore.Error
-	if errors.As(err, &le) && le.LockID == "" {
-		c := *le
-		c.LockID = lockID
-		return &c
-	}
-	return err
 }

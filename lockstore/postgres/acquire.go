@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,7 +28,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	}
 	lockKey, fenceKey, err := storageKeys(nk)
 	if err != nil {
-		return lockstore.AcquireResult{}, withKey(err, key, "")
+		return lockstore.AcquireResult{}, lockstore.WithContext(err, key, "")
 	}
 	if err := s.begin(ctx, op); err != nil {
 		return lockstore.AcquireResult{}, err
@@ -50,7 +49,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	b.Queue(s.sql.acquire, lockKey, fenceKey, lockID, ttlMs, nk, lockstore.FenceMax).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&free, &issued, &expires, &prior) })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return lockstore.AcquireResult{}, withKey(classify(ctx, op, err), key, "")
+		return lockstore.AcquireResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
 
 	switch {
@@ -66,28 +65,11 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	}
 	fence, err := lockstore.FormatFence(*issued)
 	if err != nil {
-		return lockstore.AcquireResult{}, withKey(err, key, "")
+		return lockstore.AcquireResult{}, lockstore.WithContext(err, key, "")
 	}
 	if lockstore.FenceNeedsWarning(*issued) {
 		s.log.WarnContext(ctx, "fence counter is past the warning level; plan to rotate the key namespace",
 			"backend", "postgres", "keyHash", lockstore.HashKey(nk), "fence", fence, "fenceMax", lockstore.FenceMax)
 	}
 	return lockstore.AcquireResult{OK: true, LockID: lockID, Fence: fence, ExpiresAtMs: *expires}, nil
-}
-
-// withKey returns err with the caller's key and lockId attached when it is a
-// *lockstore.Error that lacks them (Error() prints only their hashes).
-func withKey(err error, key, lockID string) error {
-	var le *lockstore.Error
-	if !errors.As(err, &le) {
-		return err
-	}
-	c := *le
-	if c.Key == "" {
-		c.Key = key
-	}
-	if c.LockID == "" {
-		c.LockID = lockID
-	}
-	return &c
 }

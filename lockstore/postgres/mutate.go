@@ -25,7 +25,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 	)
 	err := s.pool.QueryRow(ctx, s.sql.release, lockID).Scan(&heldID, &heldExp, &nowMs, &goneID)
 	if err != nil {
-		return lockstore.ReleaseResult{}, withKey(classify(ctx, op, err), "", lockID)
+		return lockstore.ReleaseResult{}, lockstore.WithContext(classify(ctx, op, err), "", lockID)
 	}
 	if goneID != nil {
 		// ADR-003: the statement deleted only a row whose lock_id matched;
@@ -61,7 +61,7 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 	)
 	err = s.pool.QueryRow(ctx, s.sql.extend, lockID, ttlMs).Scan(&heldID, &heldExp, &nowMs, &movedID, &movedExp)
 	if err != nil {
-		return lockstore.ExtendResult{}, withKey(classify(ctx, op, err), "", lockID)
+		return lockstore.ExtendResult{}, lockstore.WithContext(classify(ctx, op, err), "", lockID)
 	}
 	if movedID != nil && movedExp != nil {
 		if *movedID != lockID { // ADR-003, as in Release

@@ -17,7 +17,7 @@ func (s *Store) IsLocked(ctx context.Context, key string) (bool, error) {
 	}
 	lockKey, _, err := storageKeys(nk)
 	if err != nil {
-		return false, withKey(err, key, "")
+		return false, lockstore.WithContext(err, key, "")
 	}
 	if err := s.begin(ctx, op); err != nil {
 		return false, err
@@ -27,7 +27,7 @@ func (s *Store) IsLocked(ctx context.Context, key string) (bool, error) {
 		exp   *int64
 	)
 	if err := s.pool.QueryRow(ctx, s.sql.isLocked, lockKey).Scan(&nowMs, &exp); err != nil {
-		return false, withKey(classify(ctx, op, err), key, "")
+		return false, lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
 	return exp != nil && lockstore.IsLive(*exp, nowMs), nil
 }
@@ -72,14 +72,14 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 	}
 	lockKey, _, err := storageKeys(nk)
 	if err != nil {
-		return nil, withKey(err, key, "")
+		return nil, lockstore.WithContext(err, key, "")
 	}
 	if err := s.begin(ctx, op); err != nil {
 		return nil, err
 	}
 	var r lockRow
 	if err := s.pool.QueryRow(ctx, s.sql.lookupKey, lockKey).Scan(r.dest()...); err != nil {
-		return nil, withKey(classify(ctx, op, err), key, "")
+		return nil, lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
 	if !r.live() {
 		return nil, nil
@@ -99,7 +99,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 	}
 	var r lockRow
 	if err := s.pool.QueryRow(ctx, s.sql.lookupLockID, lockID).Scan(r.dest()...); err != nil {
-		return nil, withKey(classify(ctx, op, err), "", lockID)
+		return nil, lockstore.WithContext(classify(ctx, op, err), "", lockID)
 	}
 	// Ownership verification after the indexed read (postgres-backend.md).
 	if !r.live() || *r.lockID != lockID || r.userKey == nil {
@@ -118,7 +118,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	}
 	lockKey, fenceKey, err := storageKeys(nk)
 	if err != nil {
-		return lockstore.KeyState{}, withKey(err, key, "")
+		return lockstore.KeyState{}, lockstore.WithContext(err, key, "")
 	}
 	if err := s.begin(ctx, op); err != nil {
 		return lockstore.KeyState{}, err
@@ -129,7 +129,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	)
 	dest := append(r.dest()[:5], &counter) // no user_key column in inspect
 	if err := s.pool.QueryRow(ctx, s.sql.inspect, lockKey, fenceKey).Scan(dest...); err != nil {
-		return lockstore.KeyState{}, withKey(classify(ctx, op, err), key, "")
+		return lockstore.KeyState{}, lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
 	ks := lockstore.KeyState{NowMs: r.nowMs}
 	if r.live() {

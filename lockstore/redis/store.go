@@ -226,11 +226,11 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	reply, err := acquireScript.Run(ctx, s.client, []string{lockKey, idKey, fenceKey},
 		lockID, ttlMs, norm, lockstore.FenceMax).Slice()
 	if err != nil {
-		return lockstore.AcquireResult{}, withKey(classify(ctx, op, err), key)
+		return lockstore.AcquireResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
 	status, err := replyInt(reply, 0)
 	if err != nil {
-		return lockstore.AcquireResult{}, withKey(badReply(op, err), key)
+		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, err), key, "")
 	}
 	switch status {
 	case acquireOK:
@@ -247,16 +247,16 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return lockstore.AcquireResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, Key: key,
 			Msg: "the fence counter holds a value that is not a non-negative integer"}
 	default:
-		return lockstore.AcquireResult{}, withKey(badReply(op, fmt.Errorf("status %d", status)), key)
+		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("status %d", status)), key, "")
 	}
 	n, err1 := replyInt(reply, 1)
 	exp, err2 := replyInt(reply, 2)
 	if err1 != nil || err2 != nil {
-		return lockstore.AcquireResult{}, withKey(badReply(op, fmt.Errorf("fields: %v %v", err1, err2)), key)
+		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("fields: %v %v", err1, err2)), key, "")
 	}
 	fence, err := lockstore.FormatFence(n)
 	if err != nil {
-		return lockstore.AcquireResult{}, withKey(badReply(op, err), key)
+		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, err), key, "")
 	}
 	if lockstore.FenceNeedsWarning(n) {
 		s.log.Warn("fence counter past the warning level; plan a key-namespace rotation",
@@ -278,7 +278,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 	}
 	status, err := releaseScript.Run(ctx, s.client, []string{idKey}, lockID).Int64()
 	if err != nil {
-		return lockstore.ReleaseResult{}, withLockID(classify(ctx, op, err), lockID)
+		return lockstore.ReleaseResult{}, lockstore.WithContext(classify(ctx, op, err), "", lockID)
 	}
 	switch status {
 	case mutateOK:
@@ -288,7 +288,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 	case mutateNotFound:
 		return lockstore.ReleaseResult{Detail: lockstore.DetailNotFound}, nil
 	}
-	return lockstore.ReleaseResult{}, withLockID(badReply(op, fmt.Errorf("status %d", status)), lockID)
+	return lockstore.ReleaseResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("status %d", status)), "", lockID)
 }
 
 // Extend sets the live lock's expiry to now+ttl by the server clock and
@@ -308,17 +308,17 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 	}
 	reply, err := extendScript.Run(ctx, s.client, []string{idKey}, lockID, ttlMs).Slice()
 	if err != nil {
-		return lockstore.ExtendResult{}, withLockID(classify(ctx, op, err), lockID)
+		return lockstore.ExtendResult{}, lockstore.WithContext(classify(ctx, op, err), "", lockID)
 	}
 	status, err := replyInt(reply, 0)
 	if err != nil {
-		return lockstore.ExtendResult{}, withLockID(badReply(op, err), lockID)
+		return lockstore.ExtendResult{}, lockstore.WithContext(badReply(op, err), "", lockID)
 	}
 	switch status {
 	case mutateOK:
 		exp, err := replyInt(reply, 1)
 		if err != nil {
-			return lockstore.ExtendResult{}, withLockID(badReply(op, err), lockID)
+			return lockstore.ExtendResult{}, lockstore.WithContext(badReply(op, err), "", lockID)
 		}
 		return lockstore.ExtendResult{OK: true, ExpiresAtMs: exp}, nil
 	case mutateExpired:
@@ -326,7 +326,7 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 	case mutateNotFound:
 		return lockstore.ExtendResult{Detail: lockstore.DetailNotFound}, nil
 	}
-	return lockstore.ExtendResult{}, withLockID(badReply(op, fmt.Errorf("status %d", status)), lockID)
+	return lockstore.ExtendResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("status %d", status)), "", lockID)
 }
 
 // IsLocked reports whether key has a live lock. It is read-only unless
@@ -360,11 +360,11 @@ func (s *Store) readKey(ctx context.Context, op, key string, cleanup bool) (*sto
 	}
 	reply, err := readKeyScript.Run(ctx, s.client, []string{lockKey}, flag, s.idPrefix).Slice()
 	if err != nil {
-		return nil, "", withKey(classify(ctx, op, err), key)
+		return nil, "", lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
 	held, _, err := liveLock(reply, 0, 1)
 	if err != nil {
-		return nil, "", withKey(badReply(op, err), key)
+		return nil, "", lockstore.WithContext(badReply(op, err), key, "")
 	}
 	return held, norm, nil
 }
@@ -382,11 +382,11 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 	}
 	reply, err := readLockIDScript.Run(ctx, s.client, []string{idKey}, lockID).Slice()
 	if err != nil {
-		return nil, withLockID(classify(ctx, op, err), lockID)
+		return nil, lockstore.WithContext(classify(ctx, op, err), "", lockID)
 	}
 	held, _, err := liveLock(reply, 0, 1)
 	if err != nil {
-		return nil, withLockID(badReply(op, err), lockID)
+		return nil, lockstore.WithContext(badReply(op, err), "", lockID)
 	}
 	// ADR-003, again on this side of the wire.
 	if held == nil || held.LockID != lockID {
@@ -408,21 +408,21 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	}
 	reply, err := inspectScript.Run(ctx, s.client, []string{lockKey, fenceKey}).Slice()
 	if err != nil {
-		return lockstore.KeyState{}, withKey(classify(ctx, op, err), key)
+		return lockstore.KeyState{}, lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
 	held, now, err := liveLock(reply, 0, 2)
 	if err != nil {
-		return lockstore.KeyState{}, withKey(badReply(op, err), key)
+		return lockstore.KeyState{}, lockstore.WithContext(badReply(op, err), key, "")
 	}
 	ks := lockstore.KeyState{NowMs: now}
 	if c, ok := reply[1].(string); ok {
 		n, err := strconv.ParseInt(c, 10, 64)
 		if err != nil {
-			return lockstore.KeyState{}, withKey(badReply(op, fmt.Errorf("fence counter is not an integer")), key)
+			return lockstore.KeyState{}, lockstore.WithContext(badReply(op, fmt.Errorf("fence counter is not an integer")), key, "")
 		}
 		if n > 0 {
 			if ks.LatestFence, err = lockstore.FormatFence(n); err != nil {
-				return lockstore.KeyState{}, withKey(badReply(op, err), key)
+				return lockstore.KeyState{}, lockstore.WithContext(badReply(op, err), key, "")
 			}
 		}
 	}
@@ -524,24 +524,6 @@ func replyInt(reply []any, i int) (int64, error) {
 
 func badReply(op string, err error) *lockstore.Error {
 	return &lockstore.Error{Code: lockstore.Internal, Op: op, Msg: "unexpected script reply", Err: err}
-}
-
-func withKey(e *lockstore.Error, key string) *lockstore.Error {
-	if e.Key == "" {
-		c := *e
-		c.Key = key
-		return &c
-	}
-	return e
-}
-
-func withLockID(e *lockstore.Error, lockID string) *lockstore.Error {
-	if e.LockID == "" {
-		c := *e
-		c.LockID = lockID
-		return &c
-	}
-	return e
 }
 
 // checkEviction refuses a Redis that may evict keys without a TTL: fence
