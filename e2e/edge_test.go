@@ -204,7 +204,9 @@ func runEdgeWorkers(t *testing.T, g *Gateway, edgeURL string, d time.Duration) *
 						if ctx.Err() != nil {
 							return ctx.Err()
 						}
-						write(ctx, worker, key, h, false)
+						// A write once sent is seen through, as a real client's
+						// would be: the run's own deadline must not cut it.
+						write(context.WithoutCancel(ctx), worker, key, h, false)
 						time.Sleep(time.Duration(20+rng.IntN(60)) * time.Millisecond)
 					}
 					return nil

@@ -32,12 +32,23 @@ func TestLockAPIGRPC(t *testing.T) {
 
 			t.Run("health", func(t *testing.T) {
 				hc := healthpb.NewHealthClient(conn)
+				// Health follows the store's readiness, checked in the
+				// background: NOT_SERVING until the first check answers (a
+				// cold emulator's first read is slow), then SERVING.
 				for _, svc := range []string{"", "fencegate.v1.Locks"} {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					res, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
-					cancel()
-					if err != nil || res.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-						t.Errorf("health %q = %v, %v; want SERVING", svc, res.GetStatus(), err)
+					deadline := time.Now().Add(30 * time.Second)
+					for {
+						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						res, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+						cancel()
+						if err == nil && res.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+							break
+						}
+						if err != nil || res.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING || time.Now().After(deadline) {
+							t.Errorf("health %q = %v, %v; want NOT_SERVING then SERVING", svc, res.GetStatus(), err)
+							break
+						}
+						time.Sleep(250 * time.Millisecond)
 					}
 				}
 			})

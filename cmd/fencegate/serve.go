@@ -171,7 +171,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		r, err := newGRPCRunner("grpc", cfg.GRPC.Addr, cfg.GRPC.TLS, log, goBG, func(g *grpc.Server) *health.Server {
 			srv.RegisterGRPC(g)
 			// Health follows the store's readiness, like /readyz.
+			// NOT_SERVING until the first check answers: never SERVING
+			// before the store was reached, never "unknown service".
 			hs := health.NewServer()
+			for _, name := range []string{"", "fencegate.v1.Locks"} {
+				hs.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+			}
 			healthpb.RegisterHealthServer(g, hs)
 			goBG(func(ctx context.Context) { srv.WatchReadiness(ctx, hs, 0) })
 			return hs
