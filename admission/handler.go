@@ -38,6 +38,13 @@ type Handler struct {
 
 var _ http.Handler = (*Handler)(nil)
 
+// Validate reports what New would refuse in o, without a Checker: for a
+// process that checks its configuration before it opens its store.
+func (o Options) Validate() error {
+	_, err := o.validate()
+	return err
+}
+
 // New returns a Handler deciding with c. It reports every invalid option.
 func New(c Checker, o Options) (*Handler, error) {
 	if c == nil {

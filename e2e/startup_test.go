@@ -32,6 +32,16 @@ tokens:
     sha256: "plaintext-token"
     operations: [acquire, fly]
 `)
+	// Found while wiring, before the (unreachable) store is opened: exit 2, not 3.
+	badAdmission := filepath.Join(dir, "admission.yaml")
+	certDir := filepath.Join(dir, "tls")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(certDir, "tls.crt"), "not read before the resources are checked")
+	writeFile(t, filepath.Join(certDir, "tls.key"), "not read before the resources are checked")
+	writeFile(t, badAdmission, "store: redis://127.0.0.1:1/0\nadmission:\n  addr: 127.0.0.1:0\n  tls: {certFile: "+
+		filepath.Join(certDir, "tls.crt")+", keyFile: "+filepath.Join(certDir, "tls.key")+"}\n  resources: [\"a/b/c/d\"]\n")
 	unknownField := filepath.Join(dir, "typo.yaml")
 	writeFile(t, unknownField, "store: "+db+"\nhttp:\n  adress: 127.0.0.1:0\n")
 
@@ -64,6 +74,8 @@ tokens:
 			want: []string{"invalid configuration", "store:", "mysql", "http.addr", "no-port-here", "log.level", "chatty",
 				"tokens[0].name", "tokens[0].sha256", `unknown operation "fly"`},
 			notWant: []string{"hunter2", "plaintext-token"}},
+		{name: "admission resource that does not parse", args: []string{"serve", "--config", badAdmission}, code: 2,
+			want: []string{"invalid configuration", "admission.resources", "a/b/c/d"}, notWant: []string{"127.0.0.1:1"}},
 		{name: "config with a misspelt field", args: []string{"serve", "--config", unknownField}, code: 2,
 			want: []string{"adress"}},
 		{name: "missing config file", args: []string{"serve", "--config", filepath.Join(dir, "absent.yaml")}, code: 2,

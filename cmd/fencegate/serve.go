@@ -65,11 +65,25 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	log := newLogger(cfg.Log, stderr)
 	routeRedisLogs(log)
 	if err := serve(ctx, cfg, log); err != nil {
+		var ce configError
+		if errors.As(err, &ce) {
+			fmt.Fprintf(stderr, "fencegate serve: invalid configuration: %v\n", ce.err)
+			return exitUsage
+		}
 		log.Error("fencegate stopped", "err", err)
 		return exitFailure
 	}
 	return exitOK
 }
+
+// configError is a configuration problem found while wiring (a token digest
+// the authenticator refuses, an admission resource that does not parse):
+// the operator's to fix, so it exits 2 like config.Validate's problems, and
+// it is found before the store is opened.
+type configError struct{ err error }
+
+func (e configError) Error() string { return e.err.Error() }
+func (e configError) Unwrap() error { return e.err }
 
 func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	var lvl slog.Level
@@ -83,6 +97,25 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 
 // serve runs the gateway until ctx ends, then drains and stops.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	// What derives from the configuration alone is checked before the
+	// store is opened.
+	var auth *api.Authenticator
+	if len(cfg.Tokens) > 0 {
+		a, err := newAuthenticator(cfg.Tokens)
+		if err != nil {
+			return configError{err}
+		}
+		auth = a
+	}
+	var admOpts admission.Options
+	if cfg.Admission.Enabled() {
+		o, err := admissionOptions(cfg.Admission)
+		if err != nil {
+			return configError{err}
+		}
+		admOpts = o
+	}
+
 	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxAge: cfg.Audit.MaxAge.Std()}
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	store, err := openStore(octx, cfg.Store, retention, log)
@@ -118,18 +151,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Registerer: reg, Logger: log,
 	})
 
-	var auth *api.Authenticator
-	if len(cfg.Tokens) > 0 {
-		if auth, err = newAuthenticator(cfg.Tokens); err != nil {
-			return err
-		}
-	}
 	// The webhook is built first so that /readyz also covers its
 	// certificate: a pod whose webhook cannot serve must not get traffic.
 	var admissionRunner *httpRunner
 	var ready func(context.Context) error
 	if cfg.Admission.Enabled() {
-		r, h, err := newAdmissionRunner(cfg.Admission, checker, reg, log, goBG)
+		r, h, err := newAdmissionRunner(cfg.Admission, admOpts, checker, reg, log, goBG)
 		if err != nil {
 			return err
 		}
@@ -415,28 +442,26 @@ func (r *grpcRunner) shutdown(ctx context.Context) {
 	}
 }
 
-func newAdmissionRunner(c config.Admission, checker *fencecheck.Checker, reg prometheus.Registerer, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *admission.Handler, error) {
-	tc, w, err := serverTLS("admission", c.TLS, log, goBG)
-	if err != nil {
-		return nil, nil, err
-	}
+// admissionOptions parses the webhook's settings; the listener-dependent
+// fields (certificate readiness, metrics, logger) are filled when it starts.
+func admissionOptions(c config.Admission) (admission.Options, error) {
 	policy, err := fencecheck.ParsePolicy(c.Policy)
 	if err != nil {
-		return nil, nil, err
+		return admission.Options{}, fmt.Errorf("admission.policy: %w", err)
 	}
 	mode, err := fencecheck.ParseMode(c.Mode)
 	if err != nil {
-		return nil, nil, err
+		return admission.Options{}, fmt.Errorf("admission.mode: %w", err)
 	}
 	var resources []admission.Resource
 	for _, s := range c.Resources {
 		r, err := admission.ParseResource(s)
 		if err != nil {
-			return nil, nil, fmt.Errorf("admission.resources: %w", err)
+			return admission.Options{}, fmt.Errorf("admission.resources: %w", err)
 		}
 		resources = append(resources, r)
 	}
-	h, err := admission.New(checker, admission.Options{
+	o := admission.Options{
 		Annotations:    admission.Annotations{Key: c.KeyAnnotation, Fence: c.FenceAnnotation},
 		Policy:         policy,
 		Mode:           mode,
@@ -444,10 +469,17 @@ func newAdmissionRunner(c config.Admission, checker *fencecheck.Checker, reg pro
 		ServiceAccount: c.ServiceAccount,
 		ExemptUsers:    c.ExemptUsers,
 		ExemptGroups:   c.ExemptGroups,
-		CertReady:      w.Ready,
-		Registerer:     reg,
-		Logger:         log,
-	})
+	}
+	return o, o.Validate()
+}
+
+func newAdmissionRunner(c config.Admission, o admission.Options, checker *fencecheck.Checker, reg prometheus.Registerer, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *admission.Handler, error) {
+	tc, w, err := serverTLS("admission", c.TLS, log, goBG)
+	if err != nil {
+		return nil, nil, err
+	}
+	o.CertReady, o.Registerer, o.Logger = w.Ready, reg, log
+	h, err := admission.New(checker, o)
 	if err != nil {
 		return nil, nil, err
 	}
