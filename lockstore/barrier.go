@@ -1,0 +1,68 @@
+package lockstore
+
+import (
+	"context"
+	"time"
+)
+
+// The write barrier closes the window between the edge's check and the
+// protected API's commit. The edge registers each write it admits as in
+// flight, in the same backend call that reads the lock; a write under a
+// newer fence is admitted only when no write under an older fence of the
+// key is still in flight. An entry is finished when the edge reports the
+// upstream's complete response (Finish), or when its deadline passes (the
+// upstream exchange failed and maxWrite has passed since admission).
+//
+// The store keeps the entries, so every gateway replica sees them and they
+// survive a gateway restart; a proxy that dies leaves entries that expire at
+// their deadline. The rule of which entries block which fence is applied
+// atomically by the store (it has to be: a read-then-write across two calls
+// would let two fences in at once), and fencecheck turns the result into a
+// decision.
+
+// WriteAdmission asks a store to admit one write under a presented fence.
+type WriteAdmission struct {
+	// Fence is the presented fence (15 digits, already validated).
+	Fence string
+	// RequireLive: the fence must be the fence of the live lock on the key
+	// (policy "holder"). Otherwise it must equal the latest fence ever
+	// issued for the key, live or not (policy "latest").
+	RequireLive bool
+	// WriteID names the entry; it is what Finish removes. 22 characters of
+	// base64url, like a lockId (NewLockID makes one); not a secret.
+	WriteID string
+	// MaxWrite is how long after admission the entry counts as finished
+	// even if Finish never comes, measured by the store's time authority.
+	MaxWrite time.Duration
+}
+
+// WriteAdmitResult is the outcome of Admit.
+type WriteAdmitResult struct {
+	// State is the key's state as Inspect would have read it, in the same
+	// backend call (fencecheck derives the denial reason from it).
+	State KeyState
+	// Admitted says the entry was registered: the fence matched (per
+	// RequireLive) and no unfinished write under a lower fence exists.
+	Admitted bool
+	// Blocking counts the unfinished writes under a lower fence that kept
+	// an otherwise matching fence out (0 when Admitted or when the fence
+	// did not match).
+	Blocking int
+	// BlockedUntilMs is the latest deadline among the blocking entries, by
+	// the store's clock: by then they count as finished even if no Finish
+	// ever comes. 0 when Blocking is 0.
+	BlockedUntilMs int64
+}
+
+// WriteBarrier is the store side of the write barrier. Admit reads the key's
+// state and, only when the fence matches and no unfinished entry under a
+// lower fence exists, registers the entry: one backend call, atomic with the
+// read. Entries under the same fence never block each other (one holder may
+// have several writes in flight). Entries past their deadline are ignored
+// and removed lazily. Admit and Finish never touch locks or fence counters.
+type WriteBarrier interface {
+	Admit(ctx context.Context, key string, a WriteAdmission) (WriteAdmitResult, error)
+	// Finish removes the entry writeID of key. Removing an absent or
+	// expired entry is not an error (the call is idempotent).
+	Finish(ctx context.Context, key, writeID string) error
+}
