@@ -189,6 +189,13 @@ func TestEdgeFenceMethodsInvalid(t *testing.T) {
 		h.ServeHTTP(w, r)
 		return w.Code, w.Header().Get(HeaderReason)
 	}
+	// A dry-run route fails closed too: which requests it was meant to
+	// observe is exactly what cannot be read.
+	resp, err := client.Check(t.Context(), envoyRequest("PUT", "/orders/42", nil,
+		map[string]string{ExtKey: "orders/{2}", ExtMethods: "PUTT", ExtMode: "dry-run"}))
+	if err != nil || int(resp.GetDeniedResponse().GetStatus().GetCode()) != 503 {
+		t.Errorf("dry-run route with fence_methods PUTT: %v %v, want 503", resp, err)
+	}
 	for _, grpc := range []bool{true, false} {
 		for _, methods := range []string{"bogus method!", "PUTT", "POST,PUTT", "PROPFIND"} {
 			for _, m := range []string{"PUT", "GET", "PUTT", "PROPFIND"} {
