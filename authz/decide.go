@@ -58,18 +58,22 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
 	}
+	mode := fencecheck.Mode(ro.mode)
 	methods, err := fencecheck.WriteMethods(ro.methods)
 	if err != nil {
-		// Fail closed: a route whose write methods cannot be read treats
-		// every method as a write.
-		d.log.LogAttrs(ctx, slog.LevelWarn, "authz: route's fence_methods is invalid; treating every method as a write",
+		// Fail closed, as for any route option that does not parse: every
+		// request is a write, and the unparsable mode below makes the
+		// checker answer it 503 "unavailable" (whatever the route's mode),
+		// with a decision id, metrics and audit like any other.
+		d.log.LogAttrs(ctx, slog.LevelWarn, "authz: route's fence_methods is invalid; failing closed",
 			slog.String("route", ro.name), slog.Any("error", err))
 		methods, _ = fencecheck.WriteMethods("*")
+		mode = modeInvalidMethods
 	}
 	req := fencecheck.Request{
 		Write:  v.methodUnknown || methods.IsWrite(v.method),
 		Policy: fencecheck.Policy(ro.policy),
-		Mode:   fencecheck.Mode(ro.mode),
+		Mode:   mode,
 		Route:  ro.name,
 		Source: v.source,
 		Peer:   v.peer,
@@ -104,20 +108,29 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 	}
 
 	if ro.key != "" && req.Write {
-		// An unexpandable key leaves Key empty, which fencecheck denies as
-		// malformed (400) without reading the backend.
-		key, err := ExpandKey(ro.key, path)
+		// A template that does not parse, or a path that is not canonical
+		// under it, is denied 400 "malformed" without a backend read
+		// (Ambiguous comes before the missing-fence check, so the answer
+		// does not depend on whether a fence was sent).
+		key, err := fencecheck.ExpandKey(ro.key, v.path)
 		if err != nil {
 			level := slog.LevelDebug
-			if errors.Is(err, errBadTemplate) {
+			if errors.Is(err, fencecheck.ErrBadTemplate) {
 				level = slog.LevelWarn // the route's configuration, not the client
 			}
 			d.log.LogAttrs(ctx, level, "authz: fence_key did not expand", slog.String("route", ro.name), slog.Any("error", err))
+			req.Ambiguous = true
 		}
 		req.Key = key
 	}
 	return d.checker.Check(ctx, req)
 }
+
+// modeInvalidMethods is the mode a request carries when its route's
+// fence_methods does not parse: no mode parses as it, so fencecheck fails
+// the check closed (503 "unavailable") exactly as for an unknown
+// fence_mode, and reports the decision's mode as enforce.
+const modeInvalidMethods fencecheck.Mode = "(fence_methods invalid)"
 
 // denialBody is the JSON body of a denial (API.md). The key is the raw key
 // the request named (its header or its path): the caller already holds it,

@@ -9,25 +9,29 @@
 //	ownership proof   x-fence-lock-id     —
 //	policy            holder              fence_policy: holder | latest | off
 //	mode              enforce             fence_mode: enforce | dry-run | warn
-//	write methods     all but GET/HEAD/OPTIONS  fence_methods: "POST,PUT" | "*"
+//	write methods     all but GET/HEAD/OPTIONS  fence_methods: "POST,PUT" | "PUT,+PROPFIND" | "*"
 //	route name        ""                  fence_route (audit and logs only)
 //
 // Choices the wire contract leaves open, made here:
-//   - A fence_key template's "{N}" is the Nth path segment, percent-decoded
-//     (so "/orders/%34%32" locks "orders/42", as the upstream will read it);
-//     a missing or empty segment leaves the key empty, which is denied 400
-//     "malformed". A template that does not parse is the same 400, logged at
-//     warn as a route misconfiguration. A path a normaliser would change
-//     ("//", "." or ".." segments, raw or percent-encoded, an encoded "/")
-//     is refused with the same 400: its segments are not the resource the
-//     upstream will write.
+//   - A fence_key template ("orders/{2}", "orders/{2:int}") is expanded by
+//     fencecheck.ExpandKey, the same code for every transport. A path that
+//     is not canonical under it (one resource must name one lock: "//",
+//     dot segments, "%2F", ";", an unneeded percent-escape like "%2B42",
+//     a non-ASCII digit or compatibility form like "４２", "042" under
+//     {2:int}; README "Key templates"), a missing segment, or a template
+//     that does not parse is denied 400 "malformed" before the store is
+//     read, with or without a fence; a bad template is logged at warn as
+//     a route misconfiguration.
 //   - A fence input header (x-fence-key, the fence header, x-fence-lock-id)
 //     sent more than once is 400 "malformed", whichever copy is current:
 //     the upstream may read another copy than the check did. Proxies join
 //     duplicates with commas, so a key header holding a comma is treated
 //     the same (a key with a comma can still come from fence_key).
-//   - An unreadable fence_methods makes every method a write (fail closed);
-//     an unknown fence_policy or fence_mode is a 503 "unavailable".
+//   - A fence_methods that does not parse, or names a non-standard method
+//     without the "+" opt-in ("PUTT", "PROPFIND"; "+PROPFIND" is fine),
+//     fails every request on the route 503 "unavailable", reads included
+//     and whatever its mode; an unknown fence_policy or fence_mode is a 503
+//     "unavailable" for writes.
 //   - The denial body's "key" is the raw key: it came from the caller's own
 //     header or path and goes back only to that caller. LockIds are never
 //     echoed, and audit events carry only the key's hash unless raw-key

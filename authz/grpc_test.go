@@ -156,7 +156,7 @@ func TestGRPCCheck(t *testing.T) {
 			if tc.status != 400 || tc.ext[ExtKey] == "" {
 				want.Key = tc.headers[HeaderKey]
 				if tc.ext[ExtKey] != "" {
-					want.Key, _ = ExpandKey(tc.ext[ExtKey], tc.path)
+					want.Key, _ = fencecheck.ExpandKey(tc.ext[ExtKey], tc.path)
 				}
 			}
 			if body != want {

@@ -2,7 +2,6 @@ package authz
 
 import (
 	"context"
-	"errors"
 	"net"
 	"path/filepath"
 	"testing"
@@ -91,5 +90,3 @@ func envoyRequest(method, path string, headers, ext map[string]string) *authv3.C
 		ContextExtensions: ext,
 	}}
 }
-
-func isBadTemplate(err error) bool { return errors.Is(err, errBadTemplate) }

@@ -204,7 +204,13 @@ func originalRequest(r *http.Request) (requestView, convention) {
 		return v, c.conv
 	}
 	v.method = r.Method
+	// The request target as sent, not r.URL.EscapedPath(): that re-encodes
+	// a path it finds invalidly encoded (raw UTF-8, say), so the key
+	// template would judge another spelling than the upstream receives.
 	v.path = r.URL.EscapedPath()
+	if strings.HasPrefix(r.RequestURI, "/") {
+		v.path, _, _ = strings.Cut(r.RequestURI, "?")
+	}
 	if rest, ok := strings.CutPrefix(v.path, HTTPPath); ok && (rest == "" || rest[0] == '/') {
 		v.path = rest
 	}

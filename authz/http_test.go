@@ -230,57 +230,6 @@ func TestHTTPBackendDown(t *testing.T) {
 	}
 }
 
-func TestExpandKey(t *testing.T) {
-	tests := []struct {
-		tpl, path, want string
-		bad, badTpl     bool
-	}{
-		{"orders/{2}", "/orders/42", "orders/42", false, false},
-		{"orders/{2}", "/orders/42?x=/y", "orders/42", false, false},
-		{"orders/{2}", "/orders/%34%32", "orders/42", false, false},
-		{"{1}:{3}", "/a/b/c/d", "a:c", false, false},
-		{"literal", "/anything", "literal", false, false},
-		{"orders/{2}", "/orders", "", true, false},
-		{"orders/{2}", "/orders/", "", true, false},
-		{"orders/{2}", "/orders//x", "", true, false},
-		{"orders/{2}", "/orders/%zz", "", true, false},
-		{"orders/{0}", "/orders/1", "", true, true},
-		{"orders/{x}", "/orders/1", "", true, true},
-		{"orders/{2", "/orders/1", "", true, true},
-		{"orders/2}", "/orders/1", "", true, true},
-		{"orders/{+2}", "/orders/1", "", true, true},
-		// Paths a proxy or upstream would normalise to another resource
-		// than the segments say: refused (400 malformed), never expanded.
-		{"orders/{2}", "//orders/42", "", true, false},           // nginx routes /orders/42; segment 2 is "orders"
-		{"orders/{2}", "/orders/x/../42", "", true, false},       // upstream sees /orders/42; segment 2 is "x"
-		{"orders/{2}", "/orders/./42", "", true, false},          // segment 2 is "."
-		{"orders/{2}", "/orders/42/..", "", true, false},         // a dot segment after the key's
-		{"orders/{2}", "/orders/42/x//y", "", true, false},       // an empty segment after the key's
-		{"orders/{2}", "/orders/%2e%2e/42", "", true, false},     // encoded ".."
-		{"orders/{2}", "/orders/%2E%2e/42", "", true, false},     // mixed case
-		{"orders/{2}", "/orders/.%2E/42", "", true, false},       // half encoded
-		{"orders/{2}", "/orders/%2e/42", "", true, false},        // encoded "."
-		{"orders/{2}", "/orders/a%2Fb", "", true, false},         // encoded slash inside a segment
-		{"orders/{2}", "/orders/a%2fb", "", true, false},         // lower case
-		{"orders/{2}", "/orders/..;/42", "", true, false},        // Tomcat: ".." with a path parameter
-		{"orders/{2}", "orders/42", "", true, false},             // not origin-form
-		{"orders/{2}", "/orders/42/", "orders/42", false, false}, // a trailing slash is not an empty segment
-		{"orders/{2}", "/orders/...", "orders/...", false, false},
-		{"orders/{2}", "/orders/.x", "orders/.x", false, false},
-		{"orders/{2}", "/orders/42?x=/../y//z", "orders/42", false, false}, // the query is not the path
-		{"literal", "//x/../y", "literal", false, false},                   // a literal key does not read the path
-	}
-	for _, tc := range tests {
-		got, err := ExpandKey(tc.tpl, tc.path)
-		if (err != nil) != tc.bad || got != tc.want {
-			t.Errorf("ExpandKey(%q, %q) = %q, %v", tc.tpl, tc.path, got, err)
-		}
-		if tc.badTpl != (err != nil && isBadTemplate(err)) {
-			t.Errorf("ExpandKey(%q, %q): template error = %v, want %v", tc.tpl, tc.path, err, tc.badTpl)
-		}
-	}
-}
-
 // TestHTTPDryRun: a would-deny passes with x-fence-would-deny and without
 // x-fence-verified, and is audited with mode dry-run.
 func TestHTTPDryRun(t *testing.T) {
