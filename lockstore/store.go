@@ -67,6 +67,19 @@ type LockInfo struct {
 	AcquiredAtMs int64  `json:"acquiredAtMs"`
 }
 
+// NewLockInfo builds the sanitised view of a live lock from its stored
+// fields: key and lockID go in hashed (HashKey), so every backend's lookup
+// answers the same way and none can hand back a raw key or lockId.
+func NewLockInfo(key, lockID, fence string, expiresAtMs, acquiredAtMs int64) *LockInfo {
+	return &LockInfo{
+		KeyHash:      HashKey(key),
+		LockIDHash:   HashKey(lockID),
+		Fence:        fence,
+		ExpiresAtMs:  expiresAtMs,
+		AcquiredAtMs: acquiredAtMs,
+	}
+}
+
 // HeldLock is the raw state of a live lock, for the edge check only (it
 // compares a presented lockId in constant time). It holds a secret.
 type HeldLock struct {
