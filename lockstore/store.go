@@ -17,9 +17,8 @@ const (
 
 // Capabilities describe a backend to callers that must adapt to it.
 type Capabilities struct {
-	Backend         string        // "bolt", "redis", "postgres", "firestore"
-	SupportsFencing bool          // every fencegate backend issues fences
-	TimeAuthority   TimeAuthority // whose clock decides liveness
+	Backend       string        // "bolt", "redis", "postgres", "firestore"
+	TimeAuthority TimeAuthority // whose clock decides liveness
 }
 
 // Failure details: the best-effort reason a release or extend returned

@@ -77,9 +77,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Capabilities reports a fencing backend on client time.
+// Capabilities reports Firestore on client time (the gateway's clock).
 func (s *Store) Capabilities() lockstore.Capabilities {
-	return lockstore.Capabilities{Backend: "firestore", SupportsFencing: true, TimeAuthority: lockstore.ClientTime}
+	return lockstore.Capabilities{Backend: "firestore", TimeAuthority: lockstore.ClientTime}
 }
 
 // Close closes the client. It is idempotent; locks are not released.

@@ -85,9 +85,9 @@ func errBadDSN(op string) error {
 		"postgres: DSN does not parse (expected a postgres:// URL or key=value pairs)")
 }
 
-// Capabilities reports a server-time backend that always fences.
+// Capabilities reports PostgreSQL on server time (now()).
 func (s *Store) Capabilities() lockstore.Capabilities {
-	return lockstore.Capabilities{Backend: "postgres", SupportsFencing: true, TimeAuthority: lockstore.ServerTime}
+	return lockstore.Capabilities{Backend: "postgres", TimeAuthority: lockstore.ServerTime}
 }
 
 // Ping checks that PostgreSQL answers.

@@ -101,9 +101,9 @@ func (s *Store) Client() *goredis.Client { return s.client }
 // Prefix returns the key prefix in use.
 func (s *Store) Prefix() string { return s.prefix }
 
-// Capabilities reports server time (Redis TIME) and fencing.
+// Capabilities reports Redis on server time (Redis TIME).
 func (s *Store) Capabilities() lockstore.Capabilities {
-	return lockstore.Capabilities{Backend: "redis", SupportsFencing: true, TimeAuthority: lockstore.ServerTime}
+	return lockstore.Capabilities{Backend: "redis", TimeAuthority: lockstore.ServerTime}
 }
 
 // Ping checks that the server answers.
