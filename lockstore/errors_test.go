@@ -146,3 +146,41 @@ func TestWithContext(t *testing.T) {
 		t.Fatal("nil must stay nil")
 	}
 }
+
+// TestMapError: nil stays nil, our own errors pass through, a done context
+// decides over the driver, and the driver maps the rest with the Op filled.
+func TestMapError(t *testing.T) {
+	driverCalls := 0
+	driver := func(err error) *Error {
+		driverCalls++
+		return &Error{Code: ServiceUnavailable, Msg: "driver says so", Err: err}
+	}
+	live := context.Background()
+	cancelled, cancel := context.WithCancel(live)
+	cancel()
+	expired, cancel2 := context.WithDeadline(live, time.Now().Add(-time.Second))
+	defer cancel2()
+	cause := errors.New("connection reset")
+
+	if err := MapError(cancelled, "acquire", nil, driver); err != nil {
+		t.Errorf("MapError(nil) = %v", err)
+	}
+	own := FenceOverflow("acquire", "k")
+	if err := MapError(cancelled, "acquire", own, driver); err != own {
+		t.Errorf("MapError(*Error) = %v, want it unchanged", err)
+	}
+	if err := MapError(cancelled, "acquire", cause, driver); CodeOf(err) != Aborted || !errors.Is(err, cause) {
+		t.Errorf("MapError(cancelled ctx) = %v, want Aborted wrapping the cause", err)
+	}
+	if err := MapError(expired, "acquire", cause, driver); CodeOf(err) != NetworkTimeout || !errors.Is(err, cause) {
+		t.Errorf("MapError(expired ctx) = %v, want NetworkTimeout wrapping the cause", err)
+	}
+	if driverCalls != 0 {
+		t.Errorf("driver consulted %d times while the context decided", driverCalls)
+	}
+	err := MapError(live, "release", cause, driver)
+	var le *Error
+	if !errors.As(err, &le) || le.Code != ServiceUnavailable || le.Op != "release" || !errors.Is(err, cause) {
+		t.Errorf("MapError(live ctx) = %+v, want the driver's error with Op release", err)
+	}
+}

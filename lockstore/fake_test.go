@@ -206,7 +206,7 @@ func (m *memStore) Inspect(ctx context.Context, key string) (KeyState, error) {
 }
 
 func (m *memStore) Capabilities() Capabilities {
-	return Capabilities{Backend: "mem", SupportsFencing: true, TimeAuthority: ClientTime}
+	return Capabilities{Backend: "mem", TimeAuthority: ClientTime}
 }
 
 func (m *memStore) Ping(context.Context) error { return nil }

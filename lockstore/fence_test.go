@@ -1,6 +1,12 @@
 package lockstore
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 )
@@ -138,5 +144,50 @@ func TestValidateTTL(t *testing.T) {
 		if err != nil && CodeOf(err) != InvalidArgument {
 			t.Errorf("ValidateTTL(%s) code %s", tt.ttl, CodeOf(err))
 		}
+	}
+}
+
+// TestNextFence: the counter's successor, up to and including FenceMax;
+// past it, FenceOverflow (Internal, naming the key only by its hash).
+func TestNextFence(t *testing.T) {
+	n, f, err := NextFence("acquire", "k", 41)
+	if err != nil || n != 42 || f != "000000000000042" {
+		t.Fatalf("NextFence(41) = %d, %q, %v", n, f, err)
+	}
+	if n, f, err := NextFence("acquire", "k", FenceMax-1); err != nil || n != FenceMax || f != "900000000000000" {
+		t.Fatalf("NextFence(FenceMax-1) = %d, %q, %v; want FenceMax", n, f, err)
+	}
+	const key = "tenant/secret"
+	_, _, err = NextFence("acquire", key, FenceMax)
+	var le *Error
+	if !errors.As(err, &le) || le.Code != Internal || le.Op != "acquire" || le.Key != key {
+		t.Fatalf("NextFence(FenceMax) = %v, want FenceOverflow's Internal error for key", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "overflow") || strings.Contains(msg, key) ||
+		!strings.Contains(msg, HashKey(key)) {
+		t.Fatalf("overflow error %q: want 'overflow' and the key hash, not the key", msg)
+	}
+}
+
+// TestNoteFence: one warning, at Warn, only past FenceWarn, with the key's
+// hash under "keyHash" and never the raw key: the same on every backend.
+func TestNoteFence(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	const key = "tenant/secret"
+	NoteFence(context.Background(), log, key, FenceWarn)
+	if buf.Len() != 0 {
+		t.Fatalf("warning at exactly FenceWarn: %s", buf.String())
+	}
+	NoteFence(context.Background(), log, key, FenceWarn+1)
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatalf("want one JSON record, got %q: %v", buf.String(), err)
+	}
+	if rec["level"] != "WARN" || rec["keyHash"] != HashKey(key) || rec["fence"] != "090000000000001" {
+		t.Fatalf("warning = %v; want level WARN, keyHash and the 15-digit fence", rec)
+	}
+	if strings.Contains(buf.String(), key) {
+		t.Fatalf("warning leaks the raw key: %s", buf.String())
 	}
 }

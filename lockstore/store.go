@@ -17,9 +17,8 @@ const (
 
 // Capabilities describe a backend to callers that must adapt to it.
 type Capabilities struct {
-	Backend         string        // "bolt", "redis", "postgres", "firestore"
-	SupportsFencing bool          // every fencegate backend issues fences
-	TimeAuthority   TimeAuthority // whose clock decides liveness
+	Backend       string        // "bolt", "redis", "postgres", "firestore"
+	TimeAuthority TimeAuthority // whose clock decides liveness
 }
 
 // Failure details: the best-effort reason a release or extend returned
@@ -65,6 +64,19 @@ type LockInfo struct {
 	Fence        string `json:"fence"`
 	ExpiresAtMs  int64  `json:"expiresAtMs"`
 	AcquiredAtMs int64  `json:"acquiredAtMs"`
+}
+
+// NewLockInfo builds the sanitised view of a live lock from its stored
+// fields: key and lockID go in hashed (HashKey), so every backend's lookup
+// answers the same way and none can hand back a raw key or lockId.
+func NewLockInfo(key, lockID, fence string, expiresAtMs, acquiredAtMs int64) *LockInfo {
+	return &LockInfo{
+		KeyHash:      HashKey(key),
+		LockIDHash:   HashKey(lockID),
+		Fence:        fence,
+		ExpiresAtMs:  expiresAtMs,
+		AcquiredAtMs: acquiredAtMs,
+	}
 }
 
 // HeldLock is the raw state of a live lock, for the edge check only (it

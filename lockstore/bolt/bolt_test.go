@@ -16,28 +16,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/storetest"
 )
-
-// TestConformance runs the shared suite; each namespace is its own file in
-// one temporary directory, so reopening a namespace reopens its file.
-func TestConformance(t *testing.T) {
-	dir := t.TempDir()
-	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T, ns string) lockstore.Store {
-			s, err := Open(t.Context(), Config{Path: filepath.Join(dir, ns+".db")})
-			if err != nil {
-				t.Fatalf("Open: %v", err)
-			}
-			return s
-		},
-		SetFence: func(t *testing.T, s lockstore.Store, ns, key string, n int64) {
-			if err := s.(*Store).setFence(key, n); err != nil {
-				t.Fatalf("setFence: %v", err)
-			}
-		},
-	})
-}
 
 func TestParseURL(t *testing.T) {
 	wd, err := os.Getwd()
@@ -369,16 +348,24 @@ func TestLayout(t *testing.T) {
 }
 
 // helperPathEnv makes this test binary act as a second fencegate process
-// opening the file it names (see TestFileInUseByOtherProcess).
+// opening the file it names (see TestMain and TestFileInUseByOtherProcess).
 const helperPathEnv = "FENCEGATE_BOLT_TEST_OPEN"
 
-// TestFileInUseHelper is the second process's body; it does nothing in a
-// normal run.
-func TestFileInUseHelper(t *testing.T) {
-	path := os.Getenv(helperPathEnv)
-	if path == "" {
-		return
+// TestMain lets the test binary serve as the second process of
+// TestFileInUseByOtherProcess: with helperPathEnv set it only opens that
+// file, reports, and exits, running no tests (so no test passes without
+// checking anything).
+func TestMain(m *testing.M) {
+	if path := os.Getenv(helperPathEnv); path != "" {
+		openAsOtherProcess(path)
+		os.Exit(0)
 	}
+	os.Exit(m.Run())
+}
+
+// openAsOtherProcess is the second process's body: it opens path with a
+// short timeout and prints what happened for the parent to read.
+func openAsOtherProcess(path string) {
 	s, err := Open(context.Background(), Config{Path: path, OpenTimeout: 300 * time.Millisecond})
 	if err != nil {
 		fmt.Println("OPEN-ERROR:", err)
@@ -401,7 +388,7 @@ func TestFileInUseByOtherProcess(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestFileInUseHelper$", "-test.count=1")
+		cmd := exec.CommandContext(ctx, os.Args[0])
 		cmd.Env = append(os.Environ(), helperPathEnv+"="+path)
 		out, err := cmd.CombinedOutput()
 		if err != nil {

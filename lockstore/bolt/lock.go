@@ -23,13 +23,7 @@ type lockRecord struct {
 }
 
 func (r *lockRecord) info() *lockstore.LockInfo {
-	return &lockstore.LockInfo{
-		KeyHash:      lockstore.HashKey(r.Key),
-		LockIDHash:   lockstore.HashKey(r.LockID),
-		Fence:        r.Fence,
-		ExpiresAtMs:  r.ExpiresAtMs,
-		AcquiredAtMs: r.AcquiredAtMs,
-	}
+	return lockstore.NewLockInfo(r.Key, r.LockID, r.Fence, r.ExpiresAtMs, r.AcquiredAtMs)
 }
 
 // getLock reads the record stored under normalised key k, or nil.
@@ -90,11 +84,7 @@ func deleteLock(tx *bbolt.Tx, r *lockRecord) error {
 // lockstore.FenceMax the acquire fails with Internal and nothing is written.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	const op = "acquire"
-	k, err := lockstore.NormalizeKey(key)
-	if err != nil {
-		return lockstore.AcquireResult{}, err
-	}
-	ttlMs, err := lockstore.ValidateTTL(ttl)
+	k, ttlMs, err := lockstore.BeginAcquire(ctx, key, ttl)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
@@ -120,12 +110,8 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		if err != nil {
 			return err
 		}
-		if n >= lockstore.FenceMax {
-			// Returning an error rolls the reclaim back too: nothing written.
-			return lockstore.Errorf(lockstore.Internal, op,
-				"fence counter exhausted (at %d, max %d); rotate the key namespace", n, lockstore.FenceMax)
-		}
-		fence, err := lockstore.FormatFence(n + 1)
+		// An overflow error rolls the reclaim back too: nothing written.
+		next, fence, err := lockstore.NextFence(op, key, n)
 		if err != nil {
 			return err
 		}
@@ -144,20 +130,17 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		if err := tx.Bucket(bucketIDs).Put([]byte(id), []byte(k)); err != nil {
 			return err
 		}
-		if err := putCounter(tx, k, n+1); err != nil {
+		if err := putCounter(tx, k, next); err != nil {
 			return err
 		}
 		res = lockstore.AcquireResult{OK: true, LockID: id, Fence: fence, ExpiresAtMs: rec.ExpiresAtMs}
-		issued = n + 1
+		issued = next
 		return nil
 	})
 	if err != nil {
 		return lockstore.AcquireResult{}, lockstore.WithContext(err, key, "")
 	}
-	if lockstore.FenceNeedsWarning(issued) {
-		s.log.Warn("fence counter past the warning level; plan a key namespace rotation",
-			"keyHash", lockstore.HashKey(k), "fence", res.Fence, "fenceMax", lockstore.FenceMax)
-	}
+	lockstore.NoteFence(ctx, s.log, k, issued)
 	return res, nil
 }
 
@@ -166,7 +149,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 // the way is cleaned up (its counter untouched).
 func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
 	const op = "release"
-	if err := lockstore.ValidateLockID(lockID); err != nil {
+	if err := lockstore.BeginLockIDOp(ctx, op, lockID); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
 	var res lockstore.ReleaseResult
@@ -210,10 +193,7 @@ func (s *Store) resolve(tx *bbolt.Tx, lockID string) (*lockRecord, error) {
 // record is cleaned up.
 func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
 	const op = "extend"
-	if err := lockstore.ValidateLockID(lockID); err != nil {
-		return lockstore.ExtendResult{}, err
-	}
-	ttlMs, err := lockstore.ValidateTTL(ttl)
+	ttlMs, err := lockstore.BeginExtend(ctx, lockID, ttl)
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
@@ -254,12 +234,13 @@ func (s *Store) IsLocked(ctx context.Context, key string) (bool, error) {
 
 // LookupKey returns the sanitised live lock on key, or nil. Read-only.
 func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
-	k, err := lockstore.NormalizeKey(key)
+	const op = "lookup"
+	k, err := lockstore.BeginKeyOp(ctx, op, key)
 	if err != nil {
 		return nil, err
 	}
 	var info *lockstore.LockInfo
-	err = s.view(ctx, "lookup", func(tx *bbolt.Tx) error {
+	err = s.view(ctx, op, func(tx *bbolt.Tx) error {
 		r, err := getLock(tx, k)
 		if err == nil && r != nil && lockstore.IsLive(r.ExpiresAtMs, s.nowMs()) {
 			info = r.info()
@@ -274,11 +255,12 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 
 // LookupLockID returns the sanitised live lock lockID holds, or nil.
 func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
-	if err := lockstore.ValidateLockID(lockID); err != nil {
+	const op = "lookup"
+	if err := lockstore.BeginLockIDOp(ctx, op, lockID); err != nil {
 		return nil, err
 	}
 	var info *lockstore.LockInfo
-	err := s.view(ctx, "lookup", func(tx *bbolt.Tx) error {
+	err := s.view(ctx, op, func(tx *bbolt.Tx) error {
 		r, err := getByID(tx, lockID)
 		if err == nil && r != nil && lockstore.IsLive(r.ExpiresAtMs, s.nowMs()) {
 			info = r.info()
@@ -294,12 +276,13 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 // Inspect reads the live lock on key and the key's latest issued fence in
 // one read transaction, so the two are consistent with each other.
 func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
-	k, err := lockstore.NormalizeKey(key)
+	const op = "inspect"
+	k, err := lockstore.BeginKeyOp(ctx, op, key)
 	if err != nil {
 		return lockstore.KeyState{}, err
 	}
 	var ks lockstore.KeyState
-	err = s.view(ctx, "inspect", func(tx *bbolt.Tx) error {
+	err = s.view(ctx, op, func(tx *bbolt.Tx) error {
 		ks = lockstore.KeyState{NowMs: s.nowMs()}
 		n, err := getCounter(tx, k)
 		if err != nil {

@@ -113,9 +113,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}, nil
 }
 
-// Capabilities reports bolt: fencing, client (this process's) time.
+// Capabilities reports bolt on client (this process's) time.
 func (s *Store) Capabilities() lockstore.Capabilities {
-	return lockstore.Capabilities{Backend: "bolt", SupportsFencing: true, TimeAuthority: lockstore.ClientTime}
+	return lockstore.Capabilities{Backend: "bolt", TimeAuthority: lockstore.ClientTime}
 }
 
 // Ping checks that the file is open and readable.

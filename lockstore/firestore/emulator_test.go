@@ -45,7 +45,9 @@ func needEmulator(t testing.TB) string {
 			resetErr = err
 			return
 		}
-		c := http.Client{Timeout: 10 * time.Second}
+		// The first request to a freshly started emulator pays its JVM
+		// warm-up; on a loaded 2-core machine that has exceeded 10 s.
+		c := http.Client{Timeout: time.Minute}
 		resp, err := c.Do(req)
 		if err != nil {
 			resetErr = fmt.Errorf("emulator at %s unreachable: %w", host, err)

@@ -39,37 +39,33 @@ func codeFor(c codes.Code) (lockstore.Code, bool) {
 	return lockstore.Internal, false
 }
 
-// classify turns an error from the client library (or from inside one of
-// our transaction functions) into a *lockstore.Error for operation op.
-// Our own *lockstore.Error values pass through unchanged, and the caller's
-// context decides first: once it is cancelled or past its deadline, the
-// failure is Aborted or NetworkTimeout whatever the RPC layer called it.
 // errOpTimeout is the cause of a context ended by the store's own
 // per-operation bound (Config.OpTimeout).
 var errOpTimeout = errors.New("firestore: operation timeout")
 
+// classify turns an error from the client library (or from inside one of
+// our transaction functions) into a *lockstore.Error for operation op:
+// lockstore.MapError (our own *lockstore.Error values pass through, a done
+// caller's context decides, driverError maps the rest), except that our
+// own per-operation bound running out is ServiceUnavailable.
 func classify(ctx context.Context, op string, err error) error {
-	if err == nil {
-		return nil
-	}
 	var le *lockstore.Error
-	if errors.As(err, &le) {
-		return err
-	}
-	if errors.Is(context.Cause(ctx), errOpTimeout) {
+	if err != nil && !errors.As(err, &le) && errors.Is(context.Cause(ctx), errOpTimeout) {
 		// Our own bound ran out (begin), not the caller's deadline: Firestore
 		// did not answer in time, an infrastructure timeout.
 		return &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: op, Msg: "firestore did not answer within the operation timeout", Err: err}
 	}
-	if ce := lockstore.ContextError(ctx, op); ce != nil {
-		ce.Err = err
-		return ce
-	}
+	return lockstore.MapError(ctx, op, err, driverError)
+}
+
+// driverError maps a client library error once the caller's context is
+// known to be live (see classify).
+func driverError(err error) *lockstore.Error {
 	switch {
 	case errors.Is(err, context.Canceled):
-		return &lockstore.Error{Code: lockstore.Aborted, Op: op, Msg: "cancelled", Err: err}
+		return &lockstore.Error{Code: lockstore.Aborted, Msg: "cancelled", Err: err}
 	case errors.Is(err, context.DeadlineExceeded):
-		return &lockstore.Error{Code: lockstore.NetworkTimeout, Op: op, Msg: "deadline exceeded", Err: err}
+		return &lockstore.Error{Code: lockstore.NetworkTimeout, Msg: "deadline exceeded", Err: err}
 	}
 	if st, ok := status.FromError(err); ok && st.Code() != codes.OK {
 		code, known := codeFor(st.Code())
@@ -77,9 +73,9 @@ func classify(ctx context.Context, op string, err error) error {
 		if !known {
 			msg = "unexpected firestore status " + st.Code().String()
 		}
-		return &lockstore.Error{Code: code, Op: op, Msg: msg, Err: redact(err, st)}
+		return &lockstore.Error{Code: code, Msg: msg, Err: redact(err, st)}
 	}
-	return &lockstore.Error{Code: lockstore.Internal, Op: op, Msg: "unexpected firestore error", Err: err}
+	return &lockstore.Error{Code: lockstore.Internal, Msg: "unexpected firestore error", Err: err}
 }
 
 // redactedError stands in for a status error whose description names a

@@ -576,3 +576,25 @@ func TestHashedDocIDCollisionIsNotReported(t *testing.T) {
 		t.Fatalf("Inspect(a/b) = %+v %v", own, err)
 	}
 }
+
+// TestFenceWarning: an acquire that issues a fence past FenceWarn logs
+// lockstore.NoteFence's warning once, after the commit, with the key's
+// hash and never the key.
+func TestFenceWarning(t *testing.T) {
+	t.Parallel()
+	var logs logBuffer
+	cfg := nsConfig(t, uniqueNS(t))
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	s := openStore(t, cfg)
+	const key = "tenant-7/secret-resource"
+	setFence(t, s, key, lockstore.FenceWarn)
+	r := mustAcquire(t, s, key, time.Second)
+	out := logs.String()
+	if strings.Count(out, "fence counter past the warning level") != 1 ||
+		!strings.Contains(out, "level=WARN") || !strings.Contains(out, "keyHash="+lockstore.HashKey(key)) {
+		t.Fatalf("want one WARN line with the keyHash past FenceWarn:\n%s", out)
+	}
+	if strings.Contains(out, key) || strings.Contains(out, r.LockID) {
+		t.Fatalf("log leaks the raw key or lockId:\n%s", out)
+	}
+}

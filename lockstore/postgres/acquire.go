@@ -18,11 +18,7 @@ import (
 // transaction and the whole acquire is one network round trip.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	const op = "acquire"
-	nk, err := lockstore.NormalizeKey(key)
-	if err != nil {
-		return lockstore.AcquireResult{}, err
-	}
-	ttlMs, err := lockstore.ValidateTTL(ttl)
+	nk, ttlMs, err := lockstore.BeginAcquire(ctx, key, ttl)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
@@ -30,7 +26,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	if err != nil {
 		return lockstore.AcquireResult{}, lockstore.WithContext(err, key, "")
 	}
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.checkOpen(op); err != nil {
 		return lockstore.AcquireResult{}, err
 	}
 	lockID, err := lockstore.NewLockID()
@@ -57,8 +53,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
 	case issued == nil && prior != nil && *prior >= lockstore.FenceMax:
 		// The guarded UPDATE matched nothing, so nothing was written.
-		return lockstore.AcquireResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, Key: key,
-			Msg: "fence counter overflow: the key's counter reached FenceMax; rotate the key namespace"}
+		return lockstore.AcquireResult{}, lockstore.FenceOverflow(op, key)
 	case issued == nil || expires == nil:
 		return lockstore.AcquireResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, Key: key,
 			Msg: "postgres: acquire wrote no lock although the key was free (counter row missing?)"}
@@ -67,9 +62,6 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	if err != nil {
 		return lockstore.AcquireResult{}, lockstore.WithContext(err, key, "")
 	}
-	if lockstore.FenceNeedsWarning(*issued) {
-		s.log.WarnContext(ctx, "fence counter is past the warning level; plan to rotate the key namespace",
-			"backend", "postgres", "keyHash", lockstore.HashKey(nk), "fence", fence, "fenceMax", lockstore.FenceMax)
-	}
+	lockstore.NoteFence(ctx, s.log, nk, *issued)
 	return lockstore.AcquireResult{OK: true, LockID: lockID, Fence: fence, ExpiresAtMs: *expires}, nil
 }

@@ -13,23 +13,14 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// classify maps a driver error to the lock contract's *lockstore.Error. The
-// caller's context decides first: once it is done, the failure is the
-// caller's cancellation or deadline whatever words the driver used.
+// classify maps a driver error to the lock contract's *lockstore.Error
+// through lockstore.MapError: a done caller's context decides first,
+// whatever words the driver used; classifyCause maps the rest.
 func classify(ctx context.Context, op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var le *lockstore.Error
-	if errors.As(err, &le) {
-		return err
-	}
-	if ce := lockstore.ContextError(ctx, op); ce != nil {
-		ce.Err = err
-		return ce
-	}
-	code, msg := classifyCause(err)
-	return &lockstore.Error{Code: code, Op: op, Msg: msg, Err: err}
+	return lockstore.MapError(ctx, op, err, func(err error) *lockstore.Error {
+		code, msg := classifyCause(err)
+		return &lockstore.Error{Code: code, Msg: msg, Err: err}
+	})
 }
 
 // classifyCause is the context-free part of classify: the code and a short

@@ -12,10 +12,10 @@ import (
 // row lock (FOR UPDATE), checks ownership and liveness, and deletes.
 func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
 	const op = "release"
-	if err := lockstore.ValidateLockID(lockID); err != nil {
+	if err := lockstore.BeginLockIDOp(ctx, op, lockID); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.checkOpen(op); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
 	var (
@@ -44,14 +44,11 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 // replacing the old expiry, in one statement like Release.
 func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
 	const op = "extend"
-	if err := lockstore.ValidateLockID(lockID); err != nil {
-		return lockstore.ExtendResult{}, err
-	}
-	ttlMs, err := lockstore.ValidateTTL(ttl)
+	ttlMs, err := lockstore.BeginExtend(ctx, lockID, ttl)
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.checkOpen(op); err != nil {
 		return lockstore.ExtendResult{}, err
 	}
 	var (

@@ -11,7 +11,7 @@ import (
 // left for the next acquire to overwrite. One round trip.
 func (s *Store) IsLocked(ctx context.Context, key string) (bool, error) {
 	const op = "isLocked"
-	nk, err := lockstore.NormalizeKey(key)
+	nk, err := lockstore.BeginKeyOp(ctx, op, key)
 	if err != nil {
 		return false, err
 	}
@@ -19,7 +19,7 @@ func (s *Store) IsLocked(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, lockstore.WithContext(err, key, "")
 	}
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.checkOpen(op); err != nil {
 		return false, err
 	}
 	var (
@@ -54,19 +54,13 @@ func (r *lockRow) live() bool {
 
 // info is the sanitised view: hashes, never the raw key or lockId.
 func (r *lockRow) info(userKey string) *lockstore.LockInfo {
-	return &lockstore.LockInfo{
-		KeyHash:      lockstore.HashKey(userKey),
-		LockIDHash:   lockstore.HashKey(*r.lockID),
-		Fence:        *r.fence,
-		ExpiresAtMs:  *r.expiresAt,
-		AcquiredAtMs: *r.acquiredAt,
-	}
+	return lockstore.NewLockInfo(userKey, *r.lockID, *r.fence, *r.expiresAt, *r.acquiredAt)
 }
 
 // LookupKey returns the sanitised live lock on key, or nil. One round trip.
 func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
 	const op = "lookup"
-	nk, err := lockstore.NormalizeKey(key)
+	nk, err := lockstore.BeginKeyOp(ctx, op, key)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +68,7 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 	if err != nil {
 		return nil, lockstore.WithContext(err, key, "")
 	}
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.checkOpen(op); err != nil {
 		return nil, err
 	}
 	var r lockRow
@@ -91,10 +85,10 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 // round trip through the unique lock_id index.
 func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
 	const op = "lookup"
-	if err := lockstore.ValidateLockID(lockID); err != nil {
+	if err := lockstore.BeginLockIDOp(ctx, op, lockID); err != nil {
 		return nil, err
 	}
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.checkOpen(op); err != nil {
 		return nil, err
 	}
 	var r lockRow
@@ -112,7 +106,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 // in one statement: one snapshot, one server clock reading, one round trip.
 func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
 	const op = "inspect"
-	nk, err := lockstore.NormalizeKey(key)
+	nk, err := lockstore.BeginKeyOp(ctx, op, key)
 	if err != nil {
 		return lockstore.KeyState{}, err
 	}
@@ -120,7 +114,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	if err != nil {
 		return lockstore.KeyState{}, lockstore.WithContext(err, key, "")
 	}
-	if err := s.begin(ctx, op); err != nil {
+	if err := s.checkOpen(op); err != nil {
 		return lockstore.KeyState{}, err
 	}
 	var (

@@ -75,7 +75,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	return &Store{pool: pool, cfg: cfg, log: cfg.Logger, sql: buildStatements(cfg)}, nil
+	return &Store{pool: pool, cfg: cfg, log: cfg.Logger.With("backend", "postgres"), sql: buildStatements(cfg)}, nil
 }
 
 // errBadDSN does not carry pgx's parse error: its text quotes the DSN, and
@@ -85,9 +85,9 @@ func errBadDSN(op string) error {
 		"postgres: DSN does not parse (expected a postgres:// URL or key=value pairs)")
 }
 
-// Capabilities reports a server-time backend that always fences.
+// Capabilities reports PostgreSQL on server time (now()).
 func (s *Store) Capabilities() lockstore.Capabilities {
-	return lockstore.Capabilities{Backend: "postgres", SupportsFencing: true, TimeAuthority: lockstore.ServerTime}
+	return lockstore.Capabilities{Backend: "postgres", TimeAuthority: lockstore.ServerTime}
 }
 
 // Ping checks that PostgreSQL answers.
@@ -107,13 +107,22 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// begin is the common preamble after input validation: a closed store or a
-// dead context fails before any I/O. A closed store is ServiceUnavailable,
-// as on the other backends: during shutdown, callers still in flight see
-// the store as gone, which is what it is.
-func (s *Store) begin(ctx context.Context, op string) error {
+// checkOpen follows the lockstore preamble (lockstore.BeginKeyOp and
+// friends) of every operation: a closed store fails before any I/O. It is
+// ServiceUnavailable, as on the other backends: during shutdown, callers
+// still in flight see the store as gone, which is what it is.
+func (s *Store) checkOpen(op string) error {
 	if s.closed.Load() {
 		return lockstore.Errorf(lockstore.ServiceUnavailable, op, "postgres: store is closed")
+	}
+	return nil
+}
+
+// begin is the preamble of an operation without arguments to validate: a
+// closed store or a dead context fails before any I/O.
+func (s *Store) begin(ctx context.Context, op string) error {
+	if err := s.checkOpen(op); err != nil {
+		return err
 	}
 	if err := lockstore.ContextError(ctx, op); err != nil {
 		return err

@@ -1,8 +1,12 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/storetest"
@@ -37,5 +41,28 @@ func setFence(t testing.TB, s *Store, key string, n int64) {
 		 ON CONFLICT (fence_key) DO UPDATE SET fence = EXCLUDED.fence`, fenceKey, n)
 	if err != nil {
 		t.Fatalf("seed fence: %v", err)
+	}
+}
+
+// TestFenceWarning: an acquire that issues a fence past FenceWarn logs
+// lockstore.NoteFence's warning once, with the key's hash and never the key.
+func TestFenceWarning(t *testing.T) {
+	s := openNS(t, testNS(t))
+	defer s.Close()
+	var buf bytes.Buffer // only this goroutine's acquire logs to it
+	s.log = slog.New(slog.NewTextHandler(&buf, nil))
+	const key = "tenant-7/secret-resource"
+	setFence(t, s, key, lockstore.FenceWarn)
+	r, err := s.Acquire(tctx(t), key, time.Second)
+	if err != nil || !r.OK {
+		t.Fatalf("Acquire = %+v, %v", r, err)
+	}
+	out := buf.String()
+	if strings.Count(out, "fence counter past the warning level") != 1 ||
+		!strings.Contains(out, "level=WARN") || !strings.Contains(out, "keyHash="+lockstore.HashKey(key)) {
+		t.Fatalf("want one WARN line with the keyHash past FenceWarn:\n%s", out)
+	}
+	if strings.Contains(out, key) || strings.Contains(out, r.LockID) {
+		t.Fatalf("log leaks the raw key or lockId:\n%s", out)
 	}
 }

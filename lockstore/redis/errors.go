@@ -16,20 +16,16 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// classify turns a go-redis failure into the contract's *Error. The caller's
-// context decides first: if it is done, the failure is its cancellation or
-// deadline, whatever the driver made of it.
+// classify turns a go-redis failure into the contract's *Error through
+// lockstore.MapError: a done caller's context decides first, whatever the
+// driver made of it; codeFor maps the rest.
 func classify(ctx context.Context, op string, err error) *lockstore.Error {
-	if e := lockstore.ContextError(ctx, op); e != nil {
-		e.Err = errors.Join(e.Err, err)
-		return e
-	}
 	var le *lockstore.Error
-	if errors.As(err, &le) {
-		return le
-	}
-	code, msg := codeFor(err)
-	return &lockstore.Error{Code: code, Op: op, Msg: msg, Err: err}
+	errors.As(lockstore.MapError(ctx, op, err, func(err error) *lockstore.Error {
+		code, msg := codeFor(err)
+		return &lockstore.Error{Code: code, Msg: msg, Err: err}
+	}), &le)
+	return le
 }
 
 // codeFor maps an error from go-redis or the network to a Code and a short

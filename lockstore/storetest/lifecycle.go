@@ -15,9 +15,6 @@ func (s *suite) capabilities(t *testing.T) {
 	if c.Backend == "" {
 		t.Error("Capabilities.Backend is empty")
 	}
-	if !c.SupportsFencing {
-		t.Error("Capabilities.SupportsFencing = false; every fencegate backend issues fences")
-	}
 	if c.TimeAuthority != lockstore.ServerTime && c.TimeAuthority != lockstore.ClientTime {
 		t.Errorf("Capabilities.TimeAuthority = %q, want server or client", c.TimeAuthority)
 	}

@@ -266,7 +266,7 @@ func (s *refStore) CountHeld(ctx context.Context) (int64, error) {
 }
 
 func (s *refStore) Capabilities() lockstore.Capabilities {
-	return lockstore.Capabilities{Backend: "reference", SupportsFencing: true, TimeAuthority: lockstore.ClientTime}
+	return lockstore.Capabilities{Backend: "reference", TimeAuthority: lockstore.ClientTime}
 }
 
 func (s *refStore) Ping(ctx context.Context) error {

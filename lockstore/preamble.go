@@ -1,0 +1,69 @@
+package lockstore
+
+import (
+	"context"
+	"time"
+)
+
+// The preambles every Store operation runs before any I/O (the Store
+// contract): its arguments are validated first, so a bad key, lockId or
+// TTL is InvalidArgument whatever the context, and then a context that is
+// already done fails the call with ContextError (Aborted or
+// NetworkTimeout). Backends add their own checks (a closed store, derived
+// storage keys) after them.
+
+// BeginKeyOp is the preamble of operation op on a user key. It returns the
+// NFC-normalised key.
+func BeginKeyOp(ctx context.Context, op, key string) (string, error) {
+	nk, err := NormalizeKey(key)
+	if err != nil {
+		return "", err
+	}
+	if err := ContextError(ctx, op); err != nil {
+		return "", err
+	}
+	return nk, nil
+}
+
+// BeginLockIDOp is the preamble of operation op on a lockId.
+func BeginLockIDOp(ctx context.Context, op, lockID string) error {
+	if err := ValidateLockID(lockID); err != nil {
+		return err
+	}
+	if err := ContextError(ctx, op); err != nil {
+		return err
+	}
+	return nil
+}
+
+// BeginAcquire is Acquire's preamble. It returns the NFC-normalised key and
+// the TTL in milliseconds.
+func BeginAcquire(ctx context.Context, key string, ttl time.Duration) (string, int64, error) {
+	nk, err := NormalizeKey(key)
+	if err != nil {
+		return "", 0, err
+	}
+	ttlMs, err := ValidateTTL(ttl)
+	if err != nil {
+		return "", 0, err
+	}
+	if err := ContextError(ctx, "acquire"); err != nil {
+		return "", 0, err
+	}
+	return nk, ttlMs, nil
+}
+
+// BeginExtend is Extend's preamble. It returns the TTL in milliseconds.
+func BeginExtend(ctx context.Context, lockID string, ttl time.Duration) (int64, error) {
+	if err := ValidateLockID(lockID); err != nil {
+		return 0, err
+	}
+	ttlMs, err := ValidateTTL(ttl)
+	if err != nil {
+		return 0, err
+	}
+	if err := ContextError(ctx, "extend"); err != nil {
+		return 0, err
+	}
+	return ttlMs, nil
+}

@@ -1,0 +1,83 @@
+package redis
+
+import (
+	"strings"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// LockKey returns the storage key of user key's lock.
+func (s *Store) LockKey(key string) (string, error) {
+	k, err := normalize(key)
+	if err != nil {
+		return "", err
+	}
+	return lockstore.MakeStorageKey(s.prefix, k, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
+}
+
+// FenceKey returns the storage key of user key's fence counter.
+func (s *Store) FenceKey(key string) (string, error) {
+	lk, err := s.LockKey(key)
+	if err != nil {
+		return "", err
+	}
+	return lockstore.FenceStorageKey(s.prefix, lk, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
+}
+
+// IndexKey returns the storage key of lockID's reverse index.
+func (s *Store) IndexKey(lockID string) (string, error) {
+	if err := lockstore.ValidateLockID(lockID); err != nil {
+		return "", err
+	}
+	return lockstore.MakeStorageKey(s.prefix, "id:"+lockID, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
+}
+
+// Reserved user keys. The layout is SyncGuard's, where a user key "id:X"
+// lands on lockId X's index key and "fence:<lockKey>" on another key's fence
+// counter (for every prefix, empty or not), and "audit" on the audit
+// stream. Such keys could overwrite a counter or steal an index, so this
+// backend refuses them.
+var reservedKeyPrefixes = []string{"id:", "fence:"}
+
+const reservedAuditKey = "audit"
+
+// normalize is lockstore.NormalizeKey plus the reserved-key check.
+func normalize(key string) (string, error) {
+	k, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return "", err
+	}
+	return k, checkReserved(k)
+}
+
+// checkReserved refuses a normalised key that the Redis key layout reserves.
+func checkReserved(k string) error {
+	for _, p := range reservedKeyPrefixes {
+		if strings.HasPrefix(k, p) {
+			return lockstore.Errorf(lockstore.InvalidArgument, "validate",
+				"keys starting %q are reserved by the Redis key layout", p)
+		}
+	}
+	if k == reservedAuditKey {
+		return lockstore.Errorf(lockstore.InvalidArgument, "validate",
+			"key %q is reserved by the Redis key layout (the audit stream)", reservedAuditKey)
+	}
+	return nil
+}
+
+// keys checks a normalised user key (lockstore.BeginKeyOp) against the
+// reserved keys and derives its lock and fence storage keys.
+func (s *Store) keys(norm string) (lockKey, fenceKey string, err error) {
+	if err := checkReserved(norm); err != nil {
+		return "", "", err
+	}
+	lockKey, err = lockstore.MakeStorageKey(s.prefix, norm, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
+	if err != nil {
+		return "", "", err
+	}
+	fenceKey, err = lockstore.FenceStorageKey(s.prefix, lockKey, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
+	if err != nil {
+		return "", "", err
+	}
+	return lockKey, fenceKey, nil
+}

@@ -1,0 +1,70 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// Release drops the lock lockID holds if it is still live. It is safe to
+// call without owning the lock: anything else is OK=false.
+func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
+	const op = "release"
+	if err := lockstore.BeginLockIDOp(ctx, op, lockID); err != nil {
+		return lockstore.ReleaseResult{}, err
+	}
+	idKey, err := s.IndexKey(lockID)
+	if err != nil {
+		return lockstore.ReleaseResult{}, err
+	}
+	status, err := releaseScript.Run(ctx, s.client, []string{idKey}, lockID).Int64()
+	if err != nil {
+		return lockstore.ReleaseResult{}, lockstore.WithContext(classify(ctx, op, err), "", lockID)
+	}
+	switch status {
+	case mutateOK:
+		return lockstore.ReleaseResult{OK: true}, nil
+	case mutateExpired:
+		return lockstore.ReleaseResult{Detail: lockstore.DetailExpired}, nil
+	case mutateNotFound:
+		return lockstore.ReleaseResult{Detail: lockstore.DetailNotFound}, nil
+	}
+	return lockstore.ReleaseResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("status %d", status)), "", lockID)
+}
+
+// Extend sets the live lock's expiry to now+ttl by the server clock and
+// returns it. It never revives an expired lock.
+func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
+	const op = "extend"
+	ttlMs, err := lockstore.BeginExtend(ctx, lockID, ttl)
+	if err != nil {
+		return lockstore.ExtendResult{}, err
+	}
+	idKey, err := s.IndexKey(lockID)
+	if err != nil {
+		return lockstore.ExtendResult{}, err
+	}
+	reply, err := extendScript.Run(ctx, s.client, []string{idKey}, lockID, ttlMs).Slice()
+	if err != nil {
+		return lockstore.ExtendResult{}, lockstore.WithContext(classify(ctx, op, err), "", lockID)
+	}
+	status, err := replyInt(reply, 0)
+	if err != nil {
+		return lockstore.ExtendResult{}, lockstore.WithContext(badReply(op, err), "", lockID)
+	}
+	switch status {
+	case mutateOK:
+		exp, err := replyInt(reply, 1)
+		if err != nil {
+			return lockstore.ExtendResult{}, lockstore.WithContext(badReply(op, err), "", lockID)
+		}
+		return lockstore.ExtendResult{OK: true, ExpiresAtMs: exp}, nil
+	case mutateExpired:
+		return lockstore.ExtendResult{Detail: lockstore.DetailExpired}, nil
+	case mutateNotFound:
+		return lockstore.ExtendResult{Detail: lockstore.DetailNotFound}, nil
+	}
+	return lockstore.ExtendResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("status %d", status)), "", lockID)
+}
