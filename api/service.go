@@ -171,7 +171,7 @@ func (s *Server) audit(ctx context.Context, p *Principal, key *string, sinceMs i
 		if err != nil {
 			return nil, err
 		}
-		q.KeyHash = lockstore.HashKey(nk)
+		q.Key = nk
 	} else if p != nil && !p.CanUseAllKeys() {
 		return nil, &apiError{code: lockstore.AuthFailed, forbidden: true, wwwAuth: "insufficient_scope",
 			msg: fmt.Sprintf("token %q is limited to key prefixes; pass key=", p.Name)}

@@ -31,6 +31,13 @@ func TestConformance(t *testing.T) {
 			}
 			return s
 		},
+		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
+			s, err := Open(t.Context(), Config{Path: filepath.Join(dir, ns+".db"), AuditRetention: r})
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			return s
+		},
 		SetFence: func(t *testing.T, s lockstore.Store, ns, key string, n int64) {
 			if err := s.(*Store).setFence(key, n); err != nil {
 				t.Fatalf("setFence: %v", err)
@@ -237,7 +244,7 @@ func TestAuditRetention(t *testing.T) {
 	}
 	// The kept count stays right, so MaxEvents still trims exactly.
 	if err := s.db.View(func(tx *bbolt.Tx) error {
-		if n := getCount(tx); n != 1 {
+		if n := getCount(tx, metaAuditCount); n != 1 {
 			t.Errorf("stored audit count = %d, want 1", n)
 		}
 		return nil

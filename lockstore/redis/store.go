@@ -23,7 +23,8 @@ type Store struct {
 	client    *goredis.Client
 	prefix    string
 	idPrefix  string // prefix of lockId index keys when they are not hashed, else ""
-	auditKey  string
+	auditKey  string // decision-class audit stream, ownKey(auditStreamName)
+	inputKey  string // input-class audit stream, ownKey(auditInputStreamName)
 	cleanup   bool
 	retention lockstore.AuditRetention
 	log       *slog.Logger
@@ -51,11 +52,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{
 		prefix:    prefix,
-		auditKey:  prefix + ":audit",
 		cleanup:   cfg.CleanupInIsLocked,
 		retention: cfg.AuditRetention.WithDefaults(),
 		log:       logger.With("store", "redis"),
 	}
+	s.auditKey, s.inputKey = s.ownKey(auditStreamName), s.ownKey(auditInputStreamName)
 	// The IsLocked cleanup derives index keys inside the script, which only
 	// works while they are plain prefix:id:<lockId>; a prefix long enough to
 	// hash them leaves their removal to their own TTL.
@@ -94,6 +95,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			_ = s.client.Close()
 			return nil, lockstore.Errorf(lockstore.Internal, op, "server digest %q of a script differs from ours %q", got, sc.Hash())
 		}
+	}
+	if moved, err := s.moveLegacyAudit(ctx); err != nil {
+		_ = s.client.Close()
+		return nil, err
+	} else if moved {
+		s.log.Info("redis audit stream moved to its own key", "from", s.legacyAuditKey(), "to", s.auditKey)
 	}
 	s.log.Info("redis lock store opened", "config", cfg.String())
 	return s, nil
@@ -157,12 +164,11 @@ func (s *Store) IndexKey(lockID string) (string, error) {
 
 // Reserved user keys. The layout is SyncGuard's, where a user key "id:X"
 // lands on lockId X's index key and "fence:<lockKey>" on another key's fence
-// counter (for every prefix, empty or not), and "audit" on the audit
-// stream. Such keys could overwrite a counter or steal an index, so this
-// backend refuses them.
+// counter (for every prefix, empty or not). Such keys could overwrite a
+// counter or steal an index, so this backend refuses them as input
+// (InvalidArgument). fencegate's own keys live under ownKey, outside this
+// space, so no other key is reserved.
 var reservedKeyPrefixes = []string{"id:", "fence:"}
-
-const reservedAuditKey = "audit"
 
 // normalize is lockstore.NormalizeKey plus the reserved-key check.
 func (s *Store) normalize(key string) (string, error) {
@@ -175,10 +181,6 @@ func (s *Store) normalize(key string) (string, error) {
 			return "", lockstore.Errorf(lockstore.InvalidArgument, "validate",
 				"keys starting %q are reserved by the Redis key layout", p)
 		}
-	}
-	if k == reservedAuditKey {
-		return "", lockstore.Errorf(lockstore.InvalidArgument, "validate",
-			"key %q is reserved by the Redis key layout (the audit stream)", reservedAuditKey)
 	}
 	return k, nil
 }
