@@ -23,7 +23,7 @@
 // predicate expiresAtMs > now-1000 stops calling the lock live.
 //
 // Collisions the layout allows are refused: a prefix containing "fence:" or
-// ending in "fence" fails at Open; an empty prefix means the default
+// ending in "fence" or ".fencegate" fails at Open; an empty prefix means the default
 // (fencegate never writes unprefixed keys); user keys starting "id:" or
 // "fence:" are InvalidArgument on this backend, since they would land on an
 // index or a fence counter. fencegate's own keys (the audit streams, write
