@@ -198,7 +198,8 @@ return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), now}
 
 // appendAuditScript adds audit events to the two class streams and trims
 // each by its own count (approximately, MAXLEN ~) and both by age (MINID ~
-// now-maxAge, using the server clock that also stamped the entry IDs).
+// now-maxAge, using the server clock that also stamped the entry IDs), the
+// age even for a stream this batch did not add to.
 //
 // KEYS: decision stream, input stream
 // ARGV: maxDecision, maxInput, maxAgeMs, then (class, keyHash, keyDigest,
@@ -208,19 +209,19 @@ var appendAuditScript = newScript(`
 local maxLen = {d = ARGV[1], i = ARGV[2]}
 local key = {d = KEYS[1], i = KEYS[2]}
 local maxAge = tonumber(ARGV[3])
-local touched = {}
 local n = 0
 for i = 4, #ARGV, 4 do
   local c = ARGV[i]
   redis.call('XADD', key[c], 'MAXLEN', '~', maxLen[c], '*',
     'keyHash', ARGV[i + 1], 'keyDigest', ARGV[i + 2], 'event', ARGV[i + 3])
-  touched[c] = true
   n = n + 1
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for c in pairs(touched) do
-  redis.call('XTRIM', key[c], 'MINID', '~', string.format('%d', now - maxAge))
+-- Both streams age out on every append, so a class that gets no new
+-- events still loses its old ones.
+for _, k in ipairs(KEYS) do
+  redis.call('XTRIM', k, 'MINID', '~', string.format('%d', now - maxAge))
 end
 return n
 `)
