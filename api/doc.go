@@ -38,7 +38,8 @@
 //   - A wrong method is 405 with Allow; an unknown path under /v1/locks/
 //     is a JSON 404. Both carry code InvalidArgument. GET /v1/audit
 //     without an AuditLog is 501 with code ServiceUnavailable.
-//   - GET /v1/audit takes key (optional; filtered by its hashKey), since
+//   - GET /v1/audit takes key (optional; matched by its SHA-256 digest,
+//     lockstore.KeyDigest, never by the collidable hashKey), since
 //     (Unix ms, default 0) and limit (1..1000, default 100); newest first.
 //   - Replies are never cached (Cache-Control: no-store): they carry lockIds.
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/fencegate/fencegate/api/wire"
 	"github.com/fencegate/fencegate/lockstore"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -12,10 +13,6 @@ import (
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of fencegate's gRPC errors.
 const ErrorDomain = "fencegate.io"
-
-// statusClientClosed is nginx's "client closed request", API.md's status
-// for Aborted (the caller went away or cancelled).
-const statusClientClosed = 499
 
 // apiError is a failure answered to the caller: a LockError code plus what
 // the transports need to render it. Messages never contain raw keys,
@@ -62,29 +59,10 @@ func asAPIError(err error) *apiError {
 	return &apiError{code: code, msg: msg, cause: err}
 }
 
-// HTTPStatus is API.md's status for a LockError code. AuthFailed is 401
-// here; the 403 case is decided by the caller, which knows whether a token
-// was valid.
-func HTTPStatus(c lockstore.Code) int {
-	switch c {
-	case lockstore.InvalidArgument:
-		return http.StatusBadRequest
-	case lockstore.AuthFailed:
-		return http.StatusUnauthorized
-	case lockstore.RateLimited:
-		return http.StatusTooManyRequests
-	case lockstore.AcquisitionTimeout:
-		return http.StatusRequestTimeout
-	case lockstore.Aborted:
-		return statusClientClosed
-	case lockstore.ServiceUnavailable:
-		return http.StatusServiceUnavailable
-	case lockstore.NetworkTimeout:
-		return http.StatusGatewayTimeout
-	default:
-		return http.StatusInternalServerError
-	}
-}
+// HTTPStatus is API.md's status for a LockError code (wire.HTTPStatus).
+// AuthFailed is 401 here; the 403 case is decided by the caller, which
+// knows whether a token was valid.
+func HTTPStatus(c lockstore.Code) int { return wire.HTTPStatus(c) }
 
 // GRPCCode is API.md's gRPC status code for a LockError code (AuthFailed as
 // UNAUTHENTICATED; PERMISSION_DENIED is decided by the caller).

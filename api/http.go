@@ -6,54 +6,19 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/fencegate/fencegate/lockstore"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fencegate/fencegate/api/wire"
+	"github.com/fencegate/fencegate/lockstore"
 )
 
-// Request and reply bodies of the HTTP/JSON API (API.md). Optional fields
-// are pointers so that "absent" and "zero" differ: an absent ttlMs takes
-// the default, an explicit 0 is rejected.
+// The error body under short local names (middleware renders it too);
+// errorReply is its own type only so that the positional literal
+// errorReply{errorBody{…}} stays legal. The other bodies are used as
+// wire.X directly.
 type (
-	acquireRequest struct {
-		Key    string `json:"key"`
-		TTLMs  *int64 `json:"ttlMs"`
-		WaitMs *int64 `json:"waitMs"`
-	}
-	acquireReply struct {
-		OK          bool   `json:"ok"`
-		Reason      string `json:"reason,omitempty"`
-		LockID      string `json:"lockId,omitempty"`
-		Fence       string `json:"fence,omitempty"`
-		ExpiresAtMs int64  `json:"expiresAtMs,omitempty"`
-	}
-	releaseRequest struct {
-		LockID string `json:"lockId"`
-	}
-	extendRequest struct {
-		LockID string `json:"lockId"`
-		TTLMs  *int64 `json:"ttlMs"`
-	}
-	okReply struct {
-		OK          bool  `json:"ok"`
-		ExpiresAtMs int64 `json:"expiresAtMs,omitempty"`
-	}
-	lookupRequest struct {
-		Key    *string `json:"key"`
-		LockID *string `json:"lockId"`
-	}
-	statusReply struct {
-		Locked bool `json:"locked"`
-	}
-	auditReply struct {
-		Events []lockstore.AuditEvent `json:"events"`
-	}
-	errorReply struct {
-		Error errorBody `json:"error"`
-	}
-	errorBody struct {
-		Code    lockstore.Code `json:"code"`
-		Message string         `json:"message"`
-	}
+	errorReply wire.ErrorReply
+	errorBody  = wire.ErrorBody
 )
 
 // opFunc runs one operation for an authenticated caller and returns the
@@ -73,12 +38,12 @@ type opFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, p 
 // same mux; wrap them in Middleware for the same logging and recovery.
 func (s *Server) Register(mux *http.ServeMux) {
 	route := func(path string, h http.Handler) { mux.Handle(path, s.Middleware(h)) }
-	route("/v1/locks/acquire", s.serveOp(OpAcquire, http.MethodPost, s.httpAcquire))
-	route("/v1/locks/release", s.serveOp(OpRelease, http.MethodPost, s.httpRelease))
-	route("/v1/locks/extend", s.serveOp(OpExtend, http.MethodPost, s.httpExtend))
-	route("/v1/locks/lookup", s.serveOp(OpLookup, http.MethodPost, s.httpLookup))
-	route("/v1/locks/status", s.serveOp(OpStatus, http.MethodGet, s.httpStatus))
-	route("/v1/audit", s.serveOp(OpAudit, http.MethodGet, s.httpAudit))
+	route(wire.PathAcquire, s.serveOp(OpAcquire, http.MethodPost, s.httpAcquire))
+	route(wire.PathRelease, s.serveOp(OpRelease, http.MethodPost, s.httpRelease))
+	route(wire.PathExtend, s.serveOp(OpExtend, http.MethodPost, s.httpExtend))
+	route(wire.PathLookup, s.serveOp(OpLookup, http.MethodPost, s.httpLookup))
+	route(wire.PathStatus, s.serveOp(OpStatus, http.MethodGet, s.httpStatus))
+	route(wire.PathAudit, s.serveOp(OpAudit, http.MethodGet, s.httpAudit))
 	// Unknown lock API paths get a JSON 404 rather than the mux's text one.
 	route("/v1/locks/", http.HandlerFunc(notFound))
 	route("/healthz", http.HandlerFunc(s.healthz))
@@ -137,7 +102,7 @@ func (s *Server) serveOp(op Operation, method string, fn opFunc) http.Handler {
 }
 
 func (s *Server) httpAcquire(ctx context.Context, w http.ResponseWriter, r *http.Request, p *Principal) (int, any, bool, error) {
-	var req acquireRequest
+	var req wire.AcquireRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return 0, nil, false, err
 	}
@@ -146,13 +111,13 @@ func (s *Server) httpAcquire(ctx context.Context, w http.ResponseWriter, r *http
 		return 0, nil, false, err
 	}
 	if !res.OK {
-		return http.StatusConflict, acquireReply{OK: false, Reason: lockstore.ReasonLocked}, false, nil
+		return http.StatusConflict, wire.AcquireReply{OK: false, Reason: lockstore.ReasonLocked}, false, nil
 	}
-	return http.StatusOK, acquireReply{OK: true, LockID: res.LockID, Fence: res.Fence, ExpiresAtMs: res.ExpiresAtMs}, true, nil
+	return http.StatusOK, wire.AcquireReply{OK: true, LockID: res.LockID, Fence: res.Fence, ExpiresAtMs: res.ExpiresAtMs}, true, nil
 }
 
 func (s *Server) httpRelease(ctx context.Context, w http.ResponseWriter, r *http.Request, _ *Principal) (int, any, bool, error) {
-	var req releaseRequest
+	var req wire.ReleaseRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return 0, nil, false, err
 	}
@@ -161,13 +126,13 @@ func (s *Server) httpRelease(ctx context.Context, w http.ResponseWriter, r *http
 		return 0, nil, false, err
 	}
 	if !res.OK {
-		return http.StatusNotFound, okReply{OK: false}, false, nil
+		return http.StatusNotFound, wire.OKReply{OK: false}, false, nil
 	}
-	return http.StatusOK, okReply{OK: true}, true, nil
+	return http.StatusOK, wire.OKReply{OK: true}, true, nil
 }
 
 func (s *Server) httpExtend(ctx context.Context, w http.ResponseWriter, r *http.Request, _ *Principal) (int, any, bool, error) {
-	var req extendRequest
+	var req wire.ExtendRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return 0, nil, false, err
 	}
@@ -176,13 +141,13 @@ func (s *Server) httpExtend(ctx context.Context, w http.ResponseWriter, r *http.
 		return 0, nil, false, err
 	}
 	if !res.OK {
-		return http.StatusNotFound, okReply{OK: false}, false, nil
+		return http.StatusNotFound, wire.OKReply{OK: false}, false, nil
 	}
-	return http.StatusOK, okReply{OK: true, ExpiresAtMs: res.ExpiresAtMs}, true, nil
+	return http.StatusOK, wire.OKReply{OK: true, ExpiresAtMs: res.ExpiresAtMs}, true, nil
 }
 
 func (s *Server) httpLookup(ctx context.Context, w http.ResponseWriter, r *http.Request, p *Principal) (int, any, bool, error) {
-	var req lookupRequest
+	var req wire.LookupRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return 0, nil, false, err
 	}
@@ -209,7 +174,7 @@ func (s *Server) httpStatus(ctx context.Context, _ http.ResponseWriter, r *http.
 	if err != nil {
 		return 0, nil, false, err
 	}
-	return http.StatusOK, statusReply{Locked: locked}, true, nil
+	return http.StatusOK, wire.StatusReply{Locked: locked}, true, nil
 }
 
 func (s *Server) httpAudit(ctx context.Context, _ http.ResponseWriter, r *http.Request, p *Principal) (int, any, bool, error) {
@@ -232,7 +197,7 @@ func (s *Server) httpAudit(ctx context.Context, _ http.ResponseWriter, r *http.R
 	if err != nil {
 		return 0, nil, false, err
 	}
-	return http.StatusOK, auditReply{Events: events}, true, nil
+	return http.StatusOK, wire.AuditReply{Events: events}, true, nil
 }
 
 // writeError renders err as API.md's error body. 5xx causes are logged

@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/storetest"
 )
 
 var (
@@ -437,7 +440,7 @@ func TestHTTPAudit(t *testing.T) {
 		}
 		events = append(events, lockstore.AuditEvent{
 			TimeMs: base + int64(i)*1000, DecisionID: fmt.Sprintf("d%d", i), Source: "authz-http",
-			KeyHash: lockstore.HashKey(key), Reason: "stale", Policy: "holder", Mode: "enforce",
+			KeyHash: lockstore.HashKey(key), KeyDigest: lockstore.KeyDigest(key), Reason: "stale", Policy: "holder", Mode: "enforce",
 		})
 	}
 	if err := store.AppendAudit(context.Background(), events); err != nil {
@@ -514,6 +517,55 @@ func TestHTTPAudit(t *testing.T) {
 			t.Errorf("status %d %s", r.status, r.raw)
 		}
 	})
+}
+
+// TestHTTPAuditHashCollision: a token scoped to "a/" asks for the audit
+// events of a key it crafted under "a/" with the same hashKey as
+// "b/victim2-…" (a real collision). It must get its own key's events only,
+// never the victim's: the filter is the key's SHA-256 digest, not hashKey.
+func TestHTTPAuditHashCollision(t *testing.T) {
+	crafted, victim := storetest.HashKeyCollision[0], storetest.HashKeyCollision[1]
+	if lockstore.HashKey(crafted) != lockstore.HashKey(victim) || !strings.HasPrefix(crafted, "a/") || !strings.HasPrefix(victim, "b/") {
+		t.Fatalf("not a collision across a/ and b/: %q %q", crafted, victim)
+	}
+	store := openStore(t)
+	// The victim's denial is recorded the way the edge records it: a real
+	// check through the auditor into the store.
+	aud := fencecheck.NewAuditor(store, fencecheck.AuditorOptions{})
+	chk := fencecheck.New(store, fencecheck.Options{Audit: aud})
+	if d, _ := chk.Check(context.Background(), fencecheck.Request{Key: victim, Write: true,
+		Fence: "000000000000009", Source: "authz-http"}); d.Allowed || d.Reason != fencecheck.ReasonUnknown {
+		t.Fatalf("victim check = %+v, want denied unknown", d)
+	}
+	if err := aud.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	a, err := api.NewAuthenticator([]api.Token{
+		{Name: "a-auditor", SHA256: api.HashToken("a-secret"), Prefixes: []string{"a/"}, Operations: []string{"audit"}},
+		{Name: "admin", SHA256: api.HashToken(adminToken), Prefixes: []string{"*"}, Operations: []string{"*"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, store, func(o *api.Options) { o.Auth = a })
+	get := func(token, key string) reply {
+		return e.do(t, context.Background(), http.MethodGet, "/v1/audit?key="+url.QueryEscape(key), token, "", "")
+	}
+	r := get("a-secret", crafted)
+	if r.status != 200 {
+		t.Fatalf("scoped query of its own key: status %d %s", r.status, r.raw)
+	}
+	if evs, _ := r.body["events"].([]any); len(evs) != 0 {
+		t.Fatalf("an a/-scoped token read another key's events through a hashKey collision: %s", r.raw)
+	}
+	if r := get("a-secret", victim); r.status != 403 {
+		t.Fatalf("scoped query of the victim's key: status %d, want 403", r.status)
+	}
+	r = get(adminToken, victim)
+	if evs, _ := r.body["events"].([]any); r.status != 200 || len(evs) != 1 {
+		t.Fatalf("admin query of the victim's key: status %d %s; want its one event", r.status, r.raw)
+	}
 }
 
 // panicStore is the real store with IsLocked sabotaged, to prove panics

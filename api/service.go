@@ -97,7 +97,15 @@ func (s *Server) acquire(ctx context.Context, p *Principal, key string, ttlMs, w
 	if wait == 0 {
 		return s.store.Acquire(ctx, nk, ttl)
 	}
-	res, err := acquireWaiting(ctx, s.store, nk, ttl, wait)
+	// Retry on contention until wait has passed, with SyncGuard's
+	// exponential backoff and equal jitter (the zero RetryPolicy's
+	// strategy). The attempt count is unbounded: waitMs is a time budget,
+	// not a retry count. ctx is the request's, so a client that goes away
+	// stops the loop (Aborted) at once, mid-sleep included.
+	res, err := lockstore.AcquireWithRetry(ctx, s.store, nk, ttl, lockstore.RetryPolicy{
+		MaxRetries: math.MaxInt,
+		Timeout:    wait,
+	})
 	if lockstore.CodeOf(err) == lockstore.AcquisitionTimeout && ctx.Err() == nil {
 		// API.md: when waitMs runs out the answer is the same "locked" as
 		// an immediate attempt, not an error.
@@ -171,7 +179,7 @@ func (s *Server) audit(ctx context.Context, p *Principal, key *string, sinceMs i
 		if err != nil {
 			return nil, err
 		}
-		q.KeyHash = lockstore.HashKey(nk)
+		q.Key = nk
 	} else if p != nil && !p.CanUseAllKeys() {
 		return nil, &apiError{code: lockstore.AuthFailed, forbidden: true, wwwAuth: "insufficient_scope",
 			msg: fmt.Sprintf("token %q is limited to key prefixes; pass key=", p.Name)}

@@ -181,14 +181,14 @@ func TestGRPCAudit(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = a.Close() // flush
-	evs, err := s.QueryAudit(t.Context(), lockstore.AuditQuery{KeyHash: lockstore.HashKey("k")})
+	evs, err := s.QueryAudit(t.Context(), lockstore.AuditQuery{Key: "k"})
 	if err != nil || len(evs) != 1 {
 		t.Fatalf("audit: %v %v", evs, err)
 	}
 	ev := evs[0]
 	id := headerMap(resp.GetDeniedResponse().GetHeaders())[HeaderDecisionID]
 	want := lockstore.AuditEvent{TimeMs: ev.TimeMs, DecisionID: id, Source: SourceGRPC, Route: "orders-write",
-		KeyHash: lockstore.HashKey("k"), Presented: old.Fence, Current: cur.Fence, Reason: "stale", Policy: "holder",
+		KeyHash: lockstore.HashKey("k"), KeyDigest: lockstore.KeyDigest("k"), Presented: old.Fence, Current: cur.Fence, Reason: "stale", Policy: "holder",
 		Mode: "enforce", Peer: "10.1.2.3:40000", Method: "POST"} // no Path: it may hold the raw key
 	if ev != want {
 		t.Fatalf("event %+v\nwant  %+v", ev, want)

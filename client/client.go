@@ -28,6 +28,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/api/wire"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -79,25 +80,20 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 // AcquireWait asks the server to retry on contention for up to wait, with
 // the spec's backoff and jitter, before answering "locked".
 func (c *Client) AcquireWait(ctx context.Context, key string, ttl, wait time.Duration) (lockstore.AcquireResult, error) {
-	body := map[string]any{"key": key}
+	body := wire.AcquireRequest{Key: key}
 	if ttl != 0 {
 		ms, err := lockstore.ValidateTTL(ttl)
 		if err != nil {
 			return lockstore.AcquireResult{}, err
 		}
-		body["ttlMs"] = ms
+		body.TTLMs = &ms
 	}
 	if wait > 0 {
-		body["waitMs"] = wait.Milliseconds()
+		ms := wait.Milliseconds()
+		body.WaitMs = &ms
 	}
-	var out struct {
-		OK          bool   `json:"ok"`
-		Reason      string `json:"reason"`
-		LockID      string `json:"lockId"`
-		Fence       string `json:"fence"`
-		ExpiresAtMs int64  `json:"expiresAtMs"`
-	}
-	status, err := c.do(ctx, "acquire", http.MethodPost, "/v1/locks/acquire", body, &out, http.StatusConflict)
+	var out wire.AcquireReply
+	status, err := c.do(ctx, "acquire", http.MethodPost, wire.PathAcquire, body, &out, http.StatusConflict)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
@@ -112,10 +108,8 @@ func (c *Client) Release(ctx context.Context, lockID string) (lockstore.ReleaseR
 	if err := lockstore.ValidateLockID(lockID); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
-	var out struct {
-		OK bool `json:"ok"`
-	}
-	status, err := c.do(ctx, "release", http.MethodPost, "/v1/locks/release", map[string]any{"lockId": lockID}, &out, http.StatusNotFound)
+	var out wire.OKReply
+	status, err := c.do(ctx, "release", http.MethodPost, wire.PathRelease, wire.ReleaseRequest{LockID: lockID}, &out, http.StatusNotFound)
 	if err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
@@ -131,11 +125,8 @@ func (c *Client) Extend(ctx context.Context, lockID string, ttl time.Duration) (
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
-	var out struct {
-		OK          bool  `json:"ok"`
-		ExpiresAtMs int64 `json:"expiresAtMs"`
-	}
-	status, err := c.do(ctx, "extend", http.MethodPost, "/v1/locks/extend", map[string]any{"lockId": lockID, "ttlMs": ms}, &out, http.StatusNotFound)
+	var out wire.OKReply
+	status, err := c.do(ctx, "extend", http.MethodPost, wire.PathExtend, wire.ExtendRequest{LockID: lockID, TTLMs: &ms}, &out, http.StatusNotFound)
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
@@ -147,7 +138,7 @@ func (c *Client) Extend(ctx context.Context, lockID string, ttl time.Duration) (
 
 // LookupKey returns the sanitised live lock on key, or nil.
 func (c *Client) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
-	return c.lookup(ctx, map[string]any{"key": key})
+	return c.lookup(ctx, wire.LookupRequest{Key: &key})
 }
 
 // LookupLockID returns the sanitised live lock lockID holds, or nil.
@@ -155,12 +146,12 @@ func (c *Client) LookupLockID(ctx context.Context, lockID string) (*lockstore.Lo
 	if err := lockstore.ValidateLockID(lockID); err != nil {
 		return nil, err
 	}
-	return c.lookup(ctx, map[string]any{"lockId": lockID})
+	return c.lookup(ctx, wire.LookupRequest{LockID: &lockID})
 }
 
-func (c *Client) lookup(ctx context.Context, body map[string]any) (*lockstore.LockInfo, error) {
+func (c *Client) lookup(ctx context.Context, body wire.LookupRequest) (*lockstore.LockInfo, error) {
 	var info lockstore.LockInfo
-	status, err := c.do(ctx, "lookup", http.MethodPost, "/v1/locks/lookup", body, &info, http.StatusNotFound)
+	status, err := c.do(ctx, "lookup", http.MethodPost, wire.PathLookup, body, &info, http.StatusNotFound)
 	if err != nil || status == http.StatusNotFound {
 		return nil, err
 	}
@@ -169,16 +160,14 @@ func (c *Client) lookup(ctx context.Context, body map[string]any) (*lockstore.Lo
 
 // IsLocked reports whether key has a live lock.
 func (c *Client) IsLocked(ctx context.Context, key string) (bool, error) {
-	var out struct {
-		Locked bool `json:"locked"`
-	}
-	_, err := c.do(ctx, "status", http.MethodGet, "/v1/locks/status?key="+url.QueryEscape(key), nil, &out)
+	var out wire.StatusReply
+	_, err := c.do(ctx, "status", http.MethodGet, wire.PathStatus+"?key="+url.QueryEscape(key), nil, &out)
 	return out.Locked, err
 }
 
 // AuditQuery selects audit events for Audit.
 type AuditQuery struct {
-	Key   string    // raw key; the server filters by its hash
+	Key   string    // raw key; the server matches its digest (lockstore.KeyDigest)
 	Since time.Time // zero: no lower bound
 	Limit int       // 0: the server's default
 }
@@ -195,13 +184,11 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]lockstore.AuditEven
 	if q.Limit > 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))
 	}
-	path := "/v1/audit"
+	path := wire.PathAudit
 	if len(v) > 0 {
 		path += "?" + v.Encode()
 	}
-	var out struct {
-		Events []lockstore.AuditEvent `json:"events"`
-	}
+	var out wire.AuditReply
 	_, err := c.do(ctx, "audit", http.MethodGet, path, nil, &out)
 	return out.Events, err
 }
@@ -278,49 +265,15 @@ func transportError(ctx context.Context, op string, err error) error {
 // statusError turns an error response into a *lockstore.Error, trusting the
 // body's code when it is one of ours and the status otherwise.
 func statusError(op string, status int, raw []byte) error {
-	var body struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var body wire.ErrorReply
 	_ = json.Unmarshal(raw, &body)
-	code := lockstore.Code(body.Error.Code)
-	if !knownCode(code) {
-		code = codeForStatus(status)
+	code := body.Error.Code
+	if !wire.KnownCode(code) {
+		code = wire.CodeForStatus(status)
 	}
 	msg := body.Error.Message
 	if msg == "" {
 		msg = fmt.Sprintf("gateway answered %d", status)
 	}
 	return &lockstore.Error{Code: code, Op: op, Msg: msg}
-}
-
-func knownCode(c lockstore.Code) bool {
-	for _, k := range lockstore.Codes {
-		if c == k {
-			return true
-		}
-	}
-	return false
-}
-
-func codeForStatus(status int) lockstore.Code {
-	switch status {
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
-		return lockstore.InvalidArgument
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return lockstore.AuthFailed
-	case http.StatusTooManyRequests:
-		return lockstore.RateLimited
-	case http.StatusRequestTimeout:
-		return lockstore.AcquisitionTimeout
-	case 499:
-		return lockstore.Aborted
-	case http.StatusServiceUnavailable, http.StatusBadGateway:
-		return lockstore.ServiceUnavailable
-	case http.StatusGatewayTimeout:
-		return lockstore.NetworkTimeout
-	}
-	return lockstore.Internal
 }

@@ -179,9 +179,9 @@ func TestAuditQuery(t *testing.T) {
 	ts, store := gateway(t)
 	now := time.Now().UnixMilli()
 	evs := []lockstore.AuditEvent{
-		{TimeMs: now - 2000, DecisionID: "d1", KeyHash: lockstore.HashKey("orders/1"), Reason: "stale", Policy: "holder", Mode: "enforce"},
-		{TimeMs: now - 1000, DecisionID: "d2", KeyHash: lockstore.HashKey("orders/2"), Reason: "missing", Policy: "holder", Mode: "enforce"},
-		{TimeMs: now, DecisionID: "d3", KeyHash: lockstore.HashKey("orders/1"), Reason: "unknown", Policy: "holder", Mode: "enforce"},
+		{TimeMs: now - 2000, DecisionID: "d1", KeyHash: lockstore.HashKey("orders/1"), KeyDigest: lockstore.KeyDigest("orders/1"), Reason: "stale", Policy: "holder", Mode: "enforce"},
+		{TimeMs: now - 1000, DecisionID: "d2", KeyHash: lockstore.HashKey("orders/2"), KeyDigest: lockstore.KeyDigest("orders/2"), Reason: "missing", Policy: "holder", Mode: "enforce"},
+		{TimeMs: now, DecisionID: "d3", KeyHash: lockstore.HashKey("orders/1"), KeyDigest: lockstore.KeyDigest("orders/1"), Reason: "unknown", Policy: "holder", Mode: "enforce"},
 	}
 	if err := store.(lockstore.AuditLog).AppendAudit(context.Background(), evs); err != nil {
 		t.Fatal(err)

@@ -49,6 +49,7 @@ func TestLockAPIHTTP(t *testing.T) {
 			t.Run("wait succeeds", func(t *testing.T) { testHTTPWaitSucceeds(t, base) })
 			t.Run("wait times out", func(t *testing.T) { testHTTPWaitTimesOut(t, base) })
 			t.Run("audit", func(t *testing.T) { testHTTPAudit(t, base) })
+			t.Run("refused keys", func(t *testing.T) { testHTTPRefusedKeys(t, base, s.Name, g.Logs) })
 
 			// The gateway logs at debug level here, access logs included:
 			// still no raw key (every test key is <word>/<12 hex digits>).
@@ -252,6 +253,45 @@ func testHTTPWaitTimesOut(t *testing.T, base string) {
 	wantExact(t, "acquire waiting on a held key", r, 409, `{"ok":false,"reason":"locked"}`)
 	if dur < 600*time.Millisecond || dur > 5*time.Second {
 		t.Errorf("waitMs 700 answered after %v", dur)
+	}
+}
+
+// testHTTPRefusedKeys: keys a backend refuses as input (Redis: "id:…",
+// "fence:…", which land on SyncGuard's index and counter keys) are bad
+// input at the edge and in the lock API, 400 malformed / InvalidArgument,
+// with no WARN: never a 503 that any client could use to fake an outage.
+// Elsewhere they are ordinary keys. The key "audit" is ordinary everywhere
+// (the Redis audit stream lives under <prefix>.fencegate:).
+func testHTTPRefusedKeys(t *testing.T, base, store string, logs func() string) {
+	for _, key := range []string{"id:AAAAAAAAAAAAAAAAAAAAAA", "fence:" + randHex(4)} {
+		h := http.Header{}
+		h.Set("X-Forwarded-Method", "PUT")
+		h.Set("X-Forwarded-Uri", "/x")
+		h.Set("X-Fence-Key", key)
+		h.Set("X-Fence-Token", "000000000000001")
+		r := Do(t, base, Call{Method: "GET", Path: "/v1/authz/check", Header: h})
+		a := post(t, base, "/v1/locks/acquire", `{"key":%q,"ttlMs":5000}`, key)
+		if store == "redis" {
+			if r.Status != 400 || r.Header.Get("X-Fence-Reason") != "malformed" {
+				t.Errorf("check of reserved key %q = %d %v, want 400 malformed", key, r.Status, r.Header.Get("X-Fence-Reason"))
+			}
+			if a.Status != 400 || a.JSON["error"] == nil {
+				t.Errorf("acquire of reserved key %q = %d %s, want 400", key, a.Status, a.Body)
+			}
+			continue
+		}
+		if r.Status != 409 || a.Status != 200 {
+			t.Errorf("key %q on %s: check %d, acquire %d %s; want an ordinary key (409 unknown, 200)", key, store, r.Status, a.Status, a.Body)
+		}
+	}
+	key := "audit"
+	a := post(t, base, "/v1/locks/acquire", `{"key":%q,"ttlMs":5000}`, key)
+	if a.Status != 200 {
+		t.Fatalf("acquire of key audit = %d %s", a.Status, a.Body)
+	}
+	post(t, base, "/v1/locks/release", `{"lockId":%q}`, a.JSON["lockId"])
+	if strings.Contains(logs(), "backend read failed") {
+		t.Errorf("a refused key was logged as a backend failure:\n%s", logs())
 	}
 }
 

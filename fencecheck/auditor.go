@@ -30,7 +30,7 @@ const (
 
 // AuditorOptions configure an Auditor. Zero values take the defaults.
 type AuditorOptions struct {
-	QueueSize     int           // events buffered before Record drops (default 4096)
+	QueueSize     int           // events of each class buffered before Record drops (default 4096)
 	BatchSize     int           // events per AppendAudit call (default 100)
 	FlushInterval time.Duration // longest wait for a batch to fill (default 1 s)
 	WriteTimeout  time.Duration // deadline of one AppendAudit call (default 5 s)
@@ -43,11 +43,17 @@ type AuditorOptions struct {
 // batches. A slow or failing sink costs dropped (and counted) events, never
 // a slower or failed check.
 //
+// Each retention class (lockstore.AuditClass) has its own queue, so a flood
+// of input denials (missing, malformed: anyone can send them) fills only
+// its own queue and cannot crowd out a stale or not-held event; stores keep
+// the classes within separate budgets for the same reason.
+//
 // The caller owns the goroutine: start Run, and stop it by cancelling its
 // context or calling Close, which flushes what is queued.
 type Auditor struct {
 	sink     lockstore.AuditLog
-	queue    chan lockstore.AuditEvent
+	queue    chan lockstore.AuditEvent // decision class
+	input    chan lockstore.AuditEvent // input class
 	batch    int
 	interval time.Duration
 	wtimeout time.Duration
@@ -89,6 +95,7 @@ func NewAuditor(sink lockstore.AuditLog, o AuditorOptions) *Auditor {
 	return &Auditor{
 		sink:     sink,
 		queue:    make(chan lockstore.AuditEvent, o.QueueSize),
+		input:    make(chan lockstore.AuditEvent, o.QueueSize),
 		batch:    o.BatchSize,
 		interval: o.FlushInterval,
 		wtimeout: o.WriteTimeout,
@@ -99,18 +106,23 @@ func NewAuditor(sink lockstore.AuditLog, o AuditorOptions) *Auditor {
 	}
 }
 
-// Record queues ev for writing. It never blocks: when the queue is full, or
-// the Auditor is closed, the event is dropped and counted in
-// fencegate_audit_dropped_total.
+// Record queues ev for writing on its class's queue. It never blocks: when
+// that queue is full, or the Auditor is closed, the event is dropped and
+// counted in fencegate_audit_dropped_total{reason,class}.
 func (a *Auditor) Record(ev lockstore.AuditEvent) {
+	class := ev.Class()
 	if a.closed.Load() {
-		a.dropped.WithLabelValues(dropClosed).Inc()
+		a.dropped.WithLabelValues(dropClosed, class.String()).Inc()
 		return
 	}
+	q := a.queue
+	if class == lockstore.AuditInput {
+		q = a.input
+	}
 	select {
-	case a.queue <- ev:
+	case q <- ev:
 	default:
-		a.dropped.WithLabelValues(dropQueueFull).Inc()
+		a.dropped.WithLabelValues(dropQueueFull, class.String()).Inc()
 	}
 }
 
@@ -141,6 +153,11 @@ func (a *Auditor) Run(ctx context.Context) error {
 	for {
 		select {
 		case ev := <-a.queue:
+			buf = append(buf, ev)
+			if len(buf) >= a.batch {
+				buf = a.write(wctx, buf)
+			}
+		case ev := <-a.input:
 			buf = append(buf, ev)
 			if len(buf) >= a.batch {
 				buf = a.write(wctx, buf)
@@ -186,6 +203,11 @@ func (a *Auditor) drain(ctx context.Context, buf []lockstore.AuditEvent) {
 			if len(buf) >= a.batch {
 				buf = a.write(ctx, buf)
 			}
+		case ev := <-a.input:
+			buf = append(buf, ev)
+			if len(buf) >= a.batch {
+				buf = a.write(ctx, buf)
+			}
 		default:
 			a.write(ctx, buf)
 			return
@@ -204,7 +226,9 @@ func (a *Auditor) write(ctx context.Context, buf []lockstore.AuditEvent) []locks
 	err := a.sink.AppendAudit(wctx, buf)
 	cancel()
 	if err != nil {
-		a.dropped.WithLabelValues(dropWriteFailed).Add(float64(len(buf)))
+		for _, ev := range buf {
+			a.dropped.WithLabelValues(dropWriteFailed, ev.Class().String()).Inc()
+		}
 		a.log.LogAttrs(ctx, slog.LevelWarn, "fencecheck: audit write failed; events dropped",
 			slog.Int("events", len(buf)),
 			slog.String("code", string(lockstore.CodeOf(err))),

@@ -49,7 +49,7 @@ func TestAuditorBlockingSinkNeverSlowsChecks(t *testing.T) {
 		t.Fatalf("%d checks with a hung audit sink took %v (without an auditor %v; limit %v)", n, el, base, limit)
 	}
 	t.Logf("%d checks: %v without an auditor, %v with a hung sink", n, base, el)
-	dropped := testutil.ToFloat64(a.dropped.WithLabelValues(dropQueueFull))
+	dropped := testutil.ToFloat64(a.dropped.WithLabelValues(dropQueueFull, "decision"))
 	// The queue (8) and one batch (2) absorb events; each time a write
 	// times out (200 ms) another batch drains. Everything else is dropped.
 	if absorbed := 10 + 2*(int(el/(200*time.Millisecond))+1); dropped < float64(n-absorbed) {
@@ -63,7 +63,7 @@ func TestAuditorBlockingSinkNeverSlowsChecks(t *testing.T) {
 	if err := <-runDone; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if testutil.ToFloat64(a.dropped.WithLabelValues(dropWriteFailed)) == 0 {
+	if testutil.ToFloat64(a.dropped.WithLabelValues(dropWriteFailed, "decision")) == 0 {
 		t.Fatal("timed-out writes not counted as dropped")
 	}
 	if n, err := testutil.GatherAndCount(reg, "fencegate_audit_dropped_total"); err != nil || n == 0 {
@@ -131,11 +131,11 @@ func TestAuditorFailingSink(t *testing.T) {
 		a.Record(ev(i))
 	}
 	_ = a.Close() // never ran: Close flushes itself
-	if got := testutil.ToFloat64(a.dropped.WithLabelValues(dropWriteFailed)); got != 5 {
+	if got := testutil.ToFloat64(a.dropped.WithLabelValues(dropWriteFailed, "decision")); got != 5 {
 		t.Fatalf("write-failed drops = %v, want 5", got)
 	}
 	a.Record(ev(9))
-	if got := testutil.ToFloat64(a.dropped.WithLabelValues(dropClosed)); got != 1 {
+	if got := testutil.ToFloat64(a.dropped.WithLabelValues(dropClosed, "decision")); got != 1 {
 		t.Fatalf("closed drops = %v, want 1", got)
 	}
 	if err := a.Run(context.Background()); !errors.Is(err, ErrAuditorClosed) {
@@ -153,5 +153,40 @@ func TestAuditorCloseWithoutRunFlushes(t *testing.T) {
 	_ = a.Close()
 	if got := len(sink.snapshot()); got != 5 {
 		t.Fatalf("%d events flushed, want 5", got)
+	}
+}
+
+// TestAuditorInputFloodKeepsDecisions: a flood of input-class denials
+// (missing, malformed) while the sink is stalled fills only the input
+// queue; a stale event recorded after it is still queued and written, and
+// the input drops are counted under class "input".
+func TestAuditorInputFloodKeepsDecisions(t *testing.T) {
+	release := make(chan struct{})
+	sink := &memLog{block: release}
+	reg := prometheus.NewRegistry()
+	a := NewAuditor(sink, AuditorOptions{QueueSize: 8, BatchSize: 4, FlushInterval: time.Hour,
+		WriteTimeout: time.Minute, Registerer: reg})
+	for i := range 1000 {
+		reason := "missing"
+		if i%2 == 1 {
+			reason = "malformed"
+		}
+		a.Record(lockstore.AuditEvent{TimeMs: int64(i), DecisionID: "junk", Reason: reason})
+	}
+	a.Record(lockstore.AuditEvent{TimeMs: 5000, DecisionID: "real", Reason: "stale"})
+	close(release)
+	_ = a.Close() // never ran: Close flushes what is queued
+	found := false
+	for _, e := range sink.snapshot() {
+		found = found || e.DecisionID == "real"
+	}
+	if !found {
+		t.Fatal("the stale event was crowded out of the queue by input events")
+	}
+	if got := testutil.ToFloat64(a.dropped.WithLabelValues(dropQueueFull, "input")); got != 1000-8 {
+		t.Fatalf("input queue-full drops = %v, want %d", got, 1000-8)
+	}
+	if got := testutil.ToFloat64(a.dropped.WithLabelValues(dropQueueFull, "decision")); got != 0 {
+		t.Fatalf("decision queue-full drops = %v, want 0", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -181,6 +182,12 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
 	st, ierr := c.store.Inspect(rctx, key)
 	cancel()
+	if refusedInput(ierr) {
+		// The backend refuses this key as input (e.g. Redis's reserved
+		// "id:" and "fence:" keys): the request is bad, the store is fine.
+		// A 503 and a WARN here would let any client fake an outage.
+		return c.negative(d, ReasonMalformed), nil
+	}
 	if ierr != nil {
 		c.log.LogAttrs(ctx, slog.LevelWarn, "fencecheck: backend read failed; failing closed",
 			slog.String("decisionId", d.DecisionID),
@@ -250,6 +257,7 @@ func (c *Checker) event(r Request, d Decision) lockstore.AuditEvent {
 		Source:     r.Source,
 		Route:      r.Route,
 		KeyHash:    lockstore.HashKey(r.Key),
+		KeyDigest:  lockstore.KeyDigest(r.Key),
 		Presented:  d.Presented,
 		Current:    d.Current,
 		Reason:     string(d.Reason),
@@ -275,4 +283,15 @@ func newDecisionID() string {
 	var b [decisionIDBytes]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error (Go ≥ 1.24)
 	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// refusedInput reports whether err is a backend refusing the request's
+// input: InvalidArgument from input validation (Op "validate", as
+// lockstore.NormalizeKey and every backend's own key checks report it).
+// Other InvalidArguments (a missing Firestore index or database, a
+// misconfigured server) are deployment faults and fail closed as
+// unavailable, loudly.
+func refusedInput(err error) bool {
+	var le *lockstore.Error
+	return errors.As(err, &le) && le.Code == lockstore.InvalidArgument && le.Op == "validate"
 }

@@ -1,7 +1,10 @@
 package fencecheck
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -197,6 +200,58 @@ func TestCheckUnavailable(t *testing.T) {
 	}
 }
 
+// TestCheckRefusedKey: a key the backend refuses as input (Redis's "id:"
+// and "fence:" keys) is the client's fault: 400 malformed, no WARN, no
+// error, audited in the input class. A backend InvalidArgument that is not
+// about the input (a missing index) still fails closed as unavailable.
+func TestCheckRefusedKey(t *testing.T) {
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	refusing := &stateStore{err: lockstore.Errorf(lockstore.InvalidArgument, "validate", "keys starting \"id:\" are reserved")}
+	sink := &memLog{}
+	a := NewAuditor(sink, AuditorOptions{})
+	c := New(refusing, Options{Logger: log, Audit: a})
+	d, err := c.Check(context.Background(), Request{Key: "id:x", Write: true, Fence: f5})
+	if err != nil || d.Allowed || d.Reason != ReasonMalformed || d.Status != 400 {
+		t.Fatalf("refused key: decision %+v, err %v; want 400 malformed and no error", d, err)
+	}
+	if logs.String() != "" {
+		t.Fatalf("a refused key logged at info or above: %s", logs.String())
+	}
+	_ = a.Close()
+	if evs := sink.snapshot(); len(evs) != 1 || evs[0].Class() != lockstore.AuditInput {
+		t.Fatalf("audit = %+v, want one input-class event", evs)
+	}
+
+	misconfigured := &stateStore{err: lockstore.Errorf(lockstore.InvalidArgument, "inspect", "FAILED_PRECONDITION: index missing")}
+	c = New(misconfigured, Options{Logger: log})
+	d, err = c.Check(context.Background(), Request{Key: "k", Write: true, Fence: f5})
+	if err == nil || d.Allowed || d.Reason != ReasonUnavailable || d.Status != 503 {
+		t.Fatalf("backend fault: decision %+v, err %v; want 503 unavailable with the error", d, err)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") {
+		t.Fatal("a backend fault was not logged at WARN")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 func TestCheckDeadline(t *testing.T) {
 	const timeout = 80 * time.Millisecond
 	c := New(&stateStore{block: true}, Options{Timeout: timeout})
@@ -257,7 +312,8 @@ func TestCheckAuditEvents(t *testing.T) {
 			t.Fatalf("raw=%v: %d events, want 1 (SkipAudit and allows are not audited)", raw, len(evs))
 		}
 		want := lockstore.AuditEvent{TimeMs: now.UnixMilli(), DecisionID: d.DecisionID, Source: "authz-grpc", Route: "orders",
-			KeyHash: lockstore.HashKey("orders/42"), Presented: f4, Current: f5, Reason: "stale", Policy: "holder",
+			KeyHash: lockstore.HashKey("orders/42"), KeyDigest: lockstore.KeyDigest("orders/42"),
+			Presented: f4, Current: f5, Reason: "stale", Policy: "holder",
 			Mode: "enforce", Peer: "10.0.0.1:5000", Method: "PUT"}
 		if raw {
 			// On a template route the path IS the raw key, so it is

@@ -47,8 +47,8 @@ func newCheckMetrics(reg prometheus.Registerer) *checkMetrics {
 func newDroppedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fencegate_audit_dropped_total",
-		Help: "Audit events dropped: queue full, sink write failed, or recorded after Close.",
-	}, []string{"reason"})
+		Help: "Audit events dropped, by reason (queue full, sink write failed, recorded after Close) and retention class (decision, input).",
+	}, []string{"reason", "class"})
 	return register(reg, c)
 }
 

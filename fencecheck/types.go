@@ -41,7 +41,7 @@ type Reason string
 // Reasons, with the HTTP status each maps to (StatusOf).
 const (
 	ReasonMissing     Reason = "missing"     // 428: a write without a fence
-	ReasonMalformed   Reason = "malformed"   // 400: fence not 15 digits, bad key or lockId
+	ReasonMalformed   Reason = "malformed"   // 400: fence not 15 digits, bad key (also one the backend refuses) or lockId
 	ReasonStale       Reason = "stale"       // 409: presented < latest issued
 	ReasonNotHeld     Reason = "not-held"    // 409: presented == latest, but no live lock holds it
 	ReasonUnknown     Reason = "unknown"     // 409: presented > latest issued (never issued)

@@ -2,41 +2,107 @@ package lockstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // AuditEvent records one denial (or dry-run would-deny) of the edge check or
-// the admission webhook. It carries the key's hash; the raw key only when
-// the operator configured it. Backends store it as JSON with these names.
+// the admission webhook. It carries the key's hash and digest; the raw key
+// only when the operator configured it. Backends store it as JSON with these
+// names.
 type AuditEvent struct {
 	TimeMs     int64  `json:"timeMs"`
 	DecisionID string `json:"decisionId"`
 	Source     string `json:"source"` // "authz-grpc", "authz-http", "admission"
 	Route      string `json:"route,omitempty"`
-	KeyHash    string `json:"keyHash"`
-	Key        string `json:"key,omitempty"` // only with raw-key auditing on
-	Presented  string `json:"presented,omitempty"`
-	Current    string `json:"current,omitempty"`
-	Reason     string `json:"reason"`
-	Policy     string `json:"policy"`
-	Mode       string `json:"mode"` // "enforce", "dry-run", "warn"
-	Peer       string `json:"peer,omitempty"`
-	Method     string `json:"method,omitempty"`
-	Path       string `json:"path,omitempty"` // without the query string
+	// KeyHash is HashKey of the key, as SyncGuard reports it. It identifies
+	// the key for people; it is not what a key filter matches, since a key
+	// with the same 96-bit non-cryptographic hash is cheap to construct.
+	KeyHash string `json:"keyHash"`
+	// KeyDigest is KeyDigest of the key: what AuditQuery.Key matches.
+	// Events stored before it existed have none and match no key filter.
+	KeyDigest string `json:"keyDigest,omitempty"`
+	Key       string `json:"key,omitempty"` // only with raw-key auditing on
+	Presented string `json:"presented,omitempty"`
+	Current   string `json:"current,omitempty"`
+	Reason    string `json:"reason"`
+	Policy    string `json:"policy"`
+	Mode      string `json:"mode"` // "enforce", "dry-run", "warn"
+	Peer      string `json:"peer,omitempty"`
+	Method    string `json:"method,omitempty"`
+	Path      string `json:"path,omitempty"` // without the query string
+}
+
+// KeyDigest is the SHA-256 of key's NFC form, as 64 hex digits: the
+// collision-resistant identity audit scoping relies on. (HashKey is
+// SyncGuard's display hash; colliding keys can be built for it in seconds.)
+func KeyDigest(key string) string {
+	d := sha256.Sum256([]byte(norm.NFC.String(key)))
+	return hex.EncodeToString(d[:])
 }
 
 // AuditQuery selects audit events. Zero values mean "no filter"; Limit <= 0
 // means the store's default page size.
 type AuditQuery struct {
-	KeyHash string
+	// Key, when set, selects the events of this key: those whose KeyDigest
+	// is KeyDigest(Key). A store may narrow by HashKey(Key) first (it is
+	// what its indexes hold), but the digest decides.
+	Key     string
 	SinceMs int64
 	Limit   int
 }
 
+// AuditClass splits audit events into two retention classes, so that
+// events anyone can forge by the thousand cannot evict the ones that
+// record a real fencing failure.
+type AuditClass int
+
+// Audit classes.
+const (
+	// AuditDecision: a denial the backend's state decided (stale,
+	// not-held, unknown, wrong-owner, draining) or could not decide
+	// (unavailable).
+	AuditDecision AuditClass = iota
+	// AuditInput: a denial decided from the request alone, without a
+	// backend read (missing, malformed): any client can send these.
+	AuditInput
+)
+
+// String returns "decision" or "input".
+func (c AuditClass) String() string {
+	if c == AuditInput {
+		return "input"
+	}
+	return "decision"
+}
+
+// Class returns ev's retention class, from its reason.
+func (ev AuditEvent) Class() AuditClass {
+	switch ev.Reason {
+	case "missing", "malformed":
+		return AuditInput
+	}
+	return AuditDecision
+}
+
 // AuditRetention bounds what a store keeps. Zero fields take the defaults.
+// Each class has its own count budget: input events are trimmed against
+// MaxInputEvents among themselves and never evict a decision event.
 type AuditRetention struct {
-	MaxEvents int           // default 100000
-	MaxAge    time.Duration // default 7 days
+	MaxEvents      int           // decision events kept; default 100000
+	MaxInputEvents int           // input events kept; default MaxEvents
+	MaxAge         time.Duration // default 7 days, both classes
+}
+
+// MaxEventsOf returns the count budget of class c.
+func (r AuditRetention) MaxEventsOf(c AuditClass) int {
+	if c == AuditInput {
+		return r.MaxInputEvents
+	}
+	return r.MaxEvents
 }
 
 // Audit retention defaults.
@@ -51,6 +117,9 @@ const (
 func (r AuditRetention) WithDefaults() AuditRetention {
 	if r.MaxEvents <= 0 {
 		r.MaxEvents = DefaultAuditMaxEvents
+	}
+	if r.MaxInputEvents <= 0 {
+		r.MaxInputEvents = r.MaxEvents
 	}
 	if r.MaxAge <= 0 {
 		r.MaxAge = DefaultAuditMaxAge

@@ -2,6 +2,7 @@ package lockstore
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -316,4 +317,28 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 		})
 		_ = s.Close()
 	}
+}
+
+// ExampleWithTelemetry counts failed releases by the backend's reason
+// ("expired" vs "not-found"), which a program using lockstore as a library
+// can export as a metric: many "expired" means locks outlive their TTL.
+func ExampleWithTelemetry() {
+	var mu sync.Mutex
+	failed := map[string]int{}
+	s := WithTelemetry(newMemStore(), TelemetryOptions{OnEvent: func(e LockEvent) {
+		if e.Type == "release" && e.Result == "fail" {
+			mu.Lock()
+			failed[e.Reason]++
+			mu.Unlock()
+		}
+	}})
+	ctx := context.Background()
+	r, _ := s.Acquire(ctx, "orders/42", time.Minute)
+	_, _ = s.Release(ctx, r.LockID)
+	_, _ = s.Release(ctx, r.LockID) // already released: fails
+	_ = s.Close()                   // delivers the queued events first
+	mu.Lock()
+	defer mu.Unlock()
+	fmt.Println(failed["not-found"]+failed["expired"], "failed release")
+	// Output: 1 failed release
 }

@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -10,9 +11,29 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// metaAuditCount holds the number of events in the audit bucket, kept in
-// step by every append and prune so retention never has to count.
-var metaAuditCount = []byte("audit_count")
+// metaAuditCount and metaInputCount hold the number of events in the
+// audit and audit_input buckets, kept in step by every append and prune so
+// retention never has to count.
+var (
+	metaAuditCount = []byte("audit_count")
+	metaInputCount = []byte("audit_input_count")
+)
+
+// auditClass is where one retention class lives: its bucket and count.
+type auditClass struct {
+	bucket, count []byte
+}
+
+// classOf returns class c's bucket and count: each class is trimmed to its
+// own budget, so input events never evict decision events.
+func classOf(c lockstore.AuditClass) auditClass {
+	if c == lockstore.AuditInput {
+		return auditClass{bucketInput, metaInputCount}
+	}
+	return auditClass{bucketAudit, metaAuditCount}
+}
+
+var auditClasses = []lockstore.AuditClass{lockstore.AuditDecision, lockstore.AuditInput}
 
 // auditKey orders events by time, then by arrival: big-endian so bbolt's
 // byte order is time order and "newest first" is a reverse cursor walk.
@@ -25,23 +46,23 @@ func auditKey(timeMs int64, seq uint64) []byte {
 
 func auditKeyTime(k []byte) int64 { return int64(binary.BigEndian.Uint64(k[:8])) }
 
-func getCount(tx *bbolt.Tx) int64 {
-	v := tx.Bucket(bucketMeta).Get(metaAuditCount)
+func getCount(tx *bbolt.Tx, name []byte) int64 {
+	v := tx.Bucket(bucketMeta).Get(name)
 	if len(v) != 8 {
 		return 0
 	}
 	return int64(binary.BigEndian.Uint64(v))
 }
 
-func putCount(tx *bbolt.Tx, n int64) error {
+func putCount(tx *bbolt.Tx, name []byte, n int64) error {
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], uint64(max(n, 0)))
-	return tx.Bucket(bucketMeta).Put(metaAuditCount, v[:])
+	return tx.Bucket(bucketMeta).Put(name, v[:])
 }
 
-// AppendAudit stores events and, in the same transaction, prunes what
-// falls outside the retention: events older than MaxAge, then the oldest
-// beyond MaxEvents. Events already older than MaxAge are not stored.
+// AppendAudit stores events in their class's bucket and, in the same
+// transaction, prunes each class to the retention: events older than
+// MaxAge, then the oldest beyond the class's count budget.
 func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) error {
 	if len(events) == 0 {
 		if err := lockstore.ContextError(ctx, "audit-append"); err != nil {
@@ -50,9 +71,13 @@ func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) 
 		return nil
 	}
 	return s.update(ctx, "audit-append", func(tx *bbolt.Tx) error {
-		b := tx.Bucket(bucketAudit)
-		count := getCount(tx)
+		counts := map[lockstore.AuditClass]int64{}
+		for _, c := range auditClasses {
+			counts[c] = getCount(tx, classOf(c).count)
+		}
 		for i := range events {
+			c := events[i].Class()
+			b := tx.Bucket(classOf(c).bucket)
 			v, err := json.Marshal(&events[i])
 			if err != nil {
 				return err
@@ -64,22 +89,28 @@ func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) 
 			if err := b.Put(auditKey(events[i].TimeMs, seq), v); err != nil {
 				return err
 			}
-			count++
+			counts[c]++
 		}
 		cutoff := s.nowMs() - s.retention.MaxAge.Milliseconds()
-		c := b.Cursor()
-		// Re-seek after each delete: a bbolt cursor's position after
-		// Delete is not reliable for a forward walk.
-		for k, _ := c.First(); k != nil; k, _ = c.First() {
-			if auditKeyTime(k) >= cutoff && count <= int64(s.retention.MaxEvents) {
-				break
+		for _, c := range auditClasses {
+			count, budget := counts[c], int64(s.retention.MaxEventsOf(c))
+			cur := tx.Bucket(classOf(c).bucket).Cursor()
+			// Re-seek after each delete: a bbolt cursor's position after
+			// Delete is not reliable for a forward walk.
+			for k, _ := cur.First(); k != nil; k, _ = cur.First() {
+				if auditKeyTime(k) >= cutoff && count <= budget {
+					break
+				}
+				if err := cur.Delete(); err != nil {
+					return err
+				}
+				count--
 			}
-			if err := c.Delete(); err != nil {
+			if err := putCount(tx, classOf(c).count, count); err != nil {
 				return err
 			}
-			count--
 		}
-		return putCount(tx, count)
+		return nil
 	})
 }
 
@@ -91,19 +122,40 @@ func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]locks
 		limit = lockstore.DefaultAuditLimit
 	}
 	limit = min(limit, lockstore.MaxAuditLimit)
+	digest := ""
+	if q.Key != "" {
+		digest = lockstore.KeyDigest(q.Key)
+	}
 	var out []lockstore.AuditEvent
 	err := s.view(ctx, "audit-query", func(tx *bbolt.Tx) error {
 		out = nil
-		c := tx.Bucket(bucketAudit).Cursor()
-		for k, v := c.Last(); k != nil && len(out) < limit; k, v = c.Prev() {
-			if auditKeyTime(k) < q.SinceMs {
-				break // everything further back is older still
+		// Merge the two class buckets, both walked newest first.
+		var cur [2]*bbolt.Cursor
+		var k, v [2][]byte
+		for i, c := range auditClasses {
+			cur[i] = tx.Bucket(classOf(c).bucket).Cursor()
+			k[i], v[i] = cur[i].Last()
+		}
+		for len(out) < limit {
+			i := 0
+			switch {
+			case k[0] == nil && k[1] == nil:
+				return nil
+			case k[0] == nil || k[1] != nil && bytes.Compare(k[1][:8], k[0][:8]) > 0:
+				i = 1
+			}
+			key, val := k[i], v[i]
+			k[i], v[i] = cur[i].Prev()
+			if auditKeyTime(key) < q.SinceMs {
+				// Everything further back in this bucket is older still.
+				k[i], v[i] = nil, nil
+				continue
 			}
 			var ev lockstore.AuditEvent
-			if err := json.Unmarshal(v, &ev); err != nil {
+			if err := json.Unmarshal(val, &ev); err != nil {
 				return lockstore.Errorf(lockstore.Internal, "audit-query", "bolt: corrupt audit event: %v", err)
 			}
-			if q.KeyHash != "" && ev.KeyHash != q.KeyHash {
+			if digest != "" && ev.KeyDigest != digest {
 				continue
 			}
 			out = append(out, ev)

@@ -216,7 +216,7 @@ func TestAuditRetention(t *testing.T) {
 	}
 	// The kept count stays right, so MaxEvents still trims exactly.
 	if err := s.db.View(func(tx *bbolt.Tx) error {
-		if n := getCount(tx); n != 1 {
+		if n := getCount(tx, metaAuditCount); n != 1 {
 			t.Errorf("stored audit count = %d, want 1", n)
 		}
 		return nil

@@ -33,6 +33,13 @@ func harness(t *testing.T, wrap func(*Store) lockstore.Store) storetest.Harness 
 			}
 			return wrap(s)
 		},
+		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
+			s, err := Open(t.Context(), Config{Path: filepath.Join(dir, ns+".db"), AuditRetention: r})
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			return wrap(s)
+		},
 		SetFence: func(t *testing.T, s lockstore.Store, ns, key string, n int64) {
 			if w, ok := s.(interface{ base() *Store }); ok {
 				s = w.base()

@@ -31,7 +31,8 @@ var (
 	bucketLocks  = []byte("locks")          // normalised key → lock record (JSON)
 	bucketIDs    = []byte("lock_ids")       // lockId → normalised key
 	bucketFences = []byte("fence_counters") // normalised key → decimal counter
-	bucketAudit  = []byte("audit")          // timeMs(8, BE) ‖ seq(8, BE) → AuditEvent (JSON)
+	bucketAudit  = []byte("audit")          // decision events: timeMs(8, BE) ‖ seq(8, BE) → AuditEvent (JSON)
+	bucketInput  = []byte("audit_input")    // input events, keyed as bucketAudit
 	bucketMeta   = []byte("meta")           // bookkeeping, e.g. the audit event count
 )
 
@@ -92,7 +93,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			Msg: "bolt: open " + cfg.Path, Err: err}
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bucketLocks, bucketIDs, bucketFences, bucketAudit, bucketMeta} {
+		for _, b := range [][]byte{bucketLocks, bucketIDs, bucketFences, bucketAudit, bucketInput, bucketMeta} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
 			}

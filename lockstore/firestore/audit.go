@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sort"
 
 	"cloud.google.com/go/firestore"
 
@@ -19,6 +20,7 @@ type auditDoc struct {
 	Source     string `firestore:"source"`
 	Route      string `firestore:"route,omitempty"`
 	KeyHash    string `firestore:"keyHash"`
+	KeyDigest  string `firestore:"keyDigest,omitempty"`
 	Key        string `firestore:"key,omitempty"`
 	Presented  string `firestore:"presented,omitempty"`
 	Current    string `firestore:"current,omitempty"`
@@ -35,10 +37,26 @@ type auditDoc struct {
 // instead of stalling one.
 const trimBatch = 500
 
-// AppendAudit stores events, dropping any already past MaxAge and all but
-// the newest MaxEvents of one oversized batch, then trims the collection
-// back inside its retention bounds. Trimming is best effort: its failure is
-// logged, not returned, because the events themselves were stored.
+// inputCollection names the collection of input-class audit events: the
+// audit collection's name plus "_input". Each class has its own count
+// budget, so input events never evict decision events.
+func inputCollection(audit string) string { return audit + "_input" }
+
+// classColl returns the collection of retention class c.
+func (s *Store) classColl(c lockstore.AuditClass) *firestore.CollectionRef {
+	if c == lockstore.AuditInput {
+		return s.input
+	}
+	return s.audit
+}
+
+var auditClasses = []lockstore.AuditClass{lockstore.AuditDecision, lockstore.AuditInput}
+
+// AppendAudit stores events in their class's collection, dropping any
+// already past MaxAge and all but the newest budget of one oversized batch,
+// then trims each collection it wrote back inside its retention bounds.
+// Trimming is best effort: its failure is logged, not returned, because the
+// events themselves were stored.
 func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) error {
 	const op = "appendAudit"
 	ctx, cancel, err := s.begin(ctx, op)
@@ -48,35 +66,38 @@ func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) 
 	defer cancel()
 	ret := s.cfg.AuditRetention
 	cutoff := s.nowMs() - ret.MaxAge.Milliseconds()
-	keep := make([]lockstore.AuditEvent, 0, len(events))
+	keep := map[lockstore.AuditClass][]lockstore.AuditEvent{}
 	for _, ev := range events {
 		if ev.TimeMs >= cutoff {
-			keep = append(keep, ev)
+			keep[ev.Class()] = append(keep[ev.Class()], ev)
 		}
-	}
-	if len(keep) > ret.MaxEvents {
-		// Callers append in time order; the tail is the newest.
-		keep = keep[len(keep)-ret.MaxEvents:]
 	}
 	if len(keep) == 0 {
 		return nil
 	}
 
 	bw := s.client.BulkWriter(ctx)
-	jobs := make([]*firestore.BulkWriterJob, 0, len(keep))
+	var jobs []*firestore.BulkWriterJob
 	var firstErr error
-	for _, ev := range keep {
-		id, err := auditDocID(ev.TimeMs)
-		if err != nil {
-			firstErr = err
-			break
+	for _, c := range auditClasses {
+		evs := keep[c]
+		if n := ret.MaxEventsOf(c); len(evs) > n {
+			// Callers append in time order; the tail is the newest.
+			evs = evs[len(evs)-n:]
 		}
-		job, err := bw.Create(s.audit.Doc(id), toAuditDoc(ev))
-		if err != nil {
-			firstErr = err
-			break
+		for _, ev := range evs {
+			id, err := auditDocID(ev.TimeMs)
+			if err != nil {
+				firstErr = err
+				break
+			}
+			job, err := bw.Create(s.classColl(c).Doc(id), toAuditDoc(ev))
+			if err != nil {
+				firstErr = err
+				break
+			}
+			jobs = append(jobs, job)
 		}
-		jobs = append(jobs, job)
 	}
 	bw.End() // flushes and waits for every queued write
 	for _, j := range jobs {
@@ -88,18 +109,24 @@ func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) 
 		return classify(ctx, op, firstErr)
 	}
 
-	if err := s.trimAudit(ctx, cutoff); err != nil {
-		s.log.Warn("audit retention trim failed; will retry on the next append", "err", classify(ctx, "trimAudit", err))
+	for _, c := range auditClasses {
+		if len(keep[c]) == 0 {
+			continue
+		}
+		if err := s.trimAudit(ctx, s.classColl(c), ret.MaxEventsOf(c), cutoff); err != nil {
+			s.log.Warn("audit retention trim failed; will retry on the next append",
+				"class", c.String(), "err", classify(ctx, "trimAudit", err))
+		}
 	}
 	return nil
 }
 
-// trimAudit deletes events older than cutoff and, when the collection holds
-// more than MaxEvents, the oldest excess — at most trimBatch of each. Both
+// trimAudit deletes events of coll older than cutoff and, when coll holds
+// more than maxEvents, the oldest excess — at most trimBatch of each. Both
 // queries use only the automatic single-field index on timeMs.
-func (s *Store) trimAudit(ctx context.Context, cutoff int64) error {
+func (s *Store) trimAudit(ctx context.Context, coll *firestore.CollectionRef, maxEvents int, cutoff int64) error {
 	var refs []*firestore.DocumentRef
-	old, err := s.audit.Where("timeMs", "<", cutoff).Select().Limit(trimBatch).Documents(ctx).GetAll()
+	old, err := coll.Where("timeMs", "<", cutoff).Select().Limit(trimBatch).Documents(ctx).GetAll()
 	if err != nil {
 		return err
 	}
@@ -107,7 +134,7 @@ func (s *Store) trimAudit(ctx context.Context, cutoff int64) error {
 		refs = append(refs, d.Ref)
 	}
 
-	ar, err := s.audit.NewAggregationQuery().WithCount("n").Get(ctx)
+	ar, err := coll.NewAggregationQuery().WithCount("n").Get(ctx)
 	if err != nil {
 		return err
 	}
@@ -118,9 +145,9 @@ func (s *Store) trimAudit(ctx context.Context, cutoff int64) error {
 		return err
 	}
 	// The count still includes the aged-out documents deleted below.
-	if excess := cnt.N - int64(len(refs)) - int64(s.cfg.AuditRetention.MaxEvents); excess > 0 {
+	if excess := cnt.N - int64(len(refs)) - int64(maxEvents); excess > 0 {
 		excess = min(excess, trimBatch)
-		oldest, err := s.audit.Where("timeMs", ">=", cutoff).OrderBy("timeMs", firestore.Asc).
+		oldest, err := coll.Where("timeMs", ">=", cutoff).OrderBy("timeMs", firestore.Asc).
 			Select().Limit(int(excess)).Documents(ctx).GetAll()
 		if err != nil {
 			return err
@@ -151,12 +178,14 @@ func (s *Store) trimAudit(ctx context.Context, cutoff int64) error {
 	return nil
 }
 
-// QueryAudit returns matching events, newest first. Events past MaxAge are
-// never returned, even before trimming has caught up.
+// QueryAudit returns matching events, newest first: the best Limit of each
+// class's collection, merged. Events past MaxAge are never returned, even
+// before trimming has caught up.
 //
-// Without a keyHash the query is a range on timeMs ordered by timeMs (the
-// automatic single-field index). With a keyHash it needs the one composite
-// index of this package: (keyHash ASC, timeMs DESC) on the audit collection.
+// Without a key the query is a range on timeMs ordered by timeMs (the
+// automatic single-field index). With a key it filters on keyDigest and
+// needs the composite index (keyDigest ASC, timeMs DESC) on both audit
+// collections (see the package doc).
 func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]lockstore.AuditEvent, error) {
 	const op = "queryAudit"
 	ctx, cancel, err := s.begin(ctx, op)
@@ -171,23 +200,26 @@ func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]locks
 	limit = min(limit, lockstore.MaxAuditLimit)
 	since := max(q.SinceMs, s.nowMs()-s.cfg.AuditRetention.MaxAge.Milliseconds())
 
-	fq := s.audit.Where("timeMs", ">=", since)
-	if q.KeyHash != "" {
-		fq = fq.Where("keyHash", "==", q.KeyHash)
-	}
-	docs, err := fq.OrderBy("timeMs", firestore.Desc).Limit(limit).Documents(ctx).GetAll()
-	if err != nil {
-		return nil, classify(ctx, op, err)
-	}
-	out := make([]lockstore.AuditEvent, 0, len(docs))
-	for _, d := range docs {
-		var a auditDoc
-		if err := d.DataTo(&a); err != nil {
-			return nil, &lockstore.Error{Code: lockstore.Internal, Op: op, Msg: "audit document does not decode", Err: err}
+	out := make([]lockstore.AuditEvent, 0, limit)
+	for _, c := range auditClasses {
+		fq := s.classColl(c).Where("timeMs", ">=", since)
+		if q.Key != "" {
+			fq = fq.Where("keyDigest", "==", lockstore.KeyDigest(q.Key))
 		}
-		out = append(out, fromAuditDoc(a))
+		docs, err := fq.OrderBy("timeMs", firestore.Desc).Limit(limit).Documents(ctx).GetAll()
+		if err != nil {
+			return nil, classify(ctx, op, err)
+		}
+		for _, d := range docs {
+			var a auditDoc
+			if err := d.DataTo(&a); err != nil {
+				return nil, &lockstore.Error{Code: lockstore.Internal, Op: op, Msg: "audit document does not decode", Err: err}
+			}
+			out = append(out, fromAuditDoc(a))
+		}
 	}
-	return out, nil
+	sort.SliceStable(out, func(i, j int) bool { return out[i].TimeMs > out[j].TimeMs })
+	return out[:min(len(out), limit)], nil
 }
 
 // auditDocID names an audit document by its time and 64 random bits: unique
@@ -203,7 +235,7 @@ func auditDocID(timeMs int64) (string, error) {
 func toAuditDoc(e lockstore.AuditEvent) auditDoc {
 	return auditDoc{
 		TimeMs: e.TimeMs, DecisionID: e.DecisionID, Source: e.Source, Route: e.Route,
-		KeyHash: e.KeyHash, Key: e.Key, Presented: e.Presented, Current: e.Current,
+		KeyHash: e.KeyHash, KeyDigest: e.KeyDigest, Key: e.Key, Presented: e.Presented, Current: e.Current,
 		Reason: e.Reason, Policy: e.Policy, Mode: e.Mode, Peer: e.Peer, Method: e.Method, Path: e.Path,
 	}
 }
@@ -211,7 +243,7 @@ func toAuditDoc(e lockstore.AuditEvent) auditDoc {
 func fromAuditDoc(a auditDoc) lockstore.AuditEvent {
 	return lockstore.AuditEvent{
 		TimeMs: a.TimeMs, DecisionID: a.DecisionID, Source: a.Source, Route: a.Route,
-		KeyHash: a.KeyHash, Key: a.Key, Presented: a.Presented, Current: a.Current,
+		KeyHash: a.KeyHash, KeyDigest: a.KeyDigest, Key: a.Key, Presented: a.Presented, Current: a.Current,
 		Reason: a.Reason, Policy: a.Policy, Mode: a.Mode, Peer: a.Peer, Method: a.Method, Path: a.Path,
 	}
 }

@@ -53,7 +53,8 @@ type Config struct {
 	// (default "fence_counters"). It must differ from Collection and
 	// AuditCollection: both of those see deletes.
 	FenceCollection string
-	// AuditCollection holds audit events (default "fencegate_audit").
+	// AuditCollection holds audit events (default "fencegate_audit"); the
+	// input class (missing, malformed) goes to the same name plus "_input".
 	AuditCollection string
 	// AuditRetention bounds the audit collection; zero fields take the
 	// lockstore defaults. Trimming is best effort, on append.
@@ -142,6 +143,11 @@ func (c Config) Validate() error {
 	}
 	if c.AuditCollection == c.Collection {
 		probs = append(probs, "auditCollection must differ from collection: audit documents are not locks")
+	}
+	// Input-class audit events go to auditCollection+"_input", which
+	// retention trims as well.
+	if in := inputCollection(c.AuditCollection); in == c.FenceCollection || in == c.Collection {
+		probs = append(probs, fmt.Sprintf("auditCollection %q puts input audit events in %q, which the lock or fence collection uses", c.AuditCollection, in))
 	}
 	if len(probs) > 0 {
 		return lockstore.Errorf(lockstore.InvalidArgument, "config", "firestore store: %s", strings.Join(probs, "; "))

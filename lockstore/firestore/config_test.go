@@ -49,6 +49,8 @@ func TestParseURL(t *testing.T) {
 		{"firestore://proj?collection=fence_counters", "fenceCollection must differ from collection"},
 		{"firestore://proj?auditCollection=fence_counters", "fenceCollection must differ from auditCollection"},
 		{"firestore://proj?auditCollection=locks", "auditCollection must differ from collection"},
+		{"firestore://proj?auditCollection=a&fenceCollection=a_input", "puts input audit events in \"a_input\""},
+		{"firestore://proj?auditCollection=locks_x&collection=locks_x_input", "puts input audit events"},
 		{"firestore://proj?collection=a%2Fb", "must not contain '/'"},
 		{"firestore://proj?collection=__locks__", "reserved"},
 		{"firestore://proj?fenceCollection=..", "'..'"},

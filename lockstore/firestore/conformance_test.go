@@ -27,6 +27,15 @@ func TestConformance(t *testing.T) {
 			}
 			return s
 		},
+		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
+			cfg := nsConfig(t, ns)
+			cfg.AuditRetention = r
+			s, err := Open(context.Background(), cfg)
+			if err != nil {
+				t.Fatalf("Open(%s): %v", ns, err)
+			}
+			return s
+		},
 		SetFence: func(t *testing.T, s lockstore.Store, ns, key string, n int64) {
 			setFence(t, s.(*Store), key, n)
 		},

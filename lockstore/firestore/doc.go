@@ -47,16 +47,21 @@
 // # Indexes
 //
 // Lock operations use the automatic single-field indexes (lockId,
-// expiresAtMs). The audit collection (Config.AuditCollection, default
-// "fencegate_audit") needs exactly one composite index, for QueryAudit with
-// a keyHash filter:
+// expiresAtMs). Audit events live in two collections, one per retention
+// class: Config.AuditCollection (default "fencegate_audit") for decision
+// events and the same name plus "_input" for input events (missing,
+// malformed), each trimmed to its own count. Each needs one composite
+// index, for QueryAudit with a key filter (which matches keyDigest):
 //
-//	gcloud firestore indexes composite create --collection-group=fencegate_audit \
-//	    --field-config=field-path=keyHash,order=ascending \
-//	    --field-config=field-path=timeMs,order=descending
+//	for c in fencegate_audit fencegate_audit_input; do
+//	  gcloud firestore indexes composite create --collection-group=$c \
+//	      --field-config=field-path=keyDigest,order=ascending \
+//	      --field-config=field-path=timeMs,order=descending
+//	done
 //
-// Without it a keyHash query fails with InvalidArgument (FAILED_PRECONDITION)
+// Without them a key query fails with InvalidArgument (FAILED_PRECONDITION)
 // naming the index; every other query, and retention trimming, needs none.
+// The (keyHash, timeMs) index earlier versions asked for is no longer used.
 // The emulator needs no indexes.
 //
 // # Time

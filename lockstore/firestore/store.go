@@ -22,7 +22,8 @@ type Store struct {
 	client *firestore.Client
 	locks  *firestore.CollectionRef
 	fences *firestore.CollectionRef
-	audit  *firestore.CollectionRef
+	audit  *firestore.CollectionRef // decision-class audit events
+	input  *firestore.CollectionRef // input-class audit events (inputCollection)
 	log    *slog.Logger
 
 	closed    atomic.Bool
@@ -65,6 +66,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		locks:  client.Collection(cfg.Collection),
 		fences: client.Collection(cfg.FenceCollection),
 		audit:  client.Collection(cfg.AuditCollection),
+		input:  client.Collection(inputCollection(cfg.AuditCollection)),
 		log:    cfg.Logger.With("backend", "firestore"),
 
 		inflight: newKeyLocks(),

@@ -16,10 +16,11 @@ import (
 // overshoots MaxEvents by at most that many rows per gateway.
 const auditPruneEvery = 256
 
-// AppendAudit stores events in one multi-row INSERT (unnest of three
+// AppendAudit stores events in one multi-row INSERT (unnest of four
 // arrays). Every auditPruneEvery events, and on a store's first append, the
-// same batch also deletes events older than Retention.MaxAge and beyond the
-// newest Retention.MaxEvents. One round trip either way.
+// same batch also deletes events older than Retention.MaxAge and, per
+// retention class, beyond that class's newest MaxEventsOf. One round trip
+// either way.
 func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) error {
 	const op = "appendAudit"
 	if err := s.begin(ctx, op); err != nil {
@@ -31,6 +32,7 @@ func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) 
 	times := make([]int64, len(events))
 	hashes := make([]string, len(events))
 	docs := make([]string, len(events))
+	inputs := make([]bool, len(events))
 	now := time.Now().UnixMilli()
 	for i, ev := range events {
 		if ev.TimeMs <= 0 {
@@ -41,22 +43,25 @@ func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) 
 			return &lockstore.Error{Code: lockstore.Internal, Op: op, Msg: "audit event does not encode", Err: err}
 		}
 		times[i], hashes[i], docs[i] = ev.TimeMs, ev.KeyHash, string(doc)
+		inputs[i] = ev.Class() == lockstore.AuditInput
 	}
 
 	b := &pgx.Batch{}
-	b.Queue(s.sql.auditInsert, times, hashes, docs)
+	b.Queue(s.sql.auditInsert, times, hashes, docs, inputs)
 	before := s.auditSincePrune.Add(int64(len(events))) - int64(len(events))
 	prune := before == 0 || before/auditPruneEvery != (before+int64(len(events)))/auditPruneEvery
 	if prune {
 		b.Queue(s.sql.auditPruneAge, s.cfg.Audit.MaxAge.Milliseconds())
-		b.Queue(s.sql.auditPruneCount, s.cfg.Audit.MaxEvents)
+		b.Queue(s.sql.auditPruneCount, s.cfg.Audit.MaxEventsOf(lockstore.AuditDecision), false)
+		b.Queue(s.sql.auditPruneCount, s.cfg.Audit.MaxEventsOf(lockstore.AuditInput), true)
 	}
 	// One pipeline with one Sync: insert and prune commit together.
 	return classify(ctx, op, s.pool.SendBatch(ctx, b).Close())
 }
 
 // QueryAudit returns matching events, newest first by event time. One round
-// trip; a key filter uses the (key_hash, time_ms) index.
+// trip; a key filter narrows by the (key_hash, time_ms) index and matches
+// the event's keyDigest.
 func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]lockstore.AuditEvent, error) {
 	const op = "queryAudit"
 	if err := s.begin(ctx, op); err != nil {
@@ -71,8 +76,9 @@ func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]locks
 	}
 	var rows pgx.Rows
 	var err error
-	if q.KeyHash != "" {
-		rows, err = s.pool.Query(ctx, s.sql.auditQueryKey, q.SinceMs, limit, q.KeyHash)
+	if q.Key != "" {
+		rows, err = s.pool.Query(ctx, s.sql.auditQueryKey, q.SinceMs, limit,
+			lockstore.HashKey(q.Key), lockstore.KeyDigest(q.Key))
 	} else {
 		rows, err = s.pool.Query(ctx, s.sql.auditQuery, q.SinceMs, limit)
 	}

@@ -62,9 +62,12 @@ func dropTablesAtEnd(t testing.TB, cfg Config) {
 }
 
 // openNS opens a store over ns's tables and schedules them to be dropped.
-func openNS(t testing.TB, ns string) *Store {
+func openNS(t testing.TB, ns string, mod ...func(*Config)) *Store {
 	t.Helper()
 	cfg := nsConfig(t, ns)
+	for _, m := range mod {
+		m(&cfg)
+	}
 	dropTablesAtEnd(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

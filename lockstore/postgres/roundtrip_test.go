@@ -78,7 +78,7 @@ func TestRoundTrips(t *testing.T) {
 		{"AppendAudit", func() error {
 			return s.AppendAudit(ctx, []lockstore.AuditEvent{{TimeMs: 1, KeyHash: "h", Reason: "stale"}})
 		}},
-		{"QueryAudit", func() error { _, err := s.QueryAudit(ctx, lockstore.AuditQuery{KeyHash: "h"}); return err }},
+		{"QueryAudit", func() error { _, err := s.QueryAudit(ctx, lockstore.AuditQuery{Key: "h"}); return err }},
 	}
 	// Warm up: prepare every statement on the one connection.
 	for range 2 {

@@ -54,6 +54,11 @@ func schemaStatements(cfg Config) []string {
 		`CREATE INDEX IF NOT EXISTS ` + ident("idx_"+cfg.AuditTable+"_key_time") + ` ON ` + audit + ` (key_hash, time_ms)`,
 		// Unfiltered audit queries and age-based retention.
 		`CREATE INDEX IF NOT EXISTS ` + ident("idx_"+cfg.AuditTable+"_time") + ` ON ` + audit + ` (time_ms)`,
+		// The retention class (lockstore.AuditInput when true), so each
+		// class is trimmed to its own count. Added in place to tables
+		// created before it; the constant default makes that instant.
+		`ALTER TABLE ` + audit + ` ADD COLUMN IF NOT EXISTS input BOOLEAN NOT NULL DEFAULT false`,
+		`CREATE INDEX IF NOT EXISTS ` + ident("idx_"+cfg.AuditTable+"_class") + ` ON ` + audit + ` (input, id)`,
 	}
 }
 

@@ -68,7 +68,7 @@ func TestSchema(t *testing.T) {
 		{s.cfg.FenceTable, []string{"fence_key text NO -", "fence bigint NO 0", "key_debug text YES -"}},
 		{s.cfg.AuditTable, []string{
 			"id bigint NO nextval('" + s.cfg.AuditTable + "_id_seq'::regclass)",
-			"time_ms bigint NO -", "key_hash text NO -", "event jsonb NO -"}},
+			"time_ms bigint NO -", "key_hash text NO -", "event jsonb NO -", "input boolean NO false"}},
 	} {
 		if got := columns(c.table); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("columns of %s =\n  %q\nwant\n  %q", c.table, got, c.want)
@@ -84,6 +84,7 @@ func TestSchema(t *testing.T) {
 	}
 	sort.Strings(got)
 	want := []string{
+		"idx_" + s.cfg.AuditTable + "_class: btree (input, id)",
 		"idx_" + s.cfg.AuditTable + "_key_time: btree (key_hash, time_ms)",
 		"idx_" + s.cfg.AuditTable + "_time: btree (time_ms)",
 		"idx_" + s.cfg.Table + "_expires: btree (expires_at_ms)",
@@ -336,12 +337,13 @@ func TestAuditRetention(t *testing.T) {
 	// Old events: stored, then dropped by the pass the 256-event mark triggers.
 	old := make([]lockstore.AuditEvent, 256)
 	for i := range old {
-		old[i] = lockstore.AuditEvent{TimeMs: now - 2*time.Hour.Milliseconds(), KeyHash: "old", Reason: "stale"}
+		old[i] = lockstore.AuditEvent{TimeMs: now - 2*time.Hour.Milliseconds(),
+			KeyHash: lockstore.HashKey("old"), KeyDigest: lockstore.KeyDigest("old"), Reason: "stale"}
 	}
 	if err := s.AppendAudit(tctx(t), old); err != nil {
 		t.Fatal(err)
 	}
-	got, err = s.QueryAudit(tctx(t), lockstore.AuditQuery{KeyHash: "old"})
+	got, err = s.QueryAudit(tctx(t), lockstore.AuditQuery{Key: "old"})
 	if err != nil {
 		t.Fatal(err)
 	}

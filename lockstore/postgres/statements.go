@@ -132,16 +132,19 @@ func buildStatements(cfg Config) statements {
 		// A range scan of the expires_at_ms index over live rows only.
 		countHeld: r.Replace(`SELECT count(*) FROM {locks} WHERE expires_at_ms > {now_ms} - 1000`),
 
-		auditInsert: r.Replace(`INSERT INTO {audit} (time_ms, key_hash, event)
-			SELECT u.t, u.k, u.e::jsonb FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(t, k, e)`),
+		auditInsert: r.Replace(`INSERT INTO {audit} (time_ms, key_hash, event, input)
+			SELECT u.t, u.k, u.e::jsonb, u.i FROM unnest($1::bigint[], $2::text[], $3::text[], $4::boolean[]) AS u(t, k, e, i)`),
 		auditPruneAge: r.Replace(`DELETE FROM {audit} WHERE time_ms < {now_ms} - $1`),
-		// Everything older than the MaxEvents-th newest row, by insertion
-		// order (the primary key), so the cut is one index probe.
-		auditPruneCount: r.Replace(`DELETE FROM {audit}
-			WHERE id <= (SELECT id FROM {audit} ORDER BY id DESC OFFSET $1 LIMIT 1)`),
+		// Everything of class $2 older than its $1-th newest row, by
+		// insertion order (the primary key), so the cut is one probe of
+		// the (input, id) index.
+		auditPruneCount: r.Replace(`DELETE FROM {audit} WHERE input = $2
+			AND id <= (SELECT id FROM {audit} WHERE input = $2 ORDER BY id DESC OFFSET $1 LIMIT 1)`),
 		auditQuery: r.Replace(`SELECT event FROM {audit} WHERE time_ms >= $1
 			ORDER BY time_ms DESC, id DESC LIMIT $2`),
-		auditQueryKey: r.Replace(`SELECT event FROM {audit} WHERE key_hash = $3 AND time_ms >= $1
+		// key_hash narrows through its index; the digest decides, since
+		// keys with one key_hash are cheap to construct.
+		auditQueryKey: r.Replace(`SELECT event FROM {audit} WHERE key_hash = $3 AND event->>'keyDigest' = $4 AND time_ms >= $1
 			ORDER BY time_ms DESC, id DESC LIMIT $2`),
 	}
 }

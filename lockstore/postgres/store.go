@@ -134,8 +134,12 @@ func (s *Store) begin(ctx context.Context, op string) error {
 // normalised user key: makeStorageKey("", key, 1700, 0) and the two-step
 // fence key (postgres-backend.md). No prefix: the tables are the namespace,
 // and because lock rows and counters live in different tables a user key
-// spelled "fence:…" cannot collide with another key's counter.
+// spelled "fence:…" cannot collide with another key's counter. A key with
+// a NUL byte is refused as input: PostgreSQL text cannot hold one.
 func storageKeys(normKey string) (lockKey, fenceKey string, err error) {
+	if strings.IndexByte(normKey, 0) >= 0 {
+		return "", "", lockstore.Errorf(lockstore.InvalidArgument, "validate", "PostgreSQL keys cannot contain NUL bytes")
+	}
 	lockKey, err = lockstore.MakeStorageKey("", normKey, lockstore.PostgresKeyLimit, 0)
 	if err != nil {
 		return "", "", err

@@ -12,13 +12,17 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// The audit trail is a Redis stream at <prefix>:audit. Entry IDs are stamped
-// by the server clock at insertion, which is what trimming by age uses;
-// each entry carries the event's keyHash (to filter without decoding) and the
-// event as JSON with AuditEvent's field names.
+// The audit trail is two Redis streams, one per retention class:
+// <prefix>.fencegate:audit for decision events and
+// <prefix>.fencegate:audit:input for input events (see ownKey), each
+// trimmed to its own count, so a flood of input events cannot evict a
+// decision event. Entry IDs are stamped by the server clock at insertion,
+// which is what trimming by age uses; each entry carries the event's keyHash
+// and keyDigest (to filter without decoding) and the event as JSON with
+// AuditEvent's field names.
 const (
-	auditFieldKeyHash = "keyHash"
-	auditFieldEvent   = "event"
+	auditFieldKeyDigest = "keyDigest"
+	auditFieldEvent     = "event"
 	// auditAppendBatch bounds one script call, so a large batch cannot hold
 	// the server for long.
 	auditAppendBatch = 500
@@ -30,8 +34,8 @@ const (
 	auditClockSlack = 5 * time.Minute
 )
 
-// AppendAudit adds events to the audit stream, trimming it to the retention
-// bounds (approximately: Redis trims whole stream nodes).
+// AppendAudit adds events to their class's audit stream, trimming each to
+// its retention bounds (approximately: Redis trims whole stream nodes).
 func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) error {
 	const op = "appendAudit"
 	if e := lockstore.ContextError(ctx, op); e != nil {
@@ -39,29 +43,29 @@ func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) 
 	}
 	for start := 0; start < len(events); start += auditAppendBatch {
 		batch := events[start:min(start+auditAppendBatch, len(events))]
-		args := make([]any, 0, 2+2*len(batch))
-		args = append(args, s.retention.MaxEvents, s.retention.MaxAge.Milliseconds())
+		args := make([]any, 0, 3+4*len(batch))
+		args = append(args, s.retention.MaxEventsOf(lockstore.AuditDecision),
+			s.retention.MaxEventsOf(lockstore.AuditInput), s.retention.MaxAge.Milliseconds())
 		for _, ev := range batch {
 			b, err := json.Marshal(ev)
 			if err != nil {
 				return &lockstore.Error{Code: lockstore.Internal, Op: op, Msg: "encoding an audit event", Err: err}
 			}
-			args = append(args, ev.KeyHash, string(b))
+			class := "d"
+			if ev.Class() == lockstore.AuditInput {
+				class = "i"
+			}
+			args = append(args, class, ev.KeyHash, ev.KeyDigest, string(b))
 		}
-		if err := appendAuditScript.Run(ctx, s.client, []string{s.auditKey}, args...).Err(); err != nil {
+		if err := appendAuditScript.Run(ctx, s.client, []string{s.auditKey, s.inputKey}, args...).Err(); err != nil {
 			return classify(ctx, op, err)
 		}
 	}
 	return nil
 }
 
-// QueryAudit returns matching events, newest (by event time) first.
-//
-// The stream is in insertion order, which is only roughly event order (the
-// audit pipeline queues events before storing them), so QueryAudit reads
-// newest entries first, keeps the best Limit matches by event time, and
-// stops once the entries left were stored too long before the Limit-th
-// match's time (more than auditClockSlack) to hold a newer event.
+// QueryAudit returns matching events, newest (by event time) first: the
+// best Limit of each class's stream, merged.
 func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]lockstore.AuditEvent, error) {
 	const op = "queryAudit"
 	limit := q.Limit
@@ -72,20 +76,48 @@ func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]locks
 	if e := lockstore.ContextError(ctx, op); e != nil {
 		return nil, e
 	}
+	digest := ""
+	if q.Key != "" {
+		digest = lockstore.KeyDigest(q.Key)
+	}
+	out, err := s.queryStream(ctx, op, s.auditKey, digest, q.SinceMs, limit)
+	if err != nil {
+		return nil, err
+	}
+	in, err := s.queryStream(ctx, op, s.inputKey, digest, q.SinceMs, limit)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, in...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].TimeMs > out[j].TimeMs })
+	return out[:min(len(out), limit)], nil
+}
+
+// queryStream returns the best limit matches of one stream, newest (by
+// event time) first.
+//
+// The stream is in insertion order, which is only roughly event order (the
+// audit pipeline queues events before storing them), so it reads newest
+// entries first, keeps the best limit matches by event time, and stops once
+// the entries left were stored too long before the limit-th match's time
+// (more than auditClockSlack) to hold a newer event.
+func (s *Store) queryStream(ctx context.Context, op, stream, digest string, sinceMs int64, limit int) ([]lockstore.AuditEvent, error) {
 	slack := auditClockSlack.Milliseconds()
 	start := "-"
-	if q.SinceMs > 0 {
-		start = strconv.FormatInt(max(0, q.SinceMs-slack), 10)
+	if sinceMs > 0 {
+		start = strconv.FormatInt(max(0, sinceMs-slack), 10)
 	}
 	end := "+"
 	out := []lockstore.AuditEvent{}
 	for {
-		msgs, err := s.client.XRevRangeN(ctx, s.auditKey, end, start, auditPage).Result()
+		msgs, err := s.client.XRevRangeN(ctx, stream, end, start, auditPage).Result()
 		if err != nil {
 			return nil, classify(ctx, op, err)
 		}
 		for _, m := range msgs {
-			if q.KeyHash != "" && m.Values[auditFieldKeyHash] != q.KeyHash {
+			// Entries from before keyDigest existed have none: they match
+			// no key filter.
+			if digest != "" && m.Values[auditFieldKeyDigest] != digest {
 				continue
 			}
 			raw, _ := m.Values[auditFieldEvent].(string)
@@ -94,7 +126,7 @@ func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]locks
 				return nil, &lockstore.Error{Code: lockstore.Internal, Op: op,
 					Msg: fmt.Sprintf("audit entry %s is not an event", m.ID), Err: err}
 			}
-			if ev.TimeMs < q.SinceMs {
+			if ev.TimeMs < sinceMs {
 				continue
 			}
 			out = append(out, ev)

@@ -273,6 +273,10 @@ func normalizePrefix(p string) (string, error) {
 	if strings.Contains(p, "fence:") || strings.HasSuffix(p, "fence") {
 		return "", invalidConfig("prefix must not contain \"fence:\" or end in \"fence\": its keys would collide with fence counters")
 	}
+	if strings.HasSuffix(p, strings.TrimSuffix(ownKeyInfix, ":")) {
+		// Its SyncGuard keys "<p>:…" would be another prefix's own keys.
+		return "", invalidConfig("prefix must not end in %q: its keys would collide with fencegate's own keys of another prefix", strings.TrimSuffix(ownKeyInfix, ":"))
+	}
 	// The longest storage key we derive is a hashed one: prefix + ":" + 22.
 	if _, err := lockstore.MakeStorageKey(p, strings.Repeat("k", lockstore.MaxKeyLengthBytes),
 		lockstore.RedisKeyLimit, lockstore.RedisKeyReserve); err != nil {

@@ -127,7 +127,7 @@ func TestNormalizePrefix(t *testing.T) {
 			t.Errorf("normalizePrefix(%q) = %q, %v; want %q", c.in, got, err, c.want)
 		}
 	}
-	bad := []string{"a:fence:b", "fence:", "x:fence:", "myfence", "fence", strings.Repeat("p", 960), "\xff"}
+	bad := []string{"a:fence:b", "fence:", "x:fence:", "myfence", "fence", "team.fencegate", "syncguard.fencegate:", strings.Repeat("p", 960), "\xff"}
 	for _, in := range bad {
 		if _, err := normalizePrefix(in); lockstore.CodeOf(err) != lockstore.InvalidArgument {
 			t.Errorf("normalizePrefix(%.20q) = %v, want InvalidArgument", in, err)

@@ -23,10 +23,12 @@
 // predicate expiresAtMs > now-1000 stops calling the lock live.
 //
 // Collisions the layout allows are refused: a prefix containing "fence:" or
-// ending in "fence" fails at Open; an empty prefix means the default
+// ending in "fence" or ".fencegate" fails at Open; an empty prefix means the default
 // (fencegate never writes unprefixed keys); user keys starting "id:" or
-// "fence:", and the key "audit", are InvalidArgument on this backend, since
-// they would land on an index, a fence counter or the audit stream.
+// "fence:" are InvalidArgument on this backend, since they would land on an
+// index or a fence counter. fencegate's own keys (the audit streams, write
+// barrier entries) start "<prefix>.fencegate:", outside SyncGuard's
+// "<prefix>:" space, so they cannot collide with any user key; see ownKey.
 // The scripts also refuse to overwrite a lock key whose value is not a lock.
 //
 // # Operations and round trips

@@ -34,12 +34,11 @@ func (s *Store) IndexKey(lockID string) (string, error) {
 
 // Reserved user keys. The layout is SyncGuard's, where a user key "id:X"
 // lands on lockId X's index key and "fence:<lockKey>" on another key's fence
-// counter (for every prefix, empty or not), and "audit" on the audit
-// stream. Such keys could overwrite a counter or steal an index, so this
-// backend refuses them.
+// counter (for every prefix, empty or not). Such keys could overwrite a
+// counter or steal an index, so this backend refuses them as input
+// (InvalidArgument). fencegate's own keys live under ownKey, outside this
+// space, so no other key is reserved.
 var reservedKeyPrefixes = []string{"id:", "fence:"}
-
-const reservedAuditKey = "audit"
 
 // normalize is lockstore.NormalizeKey plus the reserved-key check.
 func normalize(key string) (string, error) {
@@ -57,10 +56,6 @@ func checkReserved(k string) error {
 			return lockstore.Errorf(lockstore.InvalidArgument, "validate",
 				"keys starting %q are reserved by the Redis key layout", p)
 		}
-	}
-	if k == reservedAuditKey {
-		return lockstore.Errorf(lockstore.InvalidArgument, "validate",
-			"key %q is reserved by the Redis key layout (the audit stream)", reservedAuditKey)
 	}
 	return nil
 }

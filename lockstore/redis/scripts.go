@@ -196,25 +196,47 @@ local now = now_ms()
 return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), now}
 `)
 
-// appendAuditScript adds audit events to the stream and trims it by count
-// (approximately, MAXLEN ~) and by age (MINID ~ now-maxAge, using the server
-// clock that also stamped the entry IDs).
+// appendAuditScript adds audit events to the two class streams and trims
+// each by its own count (approximately, MAXLEN ~) and both by age (MINID ~
+// now-maxAge, using the server clock that also stamped the entry IDs), the
+// age even for a stream this batch did not add to.
 //
-// KEYS: stream
-// ARGV: maxEvents, maxAgeMs, then keyHash, event JSON pairs
+// KEYS: decision stream, input stream
+// ARGV: maxDecision, maxInput, maxAgeMs, then (class, keyHash, keyDigest,
+// event JSON) quadruples, class "d" or "i"
 // →     number of entries added
 var appendAuditScript = newScript(`
-local maxLen = ARGV[1]
-local maxAge = tonumber(ARGV[2])
+local maxLen = {d = ARGV[1], i = ARGV[2]}
+local key = {d = KEYS[1], i = KEYS[2]}
+local maxAge = tonumber(ARGV[3])
 local n = 0
-for i = 3, #ARGV, 2 do
-  redis.call('XADD', KEYS[1], 'MAXLEN', '~', maxLen, '*', 'keyHash', ARGV[i], 'event', ARGV[i + 1])
+for i = 4, #ARGV, 4 do
+  local c = ARGV[i]
+  redis.call('XADD', key[c], 'MAXLEN', '~', maxLen[c], '*',
+    'keyHash', ARGV[i + 1], 'keyDigest', ARGV[i + 2], 'event', ARGV[i + 3])
   n = n + 1
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('XTRIM', KEYS[1], 'MINID', '~', string.format('%d', now - maxAge))
+-- Both streams age out on every append, so a class that gets no new
+-- events still loses its old ones.
+for _, k in ipairs(KEYS) do
+  redis.call('XTRIM', k, 'MINID', '~', string.format('%d', now - maxAge))
+end
 return n
+`)
+
+// moveAuditScript renames the audit stream from its pre-1.0 key to its own
+// one, if the old key is a stream and the new one does not exist.
+//
+// KEYS: old key, new key
+// →     1 if renamed, else 0
+var moveAuditScript = newScript(`
+if redis.call('TYPE', KEYS[1]).ok == 'stream' and redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('RENAME', KEYS[1], KEYS[2])
+  return 1
+end
+return 0
 `)
 
 // script is a go-redis Script that keeps its source, so Open can load it
@@ -230,5 +252,5 @@ func newScript(src string) script { return script{Script: goredis.NewScript(src)
 // allScripts are loaded into the server's script cache at Open.
 var allScripts = []script{
 	acquireScript, releaseScript, extendScript, readKeyScript,
-	readLockIDScript, inspectScript, appendAuditScript,
+	readLockIDScript, inspectScript, appendAuditScript, moveAuditScript,
 }

@@ -19,7 +19,8 @@ type Store struct {
 	client    *goredis.Client
 	prefix    string
 	idPrefix  string // prefix of lockId index keys when they are not hashed, else ""
-	auditKey  string
+	auditKey  string // decision-class audit stream, ownKey(auditStreamName)
+	inputKey  string // input-class audit stream, ownKey(auditInputStreamName)
 	cleanup   bool
 	retention lockstore.AuditRetention
 	log       *slog.Logger
@@ -47,11 +48,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{
 		prefix:    prefix,
-		auditKey:  prefix + ":audit",
 		cleanup:   cfg.CleanupInIsLocked,
 		retention: cfg.AuditRetention.WithDefaults(),
 		log:       logger.With("store", "redis"),
 	}
+	s.auditKey, s.inputKey = s.ownKey(auditStreamName), s.ownKey(auditInputStreamName)
 	// The IsLocked cleanup derives index keys inside the script, which only
 	// works while they are plain prefix:id:<lockId>; a prefix long enough to
 	// hash them leaves their removal to their own TTL.
@@ -90,6 +91,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			_ = s.client.Close()
 			return nil, lockstore.Errorf(lockstore.Internal, op, "server digest %q of a script differs from ours %q", got, sc.Hash())
 		}
+	}
+	if moved, err := s.moveLegacyAudit(ctx); err != nil {
+		_ = s.client.Close()
+		return nil, err
+	} else if moved {
+		s.log.Info("redis audit stream moved to its own key", "from", s.legacyAuditKey(), "to", s.auditKey)
 	}
 	s.log.Info("redis lock store opened", "config", cfg.String())
 	return s, nil

@@ -59,14 +59,16 @@ func dropPrefix(tb testing.TB, c *goredis.Client, prefix string) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	iter := c.Scan(ctx, 0, prefix+":*", 500).Iterator()
 	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		tb.Logf("cleanup scan of %s: %v", prefix, err)
-		return
+	for _, pattern := range []string{prefix + ":*", prefix + ownKeyInfix + "*"} {
+		iter := c.Scan(ctx, 0, pattern, 500).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			tb.Logf("cleanup scan of %s: %v", prefix, err)
+			return
+		}
 	}
 	for len(keys) > 0 {
 		n := min(len(keys), 500)
@@ -84,6 +86,9 @@ func TestConformance(t *testing.T) {
 		Open: func(t *testing.T, ns string) lockstore.Store {
 			s := openPrefix(t, "syncguard_test_"+ns)
 			return s
+		},
+		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
+			return openPrefix(t, "syncguard_test_"+ns, func(c *Config) { c.AuditRetention = r })
 		},
 		SetFence: func(t *testing.T, st lockstore.Store, ns, key string, n int64) {
 			s := st.(*Store)
@@ -247,12 +252,12 @@ func TestTruncation(t *testing.T) {
 	}
 }
 
-// TestReservedKeys: user keys that would land on an index, a counter or the
-// audit stream are refused before any I/O.
+// TestReservedKeys: user keys that would land on an index or a counter are
+// refused before any I/O, as input errors; "audit" is an ordinary key.
 func TestReservedKeys(t *testing.T) {
 	s := openPrefix(t, "syncguard_test_reserved")
 	ctx := context.Background()
-	for _, k := range []string{"id:AAAAAAAAAAAAAAAAAAAAAA", "id:", "fence:syncguard_test_reserved:x", "fence:", "audit"} {
+	for _, k := range []string{"id:AAAAAAAAAAAAAAAAAAAAAA", "id:", "fence:syncguard_test_reserved:x", "fence:"} {
 		if _, err := s.Acquire(ctx, k, time.Second); lockstore.CodeOf(err) != lockstore.InvalidArgument {
 			t.Errorf("Acquire(%q) error = %v, want InvalidArgument", k, err)
 		}
@@ -260,7 +265,7 @@ func TestReservedKeys(t *testing.T) {
 			t.Errorf("Inspect(%q) error = %v, want InvalidArgument", k, err)
 		}
 	}
-	for _, k := range []string{"ids", "my-id:1", "fences:1", "audit:2024", "auditor"} {
+	for _, k := range []string{"ids", "my-id:1", "fences:1", "audit", "audit:2024", "auditor"} {
 		r, err := s.Acquire(ctx, k, time.Second)
 		if err != nil || !r.OK {
 			t.Errorf("Acquire(%q) = %+v, %v; want an ordinary lock", k, r, err)
@@ -395,16 +400,16 @@ func TestAudit(t *testing.T) {
 	t.Cleanup(func() { dropPrefix(t, s.Client(), prefix) })
 	ctx := context.Background()
 	c := s.Client()
-	if got := s.auditKey; got != prefix+":audit" {
+	if got := s.auditKey; got != prefix+".fencegate:audit" {
 		t.Fatalf("audit stream = %q", got)
 	}
 
 	base := time.Now().UnixMilli()
 	var evs []lockstore.AuditEvent
 	for i := range 1000 {
-		kh := lockstore.HashKey(fmt.Sprintf("k%d", i%2))
+		k := fmt.Sprintf("k%d", i%2)
 		evs = append(evs, lockstore.AuditEvent{TimeMs: base + int64(i), DecisionID: fmt.Sprint(i), Source: "authz-grpc",
-			KeyHash: kh, Presented: "000000000000001", Current: "000000000000002", Reason: "stale", Policy: "holder", Mode: "enforce"})
+			KeyHash: lockstore.HashKey(k), KeyDigest: lockstore.KeyDigest(k), Presented: "000000000000001", Current: "000000000000002", Reason: "stale", Policy: "holder", Mode: "enforce"})
 	}
 	if err := s.AppendAudit(ctx, evs); err != nil {
 		t.Fatalf("AppendAudit: %v", err)
@@ -413,7 +418,7 @@ func TestAudit(t *testing.T) {
 		t.Errorf("XLEN after 1000 events with MaxEvents 150 = %d, want about 150 (approximate trimming)", n)
 	}
 
-	got, err := s.QueryAudit(ctx, lockstore.AuditQuery{KeyHash: lockstore.HashKey("k1"), Limit: 5})
+	got, err := s.QueryAudit(ctx, lockstore.AuditQuery{Key: "k1", Limit: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +436,7 @@ func TestAudit(t *testing.T) {
 	if len(got) > lockstore.MaxAuditLimit || len(got) < 100 {
 		t.Errorf("QueryAudit(huge limit) returned %d", len(got))
 	}
-	if got, _ := s.QueryAudit(ctx, lockstore.AuditQuery{KeyHash: "000000000000000000000000"}); got == nil || len(got) != 0 {
+	if got, _ := s.QueryAudit(ctx, lockstore.AuditQuery{Key: "nobody"}); got == nil || len(got) != 0 {
 		t.Errorf("QueryAudit(no match) = %v, want an empty non-nil slice", got)
 	}
 
@@ -586,4 +591,118 @@ func TestLongestTTL(t *testing.T) {
 	if res, err := s.Release(ctx, r.LockID); err != nil || !res.OK {
 		t.Errorf("Release of a lock with the longest TTL = %+v, %v", res, err)
 	}
+}
+
+// TestAuditKeyCoexists: the audit stream lives under <prefix>.fencegate:,
+// so a lock on user key "audit" (at <prefix>:audit, where the stream used to
+// be) and auditing work side by side.
+func TestAuditKeyCoexists(t *testing.T) {
+	prefix := "syncguard_test_auditkey"
+	s := openPrefix(t, prefix)
+	t.Cleanup(func() { dropPrefix(t, s.Client(), prefix) })
+	ctx := context.Background()
+	c := s.Client()
+
+	r, err := s.Acquire(ctx, "audit", time.Minute)
+	if err != nil || !r.OK {
+		t.Fatalf("Acquire(audit) = %+v, %v", r, err)
+	}
+	ev := lockstore.AuditEvent{TimeMs: time.Now().UnixMilli(), DecisionID: "d1", Source: "authz-http",
+		KeyHash: lockstore.HashKey("audit"), KeyDigest: lockstore.KeyDigest("audit"), Reason: "stale", Policy: "holder", Mode: "enforce"}
+	if err := s.AppendAudit(ctx, []lockstore.AuditEvent{ev, {TimeMs: ev.TimeMs, DecisionID: "d2", Source: "authz-http",
+		KeyHash: ev.KeyHash, KeyDigest: ev.KeyDigest, Reason: "missing", Policy: "holder", Mode: "enforce"}}); err != nil {
+		t.Fatalf("AppendAudit with a lock on key audit: %v", err)
+	}
+	if typ := c.Type(ctx, prefix+":audit").Val(); typ != "string" {
+		t.Errorf("TYPE %s:audit = %q, want the lock's string", prefix, typ)
+	}
+	for _, k := range []string{prefix + ".fencegate:audit", prefix + ".fencegate:audit:input"} {
+		if typ := c.Type(ctx, k).Val(); typ != "stream" {
+			t.Errorf("TYPE %s = %q, want stream", k, typ)
+		}
+	}
+	got, err := s.QueryAudit(ctx, lockstore.AuditQuery{Key: "audit"})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("QueryAudit(audit) = %+v, %v; want both events", got, err)
+	}
+	st, err := s.Inspect(ctx, "audit")
+	if err != nil || st.Live == nil || st.Live.LockID != r.LockID {
+		t.Fatalf("Inspect(audit) = %+v, %v; want the live lock", st, err)
+	}
+	if rel, err := s.Release(ctx, r.LockID); err != nil || !rel.OK {
+		t.Fatalf("Release = %+v, %v", rel, err)
+	}
+	if n := c.XLen(ctx, prefix+".fencegate:audit").Val(); n != 1 {
+		t.Errorf("audit stream holds %d entries after the release, want 1", n)
+	}
+}
+
+// TestAuditStreamMove: Open renames a stream at the old <prefix>:audit to
+// <prefix>.fencegate:audit once, and leaves the old key alone when it is not
+// a stream (a SyncGuard lock on user key "audit") or when the new stream
+// already exists.
+func TestAuditStreamMove(t *testing.T) {
+	ctx := context.Background()
+	oldEntry := func(c *goredis.Client, key, id string) {
+		t.Helper()
+		doc := fmt.Sprintf(`{"timeMs":%d,"decisionId":%q,"source":"authz-grpc","keyHash":"h","reason":"stale","policy":"holder","mode":"enforce"}`,
+			time.Now().UnixMilli(), id)
+		if err := c.XAdd(ctx, &goredis.XAddArgs{Stream: key, Values: []string{"keyHash", "h", "event", doc}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("moved", func(t *testing.T) {
+		prefix := "syncguard_test_move1"
+		s := openPrefix(t, prefix)
+		t.Cleanup(func() { dropPrefix(t, s.Client(), prefix) })
+		c := s.Client()
+		oldEntry(c, prefix+":audit", "old-1")
+		s2 := openPrefix(t, prefix)
+		if n := c.Exists(ctx, prefix+":audit").Val(); n != 0 {
+			t.Error("the old stream is still there after Open")
+		}
+		got, err := s2.QueryAudit(ctx, lockstore.AuditQuery{})
+		if err != nil || len(got) != 1 || got[0].DecisionID != "old-1" {
+			t.Fatalf("QueryAudit after the move = %+v, %v; want the old event", got, err)
+		}
+		// Now the key "audit" is an ordinary lock.
+		if r, err := s2.Acquire(ctx, "audit", time.Second); err != nil || !r.OK {
+			t.Fatalf("Acquire(audit) after the move = %+v, %v", r, err)
+		}
+	})
+
+	t.Run("lock-stays", func(t *testing.T) {
+		prefix := "syncguard_test_move2"
+		s := openPrefix(t, prefix)
+		t.Cleanup(func() { dropPrefix(t, s.Client(), prefix) })
+		r, err := s.Acquire(ctx, "audit", time.Minute)
+		if err != nil || !r.OK {
+			t.Fatalf("Acquire(audit) = %+v, %v", r, err)
+		}
+		s2 := openPrefix(t, prefix)
+		if st, err := s2.Inspect(ctx, "audit"); err != nil || st.Live == nil || st.Live.LockID != r.LockID {
+			t.Fatalf("Inspect(audit) after reopen = %+v, %v; want the lock untouched", st, err)
+		}
+		if n := s.Client().Exists(ctx, s.auditKey).Val(); n != 0 {
+			t.Error("Open made an audit stream out of a lock")
+		}
+	})
+
+	t.Run("both-exist", func(t *testing.T) {
+		prefix := "syncguard_test_move3"
+		s := openPrefix(t, prefix)
+		t.Cleanup(func() { dropPrefix(t, s.Client(), prefix) })
+		c := s.Client()
+		oldEntry(c, prefix+":audit", "old-1")
+		oldEntry(c, s.auditKey, "new-1")
+		s2 := openPrefix(t, prefix)
+		if n := c.XLen(ctx, prefix+":audit").Val(); n != 1 {
+			t.Errorf("old stream has %d entries, want it left in place with 1", n)
+		}
+		got, err := s2.QueryAudit(ctx, lockstore.AuditQuery{})
+		if err != nil || len(got) != 1 || got[0].DecisionID != "new-1" {
+			t.Fatalf("QueryAudit = %+v, %v; want only the new stream's event", got, err)
+		}
+	})
 }

@@ -1,14 +1,24 @@
 package storetest
 
 import (
+	"fmt"
 	"reflect"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
 )
 
+// HashKeyCollision is two keys with one lockstore.HashKey, found by lattice
+// reduction over the three polynomial hashes (30 UTF-16 units differing by
+// at most 1 each): the first is under the prefix "a/", the second under
+// "b/". Tests use it to show that no audit scope rests on HashKey.
+var HashKeyCollision = [2]string{"a/vhdtim3.lmlmmmnnnmllmmnmmnll", "b/victim2-mmmmmmmmmmmmmmmmmmmm"}
+
 // audit: every store keeps the audit trail. Events round-trip every field,
-// come back newest first, and filter by key hash, time and limit.
+// come back newest first, and filter by key (its digest, never its hash),
+// time and limit.
 func (s *suite) audit(t *testing.T) {
 	st, _ := s.fresh(t)
 	al, ok := st.(lockstore.AuditLog)
@@ -23,6 +33,7 @@ func (s *suite) audit(t *testing.T) {
 	}
 
 	ha, hb := lockstore.HashKey("audit-a"), lockstore.HashKey("audit-b")
+	da, db := lockstore.KeyDigest("audit-a"), lockstore.KeyDigest("audit-b")
 	base := nowMs() - 60_000 // recent, well inside any retention age
 	var all []lockstore.AuditEvent
 	for i := range 6 {
@@ -31,12 +42,13 @@ func (s *suite) audit(t *testing.T) {
 			DecisionID: "dec-" + string(rune('0'+i)),
 			Source:     "authz-grpc",
 			KeyHash:    ha,
+			KeyDigest:  da,
 			Reason:     "stale",
 			Policy:     "holder",
 			Mode:       "enforce",
 		}
 		if i%2 == 1 {
-			ev.KeyHash = hb
+			ev.KeyHash, ev.KeyDigest = hb, db
 			ev.Source = "admission"
 			ev.Reason = "not-held"
 		}
@@ -54,12 +66,27 @@ func (s *suite) audit(t *testing.T) {
 		}
 		all = append(all, ev)
 	}
+	// Two keys with one keyHash (a real collision): a key filter returns
+	// each key's events only, never the other's.
+	crafted, victim := HashKeyCollision[0], HashKeyCollision[1]
+	if lockstore.HashKey(crafted) != lockstore.HashKey(victim) {
+		t.Fatalf("HashKeyCollision is not a collision: %s != %s", lockstore.HashKey(crafted), lockstore.HashKey(victim))
+	}
+	all = append(all, lockstore.AuditEvent{TimeMs: base + 6000, DecisionID: "dec-victim", Source: "authz-http",
+		KeyHash: lockstore.HashKey(victim), KeyDigest: lockstore.KeyDigest(victim), Reason: "stale", Policy: "holder", Mode: "enforce"})
+	// An input-class event (reason malformed), stored apart from the
+	// decision events by stores that split retention, comes back merged.
+	input := lockstore.AuditEvent{TimeMs: base + 2200, DecisionID: "dec-input", Source: "authz-http",
+		KeyHash: hb, KeyDigest: db, Reason: "malformed", Policy: "holder", Mode: "enforce"}
+	all = append(all, input)
 	// One batch of one, one of the rest, out of time order: the store
 	// orders by event time, not by arrival.
 	if err := al.AppendAudit(ctx(t), all[4:5]); err != nil {
 		t.Fatalf("AppendAudit: %v", err)
 	}
-	rest := []lockstore.AuditEvent{all[2], all[0], all[5], all[1], all[3]}
+	all = append(all, lockstore.AuditEvent{TimeMs: base + 500, DecisionID: "dec-crafted", Source: "authz-http",
+		KeyHash: lockstore.HashKey(crafted), KeyDigest: lockstore.KeyDigest(crafted), Reason: "unknown", Policy: "holder", Mode: "enforce"})
+	rest := []lockstore.AuditEvent{all[2], all[0], all[7], all[5], all[6], all[8], all[1], all[3]}
 	if err := al.AppendAudit(ctx(t), rest); err != nil {
 		t.Fatalf("AppendAudit: %v", err)
 	}
@@ -76,15 +103,19 @@ func (s *suite) audit(t *testing.T) {
 		q    lockstore.AuditQuery
 		want []lockstore.AuditEvent
 	}{
-		{"all", lockstore.AuditQuery{}, newestFirst(5, 4, 3, 2, 1, 0)},
-		{"key-a", lockstore.AuditQuery{KeyHash: ha}, newestFirst(4, 2, 0)},
-		{"key-b", lockstore.AuditQuery{KeyHash: hb}, newestFirst(5, 3, 1)},
-		{"unknown-key", lockstore.AuditQuery{KeyHash: lockstore.HashKey("nobody")}, nil},
-		{"since", lockstore.AuditQuery{SinceMs: base + 2500}, newestFirst(5, 4, 3)},
+		{"all", lockstore.AuditQuery{}, newestFirst(6, 5, 4, 3, 7, 2, 1, 8, 0)},
+		{"key-a", lockstore.AuditQuery{Key: "audit-a"}, newestFirst(4, 2, 0)},
+		{"key-b", lockstore.AuditQuery{Key: "audit-b"}, newestFirst(5, 3, 7, 1)},
+		{"collision-victim", lockstore.AuditQuery{Key: victim}, newestFirst(6)},
+		{"collision-crafted", lockstore.AuditQuery{Key: crafted}, newestFirst(8)},
+		{"unknown-key", lockstore.AuditQuery{Key: "nobody"}, nil},
+		{"since", lockstore.AuditQuery{SinceMs: base + 2500}, newestFirst(6, 5, 4, 3)},
 		{"since-future", lockstore.AuditQuery{SinceMs: nowMs() + 60_000}, nil},
-		{"limit", lockstore.AuditQuery{Limit: 2}, newestFirst(5, 4)},
-		{"key-since-limit", lockstore.AuditQuery{KeyHash: hb, SinceMs: base + 500, Limit: 2}, newestFirst(5, 3)},
-		{"limit-above-count", lockstore.AuditQuery{Limit: 50}, newestFirst(5, 4, 3, 2, 1, 0)},
+		{"limit", lockstore.AuditQuery{Limit: 2}, newestFirst(6, 5)},
+		{"key-since-limit", lockstore.AuditQuery{Key: "audit-b", SinceMs: base + 500, Limit: 2}, newestFirst(5, 3)},
+		{"key-since-input", lockstore.AuditQuery{Key: "audit-b", SinceMs: base + 2100, Limit: 2}, newestFirst(5, 3)},
+		{"key-since-input-limit", lockstore.AuditQuery{Key: "audit-b", SinceMs: base + 1500, Limit: 3}, newestFirst(5, 3, 7)},
+		{"limit-above-count", lockstore.AuditQuery{Limit: 50}, newestFirst(6, 5, 4, 3, 7, 2, 1, 8, 0)},
 	} {
 		got, err := al.QueryAudit(ctx(t), c.q)
 		if err != nil {
@@ -97,5 +128,66 @@ func (s *suite) audit(t *testing.T) {
 		if !reflect.DeepEqual(got, c.want) {
 			t.Errorf("QueryAudit(%s) =\n  %+v\nwant\n  %+v", c.name, got, c.want)
 		}
+	}
+}
+
+// auditRetention: input events (missing, malformed: anyone can send them)
+// are kept within their own budget and never evict a decision event. A
+// flood of 300 input events, in the batches the auditor writes, leaves the
+// one stale event in place, and the newest input events are kept.
+func (s *suite) auditRetention(t *testing.T) {
+	ns := newNS(t)
+	st := s.h.OpenAudit(t, ns, lockstore.AuditRetention{MaxEvents: 20, MaxInputEvents: 20, MaxAge: time.Hour})
+	if st == nil {
+		t.Fatalf("Harness.OpenAudit(%q) returned nil", ns)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	al, ok := st.(lockstore.AuditLog)
+	if !ok {
+		t.Fatalf("%T does not implement lockstore.AuditLog; every fencegate store must", st)
+	}
+	base := nowMs() - 60_000
+	victim := lockstore.AuditEvent{TimeMs: base, DecisionID: "real-stale", Source: "authz-grpc",
+		KeyHash: lockstore.HashKey("orders/42"), KeyDigest: lockstore.KeyDigest("orders/42"),
+		Presented: "000000000000003", Current: "000000000000004", Reason: "stale", Policy: "holder", Mode: "enforce"}
+	if err := al.AppendAudit(ctx(t), []lockstore.AuditEvent{victim}); err != nil {
+		t.Fatalf("AppendAudit: %v", err)
+	}
+	const flood, batch = 300, 50
+	for i := 0; i < flood; i += batch {
+		evs := make([]lockstore.AuditEvent, 0, batch)
+		for j := i; j < i+batch; j++ {
+			reason := "missing"
+			if j%2 == 1 {
+				reason = "malformed"
+			}
+			evs = append(evs, lockstore.AuditEvent{TimeMs: base + 1 + int64(j), DecisionID: fmt.Sprintf("junk-%d", j),
+				Source: "authz-http", KeyHash: lockstore.HashKey("x"), KeyDigest: lockstore.KeyDigest("x"),
+				Reason: reason, Policy: "holder", Mode: "enforce"})
+		}
+		if err := al.AppendAudit(ctx(t), evs); err != nil {
+			t.Fatalf("AppendAudit(flood): %v", err)
+		}
+	}
+	got, err := al.QueryAudit(ctx(t), lockstore.AuditQuery{Key: "orders/42"})
+	if err != nil {
+		t.Fatalf("QueryAudit: %v", err)
+	}
+	if len(got) != 1 || !reflect.DeepEqual(got[0], victim) {
+		t.Errorf("after %d input events, the stale event's query = %+v; want it kept", flood, got)
+	}
+	all, err := al.QueryAudit(ctx(t), lockstore.AuditQuery{Limit: lockstore.MaxAuditLimit})
+	if err != nil {
+		t.Fatalf("QueryAudit: %v", err)
+	}
+	if len(all) == 0 || all[0].DecisionID != fmt.Sprintf("junk-%d", flood-1) {
+		t.Errorf("newest event = %+v; want the newest input event junk-%d", all[:min(len(all), 1)], flood-1)
+	}
+	if !slices.ContainsFunc(all, func(e lockstore.AuditEvent) bool { return e.DecisionID == victim.DecisionID }) {
+		t.Error("the unfiltered query lost the stale event")
 	}
 }

@@ -28,6 +28,9 @@ type Harness struct {
 	// closed must reach the same data. ns is at most 28 bytes of [a-z0-9_],
 	// starting with a letter. Open fails the test itself on error.
 	Open func(t *testing.T, ns string) lockstore.Store
+	// OpenAudit is Open with the given audit retention (the audit
+	// retention case needs a small one).
+	OpenAudit func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store
 	// SetFence seeds the fence counter of user key `key` in ns to n, so the
 	// next successful acquire of key issues fence n+1 (used for overflow).
 	SetFence func(t *testing.T, s lockstore.Store, ns, key string, n int64)
@@ -73,8 +76,8 @@ type testCase struct {
 // the timing-sensitive cases.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
-	if h.Open == nil || h.SetFence == nil {
-		t.Fatal("storetest: Harness.Open and Harness.SetFence are required")
+	if h.Open == nil || h.SetFence == nil || h.OpenAudit == nil {
+		t.Fatal("storetest: Harness.Open, Harness.OpenAudit and Harness.SetFence are required")
 	}
 	s := &suite{h: h, scale: h.ConcurrencyScale}
 	if s.scale <= 0 || s.scale > 1 {
@@ -117,9 +120,11 @@ func (s *suite) cases() []testCase {
 		{"nfc_keys", s.nfcKeys},
 		{"max_key", s.maxKey},
 		{"validation", s.validation},
+		{"input_keys", s.inputKeys},
 		{"context", s.contextErrors},
 		{"inspect", s.inspect},
 		{"audit", s.audit},
+		{"audit_retention", s.auditRetention},
 		{"held_counter", s.heldCounter},
 		{"close_idempotent", s.closeIdempotent},
 		{"internal_keys", s.internalKeys},

@@ -3,7 +3,10 @@ package storetest_test
 import (
 	"cmp"
 	"context"
+	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,16 +22,20 @@ import (
 func TestReferenceStore(t *testing.T) {
 	var mu sync.Mutex
 	spaces := map[string]*refData{}
+	open := func(ns string, r lockstore.AuditRetention) lockstore.Store {
+		mu.Lock()
+		defer mu.Unlock()
+		d, ok := spaces[ns]
+		if !ok {
+			d = &refData{locks: map[string]refLock{}, fences: map[string]int64{}}
+			spaces[ns] = d
+		}
+		return &refStore{d: d, retention: r.WithDefaults(), broken: os.Getenv(brokenEnv)}
+	}
 	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T, ns string) lockstore.Store {
-			mu.Lock()
-			defer mu.Unlock()
-			d, ok := spaces[ns]
-			if !ok {
-				d = &refData{locks: map[string]refLock{}, fences: map[string]int64{}}
-				spaces[ns] = d
-			}
-			return &refStore{d: d}
+		Open: func(t *testing.T, ns string) lockstore.Store { return open(ns, lockstore.AuditRetention{}) },
+		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
+			return open(ns, r)
 		},
 		SetFence: func(t *testing.T, s lockstore.Store, ns, key string, n int64) {
 			d := s.(*refStore).d
@@ -57,8 +64,42 @@ type refData struct {
 }
 
 type refStore struct {
-	d      *refData
-	closed atomic.Bool
+	d         *refData
+	retention lockstore.AuditRetention
+	broken    string // a deliberate bug (brokenEnv), for TestSuiteCatches
+	closed    atomic.Bool
+}
+
+// brokenEnv names a deliberate bug for the reference store to have, so
+// that TestSuiteCatches can show the suite fails it.
+const brokenEnv = "STORETEST_BROKEN_REFSTORE"
+
+// TestSuiteCatches runs the reference store with a deliberate bug in a
+// child process, and insists the suite fails it in the case that covers
+// the bug.
+func TestSuiteCatches(t *testing.T) {
+	if os.Getenv(brokenEnv) != "" {
+		t.Skip("running as the broken child")
+	}
+	for _, c := range []struct{ bug, failingCase string }{
+		// Filtering by the 96-bit keyHash lets a crafted key read another's events.
+		{"hash-filter", "conformance/audit"},
+		// One count budget for both classes lets input events evict a stale one.
+		{"shared-retention", "conformance/audit_retention"},
+	} {
+		t.Run(c.bug, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestReferenceStore$/^conformance$/^"+
+				strings.TrimPrefix(c.failingCase, "conformance/")+"$", "-test.v")
+			cmd.Env = append(os.Environ(), brokenEnv+"="+c.bug)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the suite passed a store with bug %s:\n%s", c.bug, out)
+			}
+			if !strings.Contains(string(out), "--- FAIL: TestReferenceStore/"+c.failingCase) {
+				t.Fatalf("bug %s did not fail %s:\n%s", c.bug, c.failingCase, out)
+			}
+		})
+	}
 }
 
 func (s *refStore) start(ctx context.Context, op string) (func(), error) {
@@ -224,6 +265,21 @@ func (s *refStore) AppendAudit(ctx context.Context, events []lockstore.AuditEven
 	}
 	defer unlock()
 	s.d.audit = append(s.d.audit, events...)
+	// Each class keeps its newest MaxEventsOf (the bug: one shared budget).
+	counts := map[lockstore.AuditClass]int{}
+	var kept []lockstore.AuditEvent
+	for i := len(s.d.audit) - 1; i >= 0; i-- {
+		e := s.d.audit[i]
+		c := e.Class()
+		if s.broken == "shared-retention" {
+			c = lockstore.AuditDecision
+		}
+		if counts[c]++; counts[c] <= s.retention.MaxEventsOf(c) {
+			kept = append(kept, e)
+		}
+	}
+	slices.Reverse(kept)
+	s.d.audit = kept
 	return nil
 }
 
@@ -235,7 +291,11 @@ func (s *refStore) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]lo
 	defer unlock()
 	var out []lockstore.AuditEvent
 	for _, e := range s.d.audit {
-		if (q.KeyHash == "" || e.KeyHash == q.KeyHash) && e.TimeMs >= q.SinceMs {
+		match := q.Key == "" || e.KeyDigest == lockstore.KeyDigest(q.Key)
+		if s.broken == "hash-filter" {
+			match = q.Key == "" || e.KeyHash == lockstore.HashKey(q.Key)
+		}
+		if match && e.TimeMs >= q.SinceMs {
 			out = append(out, e)
 		}
 	}
