@@ -3,113 +3,155 @@ package kube_test
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/fencegate/fencegate/deploy/helm"
+	"github.com/fencegate/fencegate/deploy/k8s"
 )
 
-// kubectl runs kubectl against the cluster as the admin, with stdin, and
-// returns stdout and stderr (kubectl prints the API server's warnings there).
-func (c *cluster) kubectl(t *testing.T, stdin []byte, args ...string) (stdout, stderr string, err error) {
-	t.Helper()
-	bin, lerr := exec.LookPath("kubectl")
-	if lerr != nil {
-		t.Fatalf("kubectl is not installed (make test needs it on PATH): %v", lerr)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.kubeconfig(t)}, args...)...)
-	cmd.Env = append(os.Environ(), "NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost")
-	cmd.Stdin = bytes.NewReader(stdin)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err = cmd.Run()
-	return out.String(), errb.String(), err
+// resources maps the kinds fencegate's manifests use to their REST
+// resource: the path segment and whether they live in a namespace. A kind
+// missing here fails the test, so a new template cannot go unvalidated.
+var resources = map[string]struct {
+	plural     string
+	namespaced bool
+}{
+	"v1 Namespace":                            {"namespaces", false},
+	"v1 ServiceAccount":                       {"serviceaccounts", true},
+	"v1 ConfigMap":                            {"configmaps", true},
+	"v1 Secret":                               {"secrets", true},
+	"v1 Service":                              {"services", true},
+	"apps/v1 Deployment":                      {"deployments", true},
+	"policy/v1 PodDisruptionBudget":           {"poddisruptionbudgets", true},
+	"networking.k8s.io/v1 NetworkPolicy":      {"networkpolicies", true},
+	"cert-manager.io/v1 Certificate":          {"certificates", true},
+	"cert-manager.io/v1 Issuer":               {"issuers", true},
+	"monitoring.coreos.com/v1 ServiceMonitor": {"servicemonitors", true},
+	"admissionregistration.k8s.io/v1 ValidatingWebhookConfiguration": {"validatingwebhookconfigurations", false},
+	"apiextensions.k8s.io/v1 CustomResourceDefinition":               {"customresourcedefinitions", false},
 }
 
-// kubeconfig writes (once per test) a kubeconfig for the admin user.
-func (c *cluster) kubeconfig(t *testing.T) string {
+// docs splits YAML into documents (as JSON objects), skipping empty ones.
+func docs(t *testing.T, data []byte) []map[string]any {
 	t.Helper()
-	p := filepath.Join(os.TempDir(), fmt.Sprintf("fencegate-kubeconfig-%s", strings.TrimPrefix(c.url, "https://127.0.0.1:")))
-	if _, err := os.Stat(p); err == nil {
-		return p
+	var out []map[string]any
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc map[string]any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("decode YAML: %v", err)
+		}
+		if doc != nil {
+			out = append(out, doc)
+		}
 	}
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-  - name: e2e
-    cluster:
-      server: %s
-      certificate-authority-data: %s
-users:
-  - name: admin
-    user:
-      token: %s
-contexts:
-  - name: e2e
-    context: {cluster: e2e, user: admin}
-current-context: e2e
-`, c.url, base64.StdEncoding.EncodeToString(c.caPEM), c.tokens[adminUser])
-	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(p) })
-	return p
 }
 
-// dryRun applies manifests with a server-side dry run and strict field
-// validation: the API server decodes, defaults, validates and admits every
-// object (PodSecurity included) and stores nothing. It returns kubectl's
-// error and its warnings.
-func (c *cluster) dryRun(t *testing.T, manifests []byte, args ...string) (warnings string, err error) {
+// objectPath is the REST path of doc.
+func objectPath(doc map[string]any) (string, error) {
+	apiVersion, _ := doc["apiVersion"].(string)
+	kind, _ := doc["kind"].(string)
+	md, _ := doc["metadata"].(map[string]any)
+	name, _ := md["name"].(string)
+	ns, _ := md["namespace"].(string)
+	r, ok := resources[apiVersion+" "+kind]
+	if !ok || name == "" {
+		return "", fmt.Errorf("no REST resource known for %s %s %q: add it to resources", apiVersion, kind, name)
+	}
+	base := "/apis/" + apiVersion
+	if !strings.Contains(apiVersion, "/") {
+		base = "/api/" + apiVersion
+	}
+	if r.namespaced {
+		if ns == "" {
+			return "", fmt.Errorf("%s %s has no namespace", kind, name)
+		}
+		base += "/namespaces/" + ns
+	}
+	return base + "/" + r.plural + "/" + name, nil
+}
+
+// apply sends every document with server-side apply: created or updated,
+// with strict field validation (an unknown or duplicate field is an error,
+// not a warning), through every admission plugin (PodSecurity included).
+// With dryRun nothing is stored. It returns the API server's warnings.
+func (c *cluster) apply(t *testing.T, manifests []byte, dryRun bool) (warnings []string, err error) {
 	t.Helper()
-	if manifests != nil {
-		args = append(args, "-f", "-")
+	q := url.Values{"fieldManager": {"fencegate-e2e"}, "fieldValidation": {"Strict"}, "force": {"true"}}
+	if dryRun {
+		q.Set("dryRun", "All")
 	}
-	stdout, stderr, err := c.kubectl(t, manifests, append([]string{"apply", "--dry-run=server", "--validate=strict"}, args...)...)
-	if err != nil {
-		return stderr, fmt.Errorf("kubectl apply --dry-run=server: %w\n%s%s", err, stdout, stderr)
+	for _, doc := range docs(t, manifests) {
+		path, err := objectPath(doc)
+		if err != nil {
+			return warnings, err
+		}
+		body, err := json.Marshal(doc)
+		if err != nil {
+			return warnings, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		code, raw, hdr, err := c.doHeader(ctx, adminUser, http.MethodPatch, path+"?"+q.Encode(), body, "application/apply-patch+yaml")
+		cancel()
+		if err != nil {
+			return warnings, fmt.Errorf("%s: %w", path, err)
+		}
+		for _, w := range hdr.Values("Warning") {
+			warnings = append(warnings, path+": "+w)
+		}
+		if code != http.StatusOK && code != http.StatusCreated {
+			return warnings, fmt.Errorf("%s: %d %s", path, code, raw)
+		}
 	}
-	return stderr, nil
+	return warnings, nil
 }
 
 // TestChartServerSideDryRun renders the Helm chart with every variant of its
-// values and has a real kube-apiserver validate the result, and does the same
-// for deploy/k8s through kubectl's kustomize. cert-manager and Prometheus
-// Operator are not installed on the bare API server: testdata/crds.yaml gives
-// it minimal CRDs for Certificate, Issuer and ServiceMonitor so those objects
-// are validated too (against our schema of the fields the chart uses).
+// values (helm.Variants, plus another release name and namespace) and has a
+// real kube-apiserver validate the result with a server-side dry run; the
+// same for deploy/k8s, file by file as its kustomization lists them.
+// cert-manager and Prometheus Operator are not installed on the bare API
+// server: testdata/crds.yaml gives it minimal CRDs of our own for
+// Certificate, Issuer and ServiceMonitor, so those objects are validated
+// too (against a schema of the fields the chart uses).
 func TestChartServerSideDryRun(t *testing.T) {
 	c := startCluster(t)
 	crds, err := os.ReadFile("testdata/crds.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, stderr, err := c.kubectl(t, crds, "apply", "-f", "-"); err != nil {
-		t.Fatalf("install CRDs: %v\n%s%s", err, out, stderr)
+	if _, err := c.apply(t, crds, false); err != nil {
+		t.Fatalf("install CRDs: %v", err)
 	}
-	if out, stderr, err := c.kubectl(t, nil, "wait", "--for=condition=Established", "--timeout=60s",
-		"crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io", "crd/servicemonitors.monitoring.coreos.com"); err != nil {
-		t.Fatalf("CRDs not established: %v\n%s%s", err, out, stderr)
+	for _, crd := range docs(t, crds) {
+		c.waitEstablished(t, crd["metadata"].(map[string]any)["name"].(string))
 	}
 	// A dry run does not create the namespace, and objects in a namespace
-	// that does not exist are refused: create them for real, with the
-	// Pod Security level deploy/k8s sets (helm install --create-namespace
-	// would not label it; the pods must pass restricted anyway).
-	// kubectl apply, so the later dry runs find kubectl's annotation.
+	// that does not exist are refused: create them for real. They enforce
+	// the restricted Pod Security level (as deploy/k8s's namespace does)
+	// and warn about it, so a pod template that breaks it is reported.
 	for _, ns := range []string{"fencegate", "ops"} {
 		doc := fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  labels:\n"+
 			"    pod-security.kubernetes.io/enforce: restricted\n    pod-security.kubernetes.io/warn: restricted\n", ns)
-		if out, stderr, err := c.kubectl(t, []byte(doc), "apply", "-f", "-"); err != nil {
-			t.Fatalf("create namespace %s: %v\n%s%s", ns, err, out, stderr)
+		if _, err := c.apply(t, []byte(doc), false); err != nil {
+			t.Fatalf("create namespace %s: %v", ns, err)
 		}
 	}
 
@@ -119,13 +161,14 @@ func TestChartServerSideDryRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		renderings[name] = out
+		renderings["chart "+name] = out
 	}
 	out, err := helm.Template(context.Background(), "gate", "ops", helm.Required...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	renderings["release gate in ops"] = out
+	renderings["chart as release gate in ops"] = out
+	renderings["deploy/k8s"] = kustomized(t)
 
 	names := make([]string, 0, len(renderings))
 	for n := range renderings {
@@ -134,31 +177,22 @@ func TestChartServerSideDryRun(t *testing.T) {
 	slices.Sort(names)
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
-			warnings, err := c.dryRun(t, renderings[name])
+			warnings, err := c.apply(t, renderings[name], true)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if strings.Contains(warnings, "Warning") {
-				t.Errorf("the API server warned:\n%s", warnings)
+			if len(warnings) > 0 {
+				t.Errorf("the API server warned:\n%s", strings.Join(warnings, "\n"))
 			}
 		})
 	}
-	t.Run("kustomize deploy/k8s", func(t *testing.T) {
-		warnings, err := c.dryRun(t, nil, "-k", "../../deploy/k8s")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(warnings, "Warning") {
-			t.Errorf("the API server warned:\n%s", warnings)
-		}
-	})
 
 	// The dry run must refuse what is wrong, or passing it proves nothing.
-	good := renderings["monitored, narrowed"]
+	good := renderings["chart monitored, narrowed"]
 	for _, tc := range []struct{ name, from, to, want string }{
 		{"misspelt field", "\n    failurePolicy: Fail", "\n    failurPolicy: Fail", "failurPolicy"},
 		{"root pod", "runAsNonRoot: true", "runAsNonRoot: false", "PodSecurity"},
-		{"privileged escalation", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", "PodSecurity"},
+		{"privilege escalation", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", "PodSecurity"},
 		{"certificate without issuer", "  issuerRef:\n    name: fencegate-ca\n    kind: Issuer\n", "", "issuerRef"},
 		{"service monitor without selector", "spec:\n  selector:\n    matchLabels:", "spec:\n  selectr:\n    matchLabels:", "selector"},
 		{"service monitor interval not a string", "interval: 30s", "interval: 30", "interval"},
@@ -169,14 +203,66 @@ func TestChartServerSideDryRun(t *testing.T) {
 			if bytes.Equal(broken, good) {
 				t.Fatalf("%q not in the rendering", tc.from)
 			}
-			warnings, err := c.dryRun(t, broken)
-			msg := warnings
+			warnings, err := c.apply(t, broken, true)
+			complaint := strings.Join(warnings, "\n")
 			if err != nil {
-				msg = err.Error()
+				complaint += "\n" + err.Error()
 			}
-			if (err == nil && !strings.Contains(warnings, "Warning")) || !strings.Contains(msg, tc.want) {
-				t.Fatalf("the broken rendering passed the dry run (err %v, warnings %q); want a complaint about %s", err, warnings, tc.want)
+			if !strings.Contains(complaint, tc.want) {
+				t.Fatalf("the broken rendering passed the dry run (%q); want a complaint about %s", complaint, tc.want)
 			}
+			t.Logf("refused: %s", complaint)
 		})
+	}
+}
+
+// kustomized is deploy/k8s as its kustomization lists it (resources only,
+// which is all it uses: TestKustomizationListsEveryFile keeps it so).
+func kustomized(t *testing.T) []byte {
+	t.Helper()
+	raw, err := k8s.Files.ReadFile("kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kz struct {
+		Resources []string `yaml:"resources"`
+	}
+	if err := yaml.Unmarshal(raw, &kz); err != nil {
+		t.Fatal(err)
+	}
+	var all bytes.Buffer
+	for _, r := range kz.Resources {
+		b, err := k8s.Files.ReadFile(filepath.ToSlash(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.WriteString("---\n")
+		all.Write(b)
+	}
+	return all.Bytes()
+}
+
+// waitEstablished waits until the API server serves the CRD's resource.
+func (c *cluster) waitEstablished(t *testing.T, name string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, raw, err := c.do(context.Background(), adminUser, http.MethodGet, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"+name, nil, "")
+		if err == nil && code == http.StatusOK {
+			var crd struct {
+				Status struct {
+					Conditions []struct{ Type, Status string } `json:"conditions"`
+				} `json:"status"`
+			}
+			if json.Unmarshal(raw, &crd) == nil && slices.ContainsFunc(crd.Status.Conditions, func(c struct{ Type, Status string }) bool {
+				return c.Type == "Established" && c.Status == "True"
+			}) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CRD %s not established within a minute (last: %d %s %v)", name, code, raw, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
