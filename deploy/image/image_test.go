@@ -196,8 +196,7 @@ func TestImage(t *testing.T) {
 	})
 
 	shipped := deploymentFrom(t, "deploy/k8s", mustRead(t, k8s.Files, "deployment.yaml"))
-	rendered, err := helm.Template(context.Background(), "fencegate", "fencegate",
-		"--set", "store.url=redis://redis:6379", "--set", "tokens[0].name=t", "--set", "tokens[0].sha256="+strings.Repeat("ab", 32))
+	rendered, err := helm.Template(context.Background(), "fencegate", "fencegate", helm.Required...)
 	if err != nil {
 		t.Fatal(err)
 	}
