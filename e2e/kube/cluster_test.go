@@ -40,7 +40,6 @@ type cluster struct {
 	url    string            // https://127.0.0.1:PORT
 	tokens map[string]string // user → bearer token
 	client *http.Client      // trusts the API server's CA
-	caPEM  []byte            // the API server's CA, for kubeconfigs
 }
 
 // freePort returns a loopback port that was free a moment ago.
@@ -182,7 +181,6 @@ func startCluster(t *testing.T) *cluster {
 	c := &cluster{
 		url:    url,
 		tokens: tokens,
-		caPEM:  ca.PEM,
 		client: &http.Client{
 			Timeout:   30 * time.Second,
 			Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: 16},
