@@ -66,9 +66,15 @@ func TestRenderRefuses(t *testing.T) {
 		args []string
 		want string
 	}{
-		"no store":             {[]string{"--set", "tokens[0].name=a", "--set", "tokens[0].sha256=ab"}, "store.url"},
-		"no tokens":            {[]string{"--set", "store.url=redis://r:6379"}, "set tokens"},
-		"token without digest": {[]string{"--set", "store.url=redis://r:6379", "--set", "tokens[0].name=a"}, "sha256"},
+		"no store": {[]string{"--set", "tokens[0].name=a", "--set", "tokens[0].sha256=" + strings.Repeat("ab", 32)}, "store.url"},
+		// values.schema.json:
+		"token digest not hex":   {append(slices.Clone(required), "--set", "tokens[0].sha256=ab"), "/tokens/0/sha256"},
+		"unknown operation":      {append(slices.Clone(required), "--set", "tokens[0].operations={acquire,delete}"), "/tokens/0/operations/1"},
+		"misspelt mode":          {append(slices.Clone(required), "--set", "admission.mode=enforced"), "/admission/mode"},
+		"fail open not a policy": {append(slices.Clone(required), "--set", "admission.failurePolicy=Open"), "/admission/failurePolicy"},
+		"zero replicas":          {append(slices.Clone(required), "--set", "replicas=0"), "/replicas"},
+		"no tokens":              {[]string{"--set", "store.url=redis://r:6379"}, "set tokens"},
+		"token without digest":   {[]string{"--set", "store.url=redis://r:6379", "--set", "tokens[0].name=a"}, "sha256"},
 		"no cert-manager, no CA": {append(slices.Clone(required), "--set", "admission.certificates.certManager=false",
 			"--set", "admission.certificates.secretName=x"), "caBundle"},
 	} {
