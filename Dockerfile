@@ -15,16 +15,19 @@ COPY . .
 ARG VERSION=dev
 # Static: the final image has no libc and no dynamic loader.
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/fencegate ./cmd/fencegate \
-	&& /out/fencegate version \
-	&& mkdir -p /out/var/lib/fencegate /out/tmp && chmod 1777 /out/tmp
+	&& /out/fencegate version
+# The directories of the image: /tmp (1777) and the working directory, which
+# the second COPY below hands to the user.
+RUN mkdir -p /out/root/tmp /out/root/var/lib/fencegate \
+	&& chmod 1777 /out/root/tmp && chmod 700 /out/root/var/lib/fencegate
 
 FROM scratch
 ARG VERSION=dev
 # The CA bundle, so rediss:// and Firestore can verify their servers.
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/fencegate /fencegate
-COPY --from=build /out/tmp /tmp
-COPY --from=build --chown=65532:65532 /out/var/lib/fencegate /var/lib/fencegate
+COPY --from=build /out/root/ /
+COPY --from=build --chown=65532:65532 /out/root/var/lib/ /var/lib/
 USER 65532:65532
 WORKDIR /var/lib/fencegate
 EXPOSE 8080 9090 9191 8443

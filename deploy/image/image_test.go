@@ -454,6 +454,39 @@ func TestAgreeCatchesMismatches(t *testing.T) {
 	}
 }
 
+// The same inputs give the same image, byte for byte (timestamps are fixed),
+// and a different input a different one.
+func TestBuildIsReproducible(t *testing.T) {
+	// Any static binary will do; the tool itself is a small one.
+	bin := goBuild(t, t.TempDir(), "github.com/fencegate/fencegate/cmd/fencegate-image", "")
+	digest := func(o image.Options) v1.Hash {
+		t.Helper()
+		img, err := image.Build(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := img.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	o := image.Options{Binary: bin, Version: "v1.2.3"}
+	first, second := digest(o), digest(o)
+	if first != second {
+		t.Fatalf("two builds of the same inputs: %s and %s", first, second)
+	}
+	o.Created = time.Unix(1700000000, 0)
+	if digest(o) == first {
+		t.Error("a different creation time gave the same digest: the check above proves nothing")
+	}
+	o.Created = time.Time{}
+	o.Version = "v1.2.4"
+	if digest(o) == first {
+		t.Error("a different version gave the same digest")
+	}
+}
+
 // A dynamically linked binary cannot run on an empty image: Build refuses it.
 func TestBuildRefusesDynamicBinary(t *testing.T) {
 	for _, p := range []string{"/bin/true", "/usr/bin/true"} {
