@@ -20,6 +20,7 @@ import (
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -90,6 +91,8 @@ func newObject(apiVersion, kind string) (any, error) {
 		return &corev1.Service{}, nil
 	case "apps/v1 Deployment":
 		return &appsv1.Deployment{}, nil
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}, nil
 	case "policy/v1 PodDisruptionBudget":
 		return &policyv1.PodDisruptionBudget{}, nil
 	case "admissionregistration.k8s.io/v1 ValidatingWebhookConfiguration":
@@ -221,6 +224,10 @@ func TestStrictDecodeCatchesMistakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pdb, err := k8s.Files.ReadFile("pdb.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name, file string
 		orig       []byte
@@ -230,7 +237,7 @@ func TestStrictDecodeCatchesMistakes(t *testing.T) {
 		{"mis-cased field", "webhook.yaml", webhook, "timeoutSeconds: 5", "TimeoutSeconds: 5"},
 		{"wrong type", "webhook.yaml", webhook, "timeoutSeconds: 5", "timeoutSeconds: five"},
 		{"field at the wrong level", "deployment.yaml", deployment, "        runAsNonRoot: true", "        runAsNonRoot: true\n        readOnlyRootFilesystem: true"},
-		{"unknown kind", "deployment.yaml", deployment, "kind: PodDisruptionBudget", "kind: PodDisruptionBudgets"},
+		{"unknown kind", "pdb.yaml", pdb, "kind: PodDisruptionBudget", "kind: PodDisruptionBudgets"},
 	}
 	for _, tc := range cases {
 		broken := strings.Replace(string(tc.orig), tc.from, tc.to, 1)
@@ -553,5 +560,108 @@ func TestKustomizationListsEveryFile(t *testing.T) {
 	slices.Sort(listed)
 	if !slices.Equal(files, listed) {
 		t.Errorf("kustomization lists %v, the directory has %v", listed, files)
+	}
+}
+
+// The proxy label the NetworkPolicy admits to the edge ports.
+const proxyLabel, proxyValue = "fencegate.io/proxy", "true"
+
+// policyProblems lists how the NetworkPolicy fails the deployment: a port it
+// names that the pods do not have, a container port no rule admits, the
+// authz port open to anything but proxies, the webhook port restricted to
+// pods (the API server is not one).
+func policyProblems(np *networkingv1.NetworkPolicy, dep *appsv1.Deployment) []string {
+	var out []string
+	if !labelsMatch(np.Spec.PodSelector.MatchLabels, dep.Spec.Template.Labels) {
+		out = append(out, "the policy does not select the deployment's pods")
+	}
+	if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+		out = append(out, "the policy does not restrict ingress")
+	}
+	names := map[string]bool{}
+	for _, p := range dep.Spec.Template.Spec.Containers[0].Ports {
+		names[p.Name] = false
+	}
+	for i, r := range np.Spec.Ingress {
+		for _, p := range r.Ports {
+			if p.Port == nil || p.Port.StrVal == "" {
+				out = append(out, fmt.Sprintf("rule %d names a port by number, not by the container's port name", i))
+				continue
+			}
+			name := p.Port.StrVal
+			if _, ok := names[name]; !ok {
+				out = append(out, fmt.Sprintf("rule %d admits port %q, which the pods do not have", i, name))
+				continue
+			}
+			names[name] = true
+			switch name {
+			case "authz":
+				if len(r.From) == 0 {
+					out = append(out, fmt.Sprintf("rule %d opens the authz port to everyone", i))
+				}
+				for _, peer := range r.From {
+					if peer.PodSelector == nil || peer.PodSelector.MatchLabels[proxyLabel] != proxyValue || peer.IPBlock != nil {
+						out = append(out, fmt.Sprintf("rule %d admits a non-proxy peer to the authz port", i))
+					}
+				}
+			case "webhook":
+				for _, peer := range r.From {
+					if peer.IPBlock == nil {
+						out = append(out, fmt.Sprintf("rule %d admits the webhook port from pods only: the API server is not a pod", i))
+					}
+				}
+			}
+		}
+	}
+	for name, admitted := range names {
+		if !admitted {
+			out = append(out, fmt.Sprintf("no rule admits port %q", name))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestNetworkPolicy(t *testing.T) {
+	m := load(t)
+	dep := get[*appsv1.Deployment](t, m, "v1.Deployment", "fencegate")
+	np := get[*networkingv1.NetworkPolicy](t, m, "v1.NetworkPolicy", "fencegate")
+	for _, p := range policyProblems(np, dep) {
+		t.Error(p)
+	}
+	// And the check catches a policy that lets others reach the edge port.
+	breaks := map[string]func(np *networkingv1.NetworkPolicy){
+		"authz for lock clients": func(np *networkingv1.NetworkPolicy) {
+			for i := range np.Spec.Ingress {
+				if slices.ContainsFunc(np.Spec.Ingress[i].Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port.StrVal == "grpc" }) {
+					authz := intstr.FromString("authz")
+					np.Spec.Ingress[i].Ports = append(np.Spec.Ingress[i].Ports, networkingv1.NetworkPolicyPort{Port: &authz})
+				}
+			}
+		},
+		"proxy label dropped": func(np *networkingv1.NetworkPolicy) {
+			for i := range np.Spec.Ingress {
+				for j := range np.Spec.Ingress[i].From {
+					if ps := np.Spec.Ingress[i].From[j].PodSelector; ps != nil {
+						delete(ps.MatchLabels, proxyLabel)
+					}
+				}
+			}
+		},
+		"webhook port dropped": func(np *networkingv1.NetworkPolicy) {
+			np.Spec.Ingress = slices.DeleteFunc(np.Spec.Ingress, func(r networkingv1.NetworkPolicyIngressRule) bool {
+				return slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port.StrVal == "webhook" })
+			})
+		},
+		"other pods selected": func(np *networkingv1.NetworkPolicy) {
+			np.Spec.PodSelector.MatchLabels = map[string]string{"app": "other"}
+		},
+	}
+	for name, brk := range breaks {
+		b := np.DeepCopy()
+		brk(b)
+		if len(policyProblems(b, dep)) == 0 {
+			t.Errorf("%s: the policy check found nothing wrong", name)
+		}
 	}
 }
