@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"golang.org/x/net/netutil"
@@ -93,6 +94,48 @@ func (l grpcLimits) serverOptions() []grpc.ServerOption {
 		}))
 	}
 	return opts
+}
+
+// shutdownTimeout bounds draining in-flight requests on SIGTERM.
+const shutdownTimeout = 20 * time.Second
+
+// listeners are the listeners serve runs, in start order.
+type listeners struct {
+	runners []runner
+	addrs   []any // name, address pairs for the ready log line
+}
+
+func (ls *listeners) add(name string, r runner) {
+	ls.runners = append(ls.runners, r)
+	ls.addrs = append(ls.addrs, name, r.addr())
+}
+
+// run serves every listener (each already bound) and logs "fencegate
+// ready" with attrs and their addresses. When ctx ends or a listener fails,
+// it drains them all within shutdownTimeout; it returns the failure.
+func (ls *listeners) run(ctx context.Context, log *slog.Logger, attrs ...any) error {
+	errc := make(chan error, len(ls.runners))
+	for _, r := range ls.runners {
+		go func() { errc <- r.serve() }()
+	}
+	log.Info("fencegate ready: every listener is up", append(attrs, ls.addrs...)...)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining in-flight requests", "timeout", shutdownTimeout)
+	case serveErr = <-errc:
+		log.Error("a listener failed; shutting down", "err", serveErr)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, r := range ls.runners {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.shutdown(sctx) }()
+	}
+	wg.Wait()
+	return serveErr
 }
 
 // runner is one listener with its server.

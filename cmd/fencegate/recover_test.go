@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -31,31 +30,33 @@ type panicStore struct{ lockstore.Store }
 
 func (panicStore) IsLocked(context.Context, string) (bool, error) { panic("boom") }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// lockedLog serializes the server's log writes and the test's reads.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf []byte
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.buf = append(l.buf, p...)
+	l.mu.Unlock()
+	return len(p), nil
 }
 
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.buf)
 }
 
-func panickingAPI(t *testing.T) (*api.Server, *syncBuffer, *slog.Logger) {
+func panickingAPI(t *testing.T) (*api.Server, *lockedLog, *slog.Logger) {
 	t.Helper()
 	s, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "locks.db")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	logs := &syncBuffer{}
+	logs := &lockedLog{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	srv, err := api.New(api.Options{Store: panicStore{s}, Logger: log})
 	if err != nil {

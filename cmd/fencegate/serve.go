@@ -31,7 +31,6 @@ import (
 // Timeouts of the serving process.
 const (
 	storeOpenTimeout  = 15 * time.Second // first connection to the store
-	shutdownTimeout   = 20 * time.Second // draining in-flight requests on SIGTERM
 	readinessInterval = 5 * time.Second  // how often gRPC health follows /readyz
 )
 
@@ -174,34 +173,14 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		return err
 	}
 
-	var servers []runner
-	var addrs []any
-	add := func(name string, r runner) {
-		servers = append(servers, r)
-		addrs = append(addrs, name, r.addr())
-	}
+	var ls listeners
 
 	if cfg.HTTP.Enabled() {
-		tc, _, err := serverTLS("http", cfg.HTTP.TLS, log, goBG)
+		r, err := newMainHTTPRunner(cfg, srv, checker, log, goBG)
 		if err != nil {
 			return err
 		}
-		mux := http.NewServeMux()
-		srv.Register(mux)
-		fwd := bodiless(srv.Middleware(authz.NewHTTPHandler(checker, authz.Options{Logger: log})))
-		mux.Handle(authz.HTTPPath, fwd)
-		mux.Handle(authz.HTTPPath+"/", fwd)
-		// A waiting acquire holds its request for up to maxWait, and Go
-		// cancels a request whose connection passes ReadTimeout.
-		maxWait := cfg.Locks.MaxWait.Std()
-		if maxWait == 0 {
-			maxWait = api.DefaultMaxWait
-		}
-		r, err := newHTTPRunner("http", cfg.HTTP.Addr, tc, mux, readTimeout+maxWait, log)
-		if err != nil {
-			return err
-		}
-		add("http", r)
+		ls.add("http", r)
 	}
 	// Both gRPC listeners' health follows /readyz: NOT_SERVING until the
 	// first check answers, then as the store and webhook certificate go.
@@ -216,7 +195,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		if err != nil {
 			return err
 		}
-		add("grpc", r)
+		ls.add("grpc", r)
 	}
 	if cfg.Authz.Enabled() {
 		r, err := newGRPCListener("authz", cfg.Authz, log, goBG, func(g *grpc.Server) *health.Server {
@@ -229,43 +208,41 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		if err != nil {
 			return err
 		}
-		add("authz", r)
+		ls.add("authz", r)
 	}
 	if admissionRunner != nil {
-		add("admission", admissionRunner)
+		ls.add("admission", admissionRunner)
 	}
 
-	errc := make(chan error, len(servers))
-	for _, s := range servers {
-		go func() { errc <- s.serve() }()
+	if set.store.backend == "bolt" {
+		log.Info("using the embedded single-node store; locks and fences live in one local file (use redis://, postgres:// or firestore:// for more than one gateway)")
 	}
-
 	authState := "on"
 	if set.auth == nil {
 		authState = "off"
 	}
-	attrs := append([]any{"store", caps.Backend, "store_url", config.RedactURL(cfg.Store), "time_authority", string(caps.TimeAuthority), "auth", authState}, addrs...)
-	log.Info("fencegate ready: every listener is up", attrs...)
-	if set.store.backend == "bolt" {
-		log.Info("using the embedded single-node store; locks and fences live in one local file (use redis://, postgres:// or firestore:// for more than one gateway)")
-	}
+	return ls.run(ctx, log, "store", caps.Backend, "store_url", config.RedactURL(cfg.Store), "time_authority", string(caps.TimeAuthority), "auth", authState)
+}
 
-	var serveErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: draining in-flight requests", "timeout", shutdownTimeout)
-	case serveErr = <-errc:
-		log.Error("a listener failed; shutting down", "err", serveErr)
+// newMainHTTPRunner builds the HTTP listener: the lock API, forward-auth,
+// health and metrics.
+func newMainHTTPRunner(cfg config.Config, srv *api.Server, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
+	tc, _, err := serverTLS("http", cfg.HTTP.TLS, log, goBG)
+	if err != nil {
+		return nil, err
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, s := range servers {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.shutdown(sctx) }()
+	mux := http.NewServeMux()
+	srv.Register(mux)
+	fwd := bodiless(srv.Middleware(authz.NewHTTPHandler(checker, authz.Options{Logger: log})))
+	mux.Handle(authz.HTTPPath, fwd)
+	mux.Handle(authz.HTTPPath+"/", fwd)
+	// A waiting acquire holds its request for up to maxWait, and Go
+	// cancels a request whose connection passes ReadTimeout.
+	maxWait := cfg.Locks.MaxWait.Std()
+	if maxWait == 0 {
+		maxWait = api.DefaultMaxWait
 	}
-	wg.Wait()
-	return serveErr
+	return newHTTPRunner("http", cfg.HTTP.Addr, tc, mux, readTimeout+maxWait, log)
 }
 
 // newGRPCListener builds one of serve's gRPC listeners with its TLS.
