@@ -185,26 +185,14 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	// Both gRPC listeners' health follows /readyz: NOT_SERVING until the
 	// first check answers, then as the store and webhook certificate go.
 	if cfg.GRPC.Enabled() {
-		r, err := newGRPCListener("grpc", cfg.GRPC, log, goBG, func(g *grpc.Server) *health.Server {
-			srv.RegisterGRPC(g)
-			hs := health.NewServer()
-			healthpb.RegisterHealthServer(g, hs)
-			goBG(srv.FollowReadiness(hs, readinessInterval, "", api.LocksServiceName))
-			return hs
-		})
+		r, err := newLocksGRPCRunner(cfg.GRPC, srv, log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("grpc", r)
 	}
 	if cfg.Authz.Enabled() {
-		r, err := newGRPCListener("authz", cfg.Authz, log, goBG, func(g *grpc.Server) *health.Server {
-			as := authz.NewServer(checker, authz.Options{Logger: log})
-			as.Register(g)
-			// Envoy health-checks this listener.
-			goBG(srv.FollowReadiness(as.Health(), readinessInterval, "", authz.ServiceName))
-			return as.Health()
-		})
+		r, err := newAuthzRunner(cfg.Authz, srv, checker, log, goBG)
 		if err != nil {
 			return err
 		}
@@ -243,6 +231,30 @@ func newMainHTTPRunner(cfg config.Config, srv *api.Server, checker *fencecheck.C
 		maxWait = api.DefaultMaxWait
 	}
 	return newHTTPRunner("http", cfg.HTTP.Addr, tc, mux, readTimeout+maxWait, log)
+}
+
+// Both gRPC listeners' health follows /readyz (api.Server.Ready: the store
+// and the webhook certificate), NOT_SERVING until the first check answers.
+
+// newLocksGRPCRunner builds the gRPC lock API listener.
+func newLocksGRPCRunner(l config.Listener, srv *api.Server, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
+	return newGRPCListener("grpc", l, log, goBG, func(g *grpc.Server) *health.Server {
+		srv.RegisterGRPC(g)
+		hs := health.NewServer()
+		healthpb.RegisterHealthServer(g, hs)
+		goBG(srv.FollowReadiness(hs, readinessInterval, "", api.LocksServiceName))
+		return hs
+	})
+}
+
+// newAuthzRunner builds the Envoy ext_authz listener; Envoy health-checks it.
+func newAuthzRunner(l config.Listener, srv *api.Server, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
+	return newGRPCListener("authz", l, log, goBG, func(g *grpc.Server) *health.Server {
+		as := authz.NewServer(checker, authz.Options{Logger: log})
+		as.Register(g)
+		goBG(srv.FollowReadiness(as.Health(), readinessInterval, "", authz.ServiceName))
+		return as.Health()
+	})
 }
 
 // newGRPCListener builds one of serve's gRPC listeners with its TLS.
