@@ -19,19 +19,31 @@ import (
 // URL scheme to a backend. cmd/fencegate is the only package that imports
 // them all; the backends never import each other.
 var backends = []backend{
-	storeBackend("bolt", []string{"bolt"}, bolt.ParseURL, bolt.Open,
-		func(c *bolt.Config) (*lockstore.AuditRetention, **slog.Logger) { return &c.AuditRetention, &c.Logger }, nil),
-	storeBackend("redis", []string{"redis", "rediss", "redis+sentinel"}, redis.ParseURL, redis.Open,
-		func(c *redis.Config) (*lockstore.AuditRetention, **slog.Logger) { return &c.AuditRetention, &c.Logger }, nil),
-	storeBackend("postgres", []string{"postgres", "postgresql"}, postgres.ParseURL, postgres.Open,
-		func(c *postgres.Config) (*lockstore.AuditRetention, **slog.Logger) {
+	backendSpec[bolt.Config, *bolt.Store]{
+		name: "bolt", schemes: []string{"bolt"},
+		parse: bolt.ParseURL, open: bolt.Open,
+		settings: func(c *bolt.Config) (*lockstore.AuditRetention, **slog.Logger) { return &c.AuditRetention, &c.Logger },
+	}.row(),
+	backendSpec[redis.Config, *redis.Store]{
+		name: "redis", schemes: []string{"redis", "rediss", "redis+sentinel"},
+		parse: redis.ParseURL, open: redis.Open,
+		settings: func(c *redis.Config) (*lockstore.AuditRetention, **slog.Logger) { return &c.AuditRetention, &c.Logger },
+	}.row(),
+	backendSpec[postgres.Config, *postgres.Store]{
+		name: "postgres", schemes: []string{"postgres", "postgresql"},
+		parse: postgres.ParseURL, open: postgres.Open,
+		settings: func(c *postgres.Config) (*lockstore.AuditRetention, **slog.Logger) {
 			return &c.AuditRetention, &c.Logger
 		},
-		migratePostgres),
-	storeBackend("firestore", []string{"firestore"}, firestore.ParseURL, firestore.Open,
-		func(c *firestore.Config) (*lockstore.AuditRetention, **slog.Logger) {
+		migrate: migratePostgres,
+	}.row(),
+	backendSpec[firestore.Config, *firestore.Store]{
+		name: "firestore", schemes: []string{"firestore"},
+		parse: firestore.ParseURL, open: firestore.Open,
+		settings: func(c *firestore.Config) (*lockstore.AuditRetention, **slog.Logger) {
 			return &c.AuditRetention, &c.Logger
-		}, nil),
+		},
+	}.row(),
 }
 
 // backend is one row of the table.
@@ -55,33 +67,38 @@ type storeURL struct {
 	migrate func(ctx context.Context) (string, error)
 }
 
-// storeBackend builds a table row from a backend package's ParseURL and
-// Open; fields points at the Config fields serve fills in.
-func storeBackend[C any, S lockstore.Store](
-	name string, schemes []string,
-	parse func(string) (C, error),
-	open func(context.Context, C) (S, error),
-	fields func(*C) (*lockstore.AuditRetention, **slog.Logger),
-	migrate func(context.Context, C) (string, error),
-) backend {
-	return backend{name: name, schemes: schemes, parse: func(raw string) (storeURL, error) {
-		cfg, err := parse(raw)
+// backendSpec describes a backend package in its own types: its Config
+// (C) and Store (S).
+type backendSpec[C any, S lockstore.Store] struct {
+	name    string
+	schemes []string
+	parse   func(string) (C, error)
+	open    func(context.Context, C) (S, error)
+	// settings points at the Config fields serve fills in.
+	settings func(*C) (*lockstore.AuditRetention, **slog.Logger)
+	// migrate is the backend's schema step (nil: none).
+	migrate func(context.Context, C) (string, error)
+}
+
+func (b backendSpec[C, S]) row() backend {
+	return backend{name: b.name, schemes: b.schemes, parse: func(raw string) (storeURL, error) {
+		cfg, err := b.parse(raw)
 		if err != nil {
 			return storeURL{}, err
 		}
-		u := storeURL{backend: name, raw: raw}
+		u := storeURL{backend: b.name, raw: raw}
 		u.open = func(ctx context.Context, retention lockstore.AuditRetention, log *slog.Logger) (lockstore.Store, error) {
 			c := cfg
-			r, l := fields(&c)
+			r, l := b.settings(&c)
 			*r, *l = mergeRetention(*r, retention), log
-			s, err := open(ctx, c)
+			s, err := b.open(ctx, c)
 			if err != nil {
 				return nil, err
 			}
 			return s, nil
 		}
-		if migrate != nil {
-			u.migrate = func(ctx context.Context) (string, error) { return migrate(ctx, cfg) }
+		if b.migrate != nil {
+			u.migrate = func(ctx context.Context) (string, error) { return b.migrate(ctx, cfg) }
 		}
 		return u, nil
 	}}
