@@ -70,17 +70,9 @@ func (h *Handler) Ready() bool {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	op := operationUnknown
-	defer func() {
-		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
-				panic(p)
-			}
-			h.log.Error("admission: panic while answering a review", "panic", p)
-			h.count(op, decisionError, reasonPanic)
-			httpError(w, http.StatusInternalServerError, "Internal", "internal error")
-		}
-		h.m.duration.WithLabelValues(op).Observe(time.Since(start).Seconds())
-	}()
+	// A panic outside Review (reading or encoding the review) goes on to
+	// the listener's recovery (a 500; the API server applies failurePolicy).
+	defer func() { h.m.duration.WithLabelValues(op).Observe(time.Since(start).Seconds()) }()
 
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -146,6 +138,11 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 		return Denied("", http.StatusBadRequest, metav1.StatusReasonBadRequest, "fencegate: no admission request")
 	}
 	op := operationLabel(req.Operation)
+	// This recovery stays although the listener recovers too: a panic while
+	// deciding must still be a well-formed AdmissionReview denial carrying
+	// the request's uid (a bare 500 would leave the outcome to the webhook's
+	// failurePolicy, which may be Ignore: fail open), and Review is also
+	// called directly, outside any listener.
 	defer func() {
 		if p := recover(); p != nil {
 			h.log.Error("admission: panic while deciding a review", "panic", p, "uid", req.UID)

@@ -70,8 +70,8 @@
 // CodeFromStatus reads it back. Auth reads the "authorization: Bearer …"
 // metadata. The auth, metrics and logging interceptor is built into the
 // service that RegisterGRPC registers, so it cannot be forgotten.
-// WatchReadiness keeps a caller-registered grpc.health.v1 server in step
-// with Ready.
+// FollowReadiness keeps a caller-registered grpc.health.v1 server in step
+// with Ready, NOT_SERVING until the first check answers.
 //
 // # Operations
 //

@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"time"
 
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
@@ -28,12 +26,14 @@ var grpcOps = map[string]Operation{
 // RegisterGRPC registers the fencegate.v1.Locks service and server
 // reflection on gs (do not register reflection again). grpc.health.v1 is
 // left to the caller, which owns the server's lifecycle: register a
-// health.Server and run WatchReadiness to keep it current.
+// health.Server and run FollowReadiness to keep it current.
 //
-// Authentication, scopes, metrics, access logs and panic recovery are
-// built into the registered service (an interceptor applied per method,
-// inside any interceptors gs was built with), so they cannot be lost by
-// building gs without a server option.
+// Authentication, scopes, metrics and access logs are built into the
+// registered service (an interceptor applied per method, inside any
+// interceptors gs was built with), so they cannot be lost by building gs
+// without a server option. Panic recovery is the listener's: build gs with
+// a recovering interceptor (cmd/fencegate does); a call whose handler
+// panics is counted and logged here as Internal on its way there.
 func (s *Server) RegisterGRPC(gs *grpc.Server) {
 	desc := fencegatev1.Locks_ServiceDesc
 	desc.Methods = make([]grpc.MethodDesc, len(fencegatev1.Locks_ServiceDesc.Methods))
@@ -70,9 +70,9 @@ func principalFrom(ctx context.Context) *Principal {
 }
 
 // unaryInterceptor authenticates the "authorization: Bearer …" metadata,
-// checks the operation scope, runs the method with panic recovery, turns
-// errors into statuses carrying the LockError code, and records metrics
-// and one access log line.
+// checks the operation scope, runs the method, turns errors into statuses
+// carrying the LockError code, and records metrics and one access log line
+// (a panicking method as Internal; the listener's interceptor recovers).
 func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
 	start := time.Now()
 	op, known := grpcOps[info.FullMethod]
@@ -80,9 +80,9 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		return h(ctx, req)
 	}
 	var p *Principal
+	panicking := true
 	defer func() {
-		if v := recover(); v != nil {
-			s.log.Error("panic in gRPC handler", "method", info.FullMethod, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		if panicking {
 			resp, err = nil, &apiError{code: lockstore.Internal, msg: "internal error"}
 		}
 		s.metrics.observe(op, resultOf(replyOK(resp), err), start)
@@ -103,14 +103,23 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 			slog.String("token", tokenName(p)),
 		)
 	}()
-	p, err = s.authenticate(authorizationMD(ctx))
+	resp, err = s.authorizedCall(ctx, req, op, h, &p)
+	panicking = false
+	return resp, err
+}
+
+// authorizedCall authenticates and authorizes the call (*p is the caller)
+// and runs h.
+func (s *Server) authorizedCall(ctx context.Context, req any, op Operation, h grpc.UnaryHandler, p **Principal) (any, error) {
+	var err error
+	*p, err = s.authenticate(authorizationMD(ctx))
 	if err != nil {
 		return nil, err
 	}
-	if err := authorizeOp(p, op); err != nil {
+	if err := authorizeOp(*p, op); err != nil {
 		return nil, err
 	}
-	return h(context.WithValue(ctx, principalKey{}, p), req)
+	return h(context.WithValue(ctx, principalKey{}, *p), req)
 }
 
 // authorizationMD returns the "authorization" metadata value; several

@@ -322,12 +322,3 @@ func TestGRPCClientDeadlineEndsWait(t *testing.T) {
 		t.Errorf("returned after %v", el)
 	}
 }
-
-func TestGRPCPanicIsInternal(t *testing.T) {
-	g := newGRPCEnv(t, panicStore{openStore(t)}, nil)
-	_, err := g.client.IsLocked(bearer(adminToken), &fencegatev1.IsLockedRequest{Key: "a"})
-	wantStatus(t, err, codes.Internal, lockstore.Internal)
-	if _, err := g.client.Acquire(bearer(adminToken), &fencegatev1.AcquireRequest{Key: "a"}); err != nil {
-		t.Errorf("server broken after a panic: %v", err)
-	}
-}

@@ -57,43 +57,59 @@ func (s *Server) Ready(ctx context.Context) error {
 	return nil
 }
 
-// grpcHealthServices are the names WatchReadiness reports for: the
-// server as a whole ("") and the lock service.
-var grpcHealthServices = []string{"", fencegatev1.Locks_ServiceDesc.ServiceName}
+// LocksServiceName is the gRPC name of the lock service, as grpc.health.v1
+// reports it.
+var LocksServiceName = fencegatev1.Locks_ServiceDesc.ServiceName
 
-// WatchReadiness keeps hs (the grpc.health.v1 service the caller
-// registered) in step with Ready: SERVING or NOT_SERVING for "" and
-// fencegate.v1.Locks, checked now and then every interval (0 means 5 s).
-// It blocks until ctx ends; run it in a goroutine the caller owns and
-// stops by cancelling ctx.
-func (s *Server) WatchReadiness(ctx context.Context, hs *health.Server, interval time.Duration) {
+// DefaultReadinessInterval is how often FollowReadiness checks when given
+// no interval.
+const DefaultReadinessInterval = 5 * time.Second
+
+// FollowReadiness keeps the grpc.health.v1 status of services on hs (a
+// server the caller registered, on any listener) in step with Ready, so a
+// health-checking proxy stops sending where /readyz would answer 503.
+//
+// Before it returns, it marks every service NOT_SERVING: a listener started
+// afterwards never reports SERVING before the store answered, nor "unknown
+// service". The returned loop checks at once, then every interval (0 means
+// DefaultReadinessInterval), until ctx ends; the caller runs it in a
+// goroutine it owns and stops by cancelling ctx.
+func (s *Server) FollowReadiness(hs *health.Server, interval time.Duration, services ...string) func(ctx context.Context) {
 	if interval <= 0 {
-		interval = 5 * time.Second
+		interval = DefaultReadinessInterval
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	last := healthpb.HealthCheckResponse_SERVICE_UNKNOWN
-	for {
-		st := healthpb.HealthCheckResponse_SERVING
-		if err := s.Ready(ctx); err != nil {
-			if ctx.Err() != nil {
+	set := func(st healthpb.HealthCheckResponse_ServingStatus) {
+		for _, name := range services {
+			hs.SetServingStatus(name, st)
+		}
+	}
+	set(healthpb.HealthCheckResponse_NOT_SERVING)
+	return func(ctx context.Context) {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		last := healthpb.HealthCheckResponse_NOT_SERVING
+		first := true
+		for {
+			st := healthpb.HealthCheckResponse_SERVING
+			if err := s.Ready(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				st = healthpb.HealthCheckResponse_NOT_SERVING
+				if last != st || first {
+					s.log.Warn("gRPC health: not serving", "err", err)
+				}
+			}
+			if st != last {
+				set(st)
+				last = st
+			}
+			first = false
+			select {
+			case <-ctx.Done():
 				return
+			case <-t.C:
 			}
-			st = healthpb.HealthCheckResponse_NOT_SERVING
-			if last != st {
-				s.log.Warn("gRPC health: not serving", "err", err)
-			}
-		}
-		if st != last {
-			for _, name := range grpcHealthServices {
-				hs.SetServingStatus(name, st)
-			}
-			last = st
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
 		}
 	}
 }

@@ -35,7 +35,7 @@ type opFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, p 
 //	GET  /healthz, /readyz, and /metrics when Options.Gatherer is set
 //
 // Other transports (the forward-auth endpoint) add their own routes to the
-// same mux; wrap them in Middleware for the same logging and recovery.
+// same mux; wrap them in Middleware for the same access logging.
 func (s *Server) Register(mux *http.ServeMux) {
 	route := func(path string, h http.Handler) { mux.Handle(path, s.Middleware(h)) }
 	route(wire.PathAcquire, s.serveOp(OpAcquire, http.MethodPost, s.httpAcquire))

@@ -2,10 +2,8 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -33,7 +31,7 @@ func setPrincipal(ctx context.Context, p *Principal) {
 }
 
 // statusRecorder remembers the status and size of a reply for the access
-// log and for panic recovery (a reply already started cannot become a 500).
+// log and for a panicking handler (a reply already started cannot become a 500).
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
@@ -59,8 +57,10 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// Middleware recovers panics (500 Internal, the stack logged) and writes
-// one structured access log line per request. The line carries the route
+// Middleware writes one structured access log line per request. A handler
+// that panics is answered 500 Internal (the lock API's error body) and
+// logged so; the panic then goes on to the listener's recovery, which logs
+// the stack and keeps the server up (cmd/fencegate installs it). The line carries the route
 // the request matched, not its path: forward-auth requests carry the
 // protected API's path after /v1/authz/check/, and that path may be a key;
 // GET /v1/locks/status takes the key in its query. Then the
@@ -72,17 +72,12 @@ func (s *Server) Middleware(h http.Handler) http.Handler {
 		rec := &statusRecorder{ResponseWriter: w}
 		ri := &requestInfo{}
 		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, ri))
+		panicking := true
 		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					// net/http's own way to abort a reply; it must reach the server.
-					panic(v)
-				}
-				s.log.Error("panic in HTTP handler", "route", logRoute(r), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-				if rec.status == 0 {
-					writeJSON(rec, http.StatusInternalServerError,
-						errorReply{errorBody{Code: lockstore.Internal, Message: "internal error"}})
-				}
+			if panicking && rec.status == 0 {
+				ri.code = lockstore.Internal
+				writeJSON(rec, http.StatusInternalServerError,
+					errorReply{errorBody{Code: lockstore.Internal, Message: "internal error"}})
 			}
 			level := slog.LevelInfo
 			if isProbePath(logRoute(r)) {
@@ -100,6 +95,7 @@ func (s *Server) Middleware(h http.Handler) http.Handler {
 			)
 		}()
 		h.ServeHTTP(rec, r)
+		panicking = false
 	})
 }
 

@@ -22,17 +22,17 @@ import (
 
 // Defaults for the listeners and the store. Every listener binds loopback by
 // default: exposing fencegate is a decision an operator makes explicitly.
+//
+// Everything else defaults to zero, which means "the default of the package
+// the setting is for" (fencecheck.DefaultTimeout, api.DefaultMaxWait, …):
+// config is data and restates no package's defaults or enums. Values are
+// parsed where cmd/fencegate turns the Config into those packages' options.
 const (
 	DefaultStore         = "bolt://./fencegate.db"
 	DefaultHTTPAddr      = "127.0.0.1:8080"
 	DefaultGRPCAddr      = "127.0.0.1:9090"
 	DefaultAuthzAddr     = "127.0.0.1:9191"
 	DefaultAdmissionAddr = "127.0.0.1:8443"
-	// DefaultCheckTimeout stays under Envoy's 200 ms default ext_authz
-	// timeout, so Envoy hears our fail-closed 503 rather than its own error.
-	DefaultCheckTimeout = 150 * time.Millisecond
-	DefaultMaxWait      = 30 * time.Second
-	DefaultOpTimeout    = 5 * time.Second
 )
 
 // Off disables a listener when given as its address.
@@ -96,12 +96,14 @@ type Log struct {
 
 // Check configures the edge decision.
 type Check struct {
+	// Timeout bounds one check's store read; zero is fencecheck.DefaultTimeout.
 	Timeout Duration `yaml:"timeout"`
 	// AuditRawKeys stores raw keys in audit events (off: only keyHash).
 	AuditRawKeys bool `yaml:"auditRawKeys"`
 }
 
-// Audit configures the audit trail.
+// Audit configures the audit trail. Zero fields take the defaults of
+// fencecheck (queue) and lockstore (retention).
 type Audit struct {
 	QueueSize int      `yaml:"queueSize"`
 	MaxEvents int      `yaml:"maxEvents"`
@@ -110,21 +112,23 @@ type Audit struct {
 
 // Locks configures the lock API.
 type Locks struct {
-	// MaxWait caps a request's waitMs.
+	// MaxWait caps a request's waitMs; zero is api.DefaultMaxWait.
 	MaxWait Duration `yaml:"maxWait"`
-	// OpTimeout bounds each store call a lock request makes (504 past it).
+	// OpTimeout bounds each store call a lock request makes (504 past it);
+	// zero is api.DefaultOpTimeout.
 	OpTimeout Duration `yaml:"opTimeout"`
 }
 
 // Admission configures the Kubernetes validating webhook. It is served only
 // when a certificate is configured (the API server speaks only HTTPS).
+// Empty fields take the admission and fencecheck packages' defaults.
 type Admission struct {
 	Addr            string   `yaml:"addr"`
 	TLS             TLS      `yaml:"tls"`
 	KeyAnnotation   string   `yaml:"keyAnnotation"`
 	FenceAnnotation string   `yaml:"fenceAnnotation"`
-	Policy          string   `yaml:"policy"` // holder, latest
-	Mode            string   `yaml:"mode"`   // enforce, dry-run, warn
+	Policy          string   `yaml:"policy"` // fencecheck.ParsePolicy
+	Mode            string   `yaml:"mode"`   // fencecheck.ParseMode
 	Resources       []string `yaml:"resources"`
 	ExemptUsers     []string `yaml:"exemptUsers"`
 	ExemptGroups    []string `yaml:"exemptGroups"`
@@ -162,11 +166,8 @@ func Default() Config {
 		HTTP:      Listener{Addr: DefaultHTTPAddr},
 		GRPC:      Listener{Addr: DefaultGRPCAddr},
 		Authz:     Listener{Addr: DefaultAuthzAddr},
-		Admission: Admission{Addr: DefaultAdmissionAddr, KeyAnnotation: "fencegate.io/key", FenceAnnotation: "fencegate.io/fence", Policy: "holder", Mode: "enforce"},
+		Admission: Admission{Addr: DefaultAdmissionAddr},
 		Log:       Log{Level: "info", Format: "text"},
-		Check:     Check{Timeout: Duration(DefaultCheckTimeout)},
-		Audit:     Audit{QueueSize: 4096},
-		Locks:     Locks{MaxWait: Duration(DefaultMaxWait), OpTimeout: Duration(DefaultOpTimeout)},
 	}
 }
 
@@ -193,16 +194,13 @@ func (p Problems) Error() string {
 	return "invalid configuration:\n  - " + strings.Join(p, "\n  - ")
 }
 
-// Validate checks c and returns Problems listing everything wrong, or nil.
+// Validate checks what config itself owns (addresses, files, the shape of
+// tokens, which listeners are on) and returns Problems listing everything
+// wrong, or nil. The store URL, enums and token scopes are parsed by the
+// packages they belong to, where cmd/fencegate builds their options.
 func (c *Config) Validate() error {
 	var p Problems
 	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
-
-	if c.Store == "" {
-		add("store: a store URL is required (e.g. %s)", DefaultStore)
-	} else if !knownStoreScheme(c.Store) {
-		add("store: unsupported URL %q: use bolt://, redis://, rediss://, redis+sentinel://, postgres:// or firestore://", redactURL(c.Store))
-	}
 
 	for _, l := range []struct {
 		name string
@@ -227,47 +225,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Admission.TLS.Enabled() {
 		checkTLS(add, "admission.tls", c.Admission.TLS)
-		if c.Admission.KeyAnnotation == "" || c.Admission.FenceAnnotation == "" {
-			add("admission: keyAnnotation and fenceAnnotation must not be empty")
-		} else if c.Admission.KeyAnnotation == c.Admission.FenceAnnotation {
-			add("admission: keyAnnotation and fenceAnnotation must differ")
-		}
-		switch c.Admission.Policy {
-		case "holder", "latest":
-		default:
-			add("admission.policy: %q must be holder or latest", c.Admission.Policy)
-		}
-		switch c.Admission.Mode {
-		case "enforce", "dry-run", "warn":
-		default:
-			add("admission.mode: %q must be enforce, dry-run or warn", c.Admission.Mode)
-		}
 	}
 
-	names := map[string]bool{}
-	digests := map[string]string{}
+	// Names, scopes and duplicate secrets are api.NewAuthenticator's to
+	// check; the digest's text is checked here, where the operator who
+	// pasted a token instead of its digest is told what to paste.
 	for i, t := range c.Tokens {
 		where := fmt.Sprintf("tokens[%d]", i)
-		if t.Name == "" {
-			add("%s.name: required", where)
-		} else if names[t.Name] {
-			add("%s.name: %q is used twice", where, t.Name)
-		}
-		names[t.Name] = true
 		switch d := strings.ToLower(t.SHA256); {
 		case !isHex32(d):
 			add("%s.sha256: must be the 64-hex-digit SHA-256 of the token (see `fencegate token`), not the token itself", where)
 		case strings.Trim(d, "0") == "":
 			add("%s.sha256: all zeros is a placeholder, not a token's digest (see `fencegate token`)", where)
-		case digests[d] != "":
-			add("%s.sha256: the same digest as token %q: two names for one secret", where, digests[d])
-		default:
-			digests[d] = t.Name
-		}
-		for _, op := range t.Operations {
-			if op != "*" && !validOps[op] {
-				add("%s.operations: unknown operation %q (use %s, or * for all)", where, op, strings.Join(OperationNames, ", "))
-			}
 		}
 	}
 
@@ -292,14 +261,14 @@ func (c *Config) Validate() error {
 	default:
 		add("log.format: %q must be text or json", c.Log.Format)
 	}
-	if c.Check.Timeout <= 0 {
-		add("check.timeout: must be positive")
+	if c.Check.Timeout < 0 {
+		add("check.timeout: must not be negative")
 	}
 	if c.Locks.MaxWait < 0 {
 		add("locks.maxWait: must not be negative")
 	}
-	if c.Locks.OpTimeout <= 0 {
-		add("locks.opTimeout: must be positive")
+	if c.Locks.OpTimeout < 0 {
+		add("locks.opTimeout: must not be negative")
 	}
 	if c.Audit.QueueSize < 0 || c.Audit.MaxEvents < 0 || c.Audit.MaxAge < 0 {
 		add("audit: queueSize, maxEvents and maxAge must not be negative")
@@ -310,17 +279,6 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
-
-// OperationNames are the operations a token can be granted.
-var OperationNames = []string{"acquire", "release", "extend", "lookup", "status", "audit"}
-
-var validOps = func() map[string]bool {
-	m := map[string]bool{}
-	for _, o := range OperationNames {
-		m[o] = true
-	}
-	return m
-}()
 
 func checkTLS(add func(string, ...any), where string, t TLS) {
 	if !t.Enabled() {
@@ -366,15 +324,6 @@ func IsLoopback(addr string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
-}
-
-func knownStoreScheme(u string) bool {
-	for _, s := range []string{"bolt://", "redis://", "rediss://", "redis+sentinel://", "postgres://", "postgresql://", "firestore://"} {
-		if strings.HasPrefix(u, s) {
-			return true
-		}
-	}
-	return false
 }
 
 // redactURL hides secrets in a URL for messages: the userinfo password and

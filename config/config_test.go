@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 func load(t *testing.T, args []string, env map[string]string) (Config, error) {
@@ -40,8 +39,9 @@ func TestDefaultsAreValidAndLoopback(t *testing.T) {
 	if c.Admission.Enabled() {
 		t.Fatal("admission must be off without a certificate")
 	}
-	if c.Check.Timeout.Std() != 150*time.Millisecond {
-		t.Fatalf("check timeout %v", c.Check.Timeout.Std())
+	// Zero means the default of the package the setting is for.
+	if c.Check.Timeout != 0 || c.Locks != (Locks{}) || c.Audit != (Audit{}) || c.Admission.Policy != "" || c.Admission.Mode != "" {
+		t.Fatalf("config restates a package default: %+v", c)
 	}
 }
 
@@ -110,14 +110,16 @@ tokens:
   - name: ci3
     sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
 check:
-  timeout: 0s
+  timeout: -1s
 `)
 	_, err := load(t, []string{"--config", path, "--insecure=maybe"}, nil)
 	var p Problems
 	if !errors.As(err, &p) {
 		t.Fatalf("want Problems, got %v", err)
 	}
-	for _, want := range []string{"store", "grpc.addr", "log.level", "log.format", "tokens[0].sha256", `"fly"`, "used twice", "check.timeout", "--insecure", "placeholder", `token "ci2"`} {
+	// The store URL and token names and operations are the packages' to parse
+	// (cmd/fencegate's loadServeConfig adds their problems to this list).
+	for _, want := range []string{"grpc.addr", "log.level", "log.format", "tokens[0].sha256", "check.timeout", "--insecure", "placeholder"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("problems do not mention %q:\n%v", want, err)
 		}

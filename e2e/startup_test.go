@@ -42,6 +42,9 @@ tokens:
 	writeFile(t, filepath.Join(certDir, "tls.key"), "not read before the resources are checked")
 	writeFile(t, badAdmission, "store: redis://127.0.0.1:1/0\nadmission:\n  addr: 127.0.0.1:0\n  tls: {certFile: "+
 		filepath.Join(certDir, "tls.crt")+", keyFile: "+filepath.Join(certDir, "tls.key")+"}\n  resources: [\"a/b/c/d\"]\n")
+	badAdmissionEnums := filepath.Join(dir, "admission-enums.yaml")
+	writeFile(t, badAdmissionEnums, "store: redis://127.0.0.1:1/0\nadmission:\n  addr: 127.0.0.1:0\n  tls: {certFile: "+
+		filepath.Join(certDir, "tls.crt")+", keyFile: "+filepath.Join(certDir, "tls.key")+"}\n  policy: sometimes\n  mode: loud\n")
 	unknownField := filepath.Join(dir, "typo.yaml")
 	writeFile(t, unknownField, "store: "+db+"\nhttp:\n  adress: 127.0.0.1:0\n")
 
@@ -64,18 +67,28 @@ tokens:
 		{name: "stray argument", args: []string{"serve", "--store", db, "extra"}, code: 2, want: []string{`unexpected argument "extra"`}},
 		{name: "unknown command", args: []string{"serf"}, code: 2, want: []string{`unknown command "serf"`, "serve"}},
 		{name: "no command", args: nil, code: 2, want: []string{"usage: fencegate"}},
-		{name: "unsupported store scheme", args: []string{"serve", "--store", "mysql://user:secret@127.0.0.1/x"},
-			want: []string{"store", "mysql://user:xxxxx@127.0.0.1/x"}, notWant: []string{"secret"}},
+		{name: "unsupported store scheme", args: []string{"serve", "--store", "mysql://user:secret@127.0.0.1/x"}, code: 2,
+			want: []string{"invalid configuration", "store", "mysql://user:xxxxx@127.0.0.1/x"}, notWant: []string{"secret"}},
+		// A store URL that does not parse is a configuration problem: exit 2
+		// before anything starts, listed with the others, never exit 3 after
+		// a failed connection.
+		{name: "store URL that does not parse", args: []string{"serve", "--store", "redis://user:secret@127.0.0.1:1?nosuch=1", "--log-level", "chatty"}, code: 2,
+			want:    []string{"invalid configuration", "store:", "nosuch", "log.level", "chatty"},
+			notWant: []string{"secret", "fencegate ready", "level=ERROR"}},
+		{name: "postgres URL that does not parse", args: []string{"serve", "--store", "postgres://user:secret@127.0.0.1:1/db?autoMigrate=perhaps"}, code: 2,
+			want: []string{"invalid configuration", "store:", "autoMigrate"}, notWant: []string{"secret", "fencegate ready"}},
+		{name: "admission policy and mode parsed before start", args: []string{"serve", "--config", badAdmissionEnums}, code: 2,
+			want: []string{"invalid configuration", "admission: policy", "sometimes", "admission: mode", "loud"}, notWant: []string{"127.0.0.1:1"}},
 		{name: "unreachable redis", args: []string{"serve", "--store", "redis://user:secret@127.0.0.1:1/0", "--log-format", "json"},
 			code: 3, want: []string{"store", "127.0.0.1:1"}, notWant: []string{"secret", "fencegate ready"}},
 		{name: "unreachable postgres", args: []string{"serve", "--store", "postgres://user:secret@127.0.0.1:1/db?sslmode=disable&connect_timeout=2"},
 			code: 3, want: []string{"store", "127.0.0.1:1"}, notWant: []string{"secret", "fencegate ready"}},
 		{name: "config with several problems", args: []string{"serve", "--config", manyProblems}, code: 2,
 			want: []string{"invalid configuration", "store:", "mysql", "http.addr", "no-port-here", "log.level", "chatty",
-				"tokens[0].name", "tokens[0].sha256", `unknown operation "fly"`},
+				"token 0: name is empty", "tokens[0].sha256", `unknown operation "fly"`},
 			notWant: []string{"hunter2", "plaintext-token"}},
 		{name: "admission resource that does not parse", args: []string{"serve", "--config", badAdmission}, code: 2,
-			want: []string{"invalid configuration", "admission.resources", "a/b/c/d"}, notWant: []string{"127.0.0.1:1"}},
+			want: []string{"invalid configuration", "admission: resources", "a/b/c/d"}, notWant: []string{"127.0.0.1:1"}},
 		{name: "config with a misspelt field", args: []string{"serve", "--config", unknownField}, code: 2,
 			want: []string{"adress"}},
 		{name: "missing config file", args: []string{"serve", "--config", filepath.Join(dir, "absent.yaml")}, code: 2,

@@ -2,16 +2,14 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -19,31 +17,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
 
 	"github.com/fencegate/fencegate/admission"
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/authz"
-	"github.com/fencegate/fencegate/certwatch"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// Timeouts of the serving process. Each bounds one thing a slow or broken
-// peer could otherwise hold forever.
+// Timeouts of the serving process.
 const (
 	storeOpenTimeout  = 15 * time.Second // first connection to the store
-	readHeaderTimeout = 10 * time.Second // slowloris guard on every HTTP listener
-	idleTimeout       = 2 * time.Minute  // keep-alive connections
-	shutdownTimeout   = 20 * time.Second // draining in-flight requests on SIGTERM
-	readTimeout       = 30 * time.Second // a request's body (≤ 64 KiB), on top of any waitMs
-	readinessInterval = 5 * time.Second  // how often gRPC health follows the store
-	readinessTimeout  = 2 * time.Second  // one readiness check
+	readinessInterval = 5 * time.Second  // how often gRPC health follows /readyz
 )
 
 func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
@@ -57,33 +45,61 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fencegate serve: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	cfg, err := build(os.Getenv)
+	cfg, set, err := loadServeConfig(build, os.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "fencegate serve: %v\n", err)
 		return exitUsage
 	}
 	log := newLogger(cfg.Log, stderr)
 	routeRedisLogs(log)
-	if err := serve(ctx, cfg, log); err != nil {
-		var ce configError
-		if errors.As(err, &ce) {
-			fmt.Fprintf(stderr, "fencegate serve: invalid configuration: %v\n", ce.err)
-			return exitUsage
-		}
+	if err := serve(ctx, cfg, set, log); err != nil {
 		log.Error("fencegate stopped", "err", err)
 		return exitFailure
 	}
 	return exitOK
 }
 
-// configError is a configuration problem found while wiring (a token digest
-// the authenticator refuses, an admission resource that does not parse):
-// the operator's to fix, so it exits 2 like config.Validate's problems, and
-// it is found before the store is opened.
-type configError struct{ err error }
+// serveSettings is what serve derives from the configuration before it
+// opens anything, each value parsed by the package it is for.
+type serveSettings struct {
+	store     storeURL
+	auth      *api.Authenticator // nil: auth off
+	admission admission.Options  // listener-dependent fields filled at start
+}
 
-func (e configError) Error() string { return e.err.Error() }
-func (e configError) Unwrap() error { return e.err }
+// loadServeConfig loads the configuration and parses what the packages own
+// (the store URL, token scopes, admission settings): every problem is in
+// one config.Problems, found before the store is opened, and exits 2.
+func loadServeConfig(build func(func(string) string) (config.Config, error), getenv func(string) string) (config.Config, serveSettings, error) {
+	var p config.Problems
+	cfg, err := build(getenv)
+	if err != nil && !errors.As(err, &p) {
+		return cfg, serveSettings{}, err
+	}
+	var set serveSettings
+	add := func(where string, err error) {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			p = append(p, where+": "+line)
+		}
+	}
+	if set.store, err = parseStoreURL(cfg.Store); err != nil {
+		add("store", err)
+	}
+	if len(cfg.Tokens) > 0 {
+		if set.auth, err = newAuthenticator(cfg.Tokens); err != nil {
+			add("tokens", err)
+		}
+	}
+	if cfg.Admission.Enabled() {
+		if set.admission, err = admissionOptions(cfg.Admission); err != nil {
+			add("admission", err)
+		}
+	}
+	if len(p) > 0 {
+		return cfg, set, p
+	}
+	return cfg, set, nil
+}
 
 func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	var lvl slog.Level
@@ -96,29 +112,10 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 }
 
 // serve runs the gateway until ctx ends, then drains and stops.
-func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	// What derives from the configuration alone is checked before the
-	// store is opened.
-	var auth *api.Authenticator
-	if len(cfg.Tokens) > 0 {
-		a, err := newAuthenticator(cfg.Tokens)
-		if err != nil {
-			return configError{err}
-		}
-		auth = a
-	}
-	var admOpts admission.Options
-	if cfg.Admission.Enabled() {
-		o, err := admissionOptions(cfg.Admission)
-		if err != nil {
-			return configError{err}
-		}
-		admOpts = o
-	}
-
+func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.Logger) error {
 	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxAge: cfg.Audit.MaxAge.Std()}
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
-	store, err := openStore(octx, cfg.Store, retention, log)
+	store, err := set.store.Open(octx, retention, log)
 	cancel()
 	if err != nil {
 		return err
@@ -156,7 +153,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	var admissionRunner *httpRunner
 	var ready func(context.Context) error
 	if cfg.Admission.Enabled() {
-		r, h, err := newAdmissionRunner(cfg.Admission, admOpts, checker, reg, log, goBG)
+		r, h, err := newAdmissionRunner(cfg.Admission, set.admission, checker, reg, log, goBG)
 		if err != nil {
 			return err
 		}
@@ -169,297 +166,147 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 	}
 	srv, err := api.New(api.Options{
-		Store: store, Audit: auditLog, Auth: auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
+		Store: store, Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
 		Registerer: reg, Gatherer: reg, Logger: log, Ready: ready,
 	})
 	if err != nil {
 		return err
 	}
 
-	var servers []runner
-	var addrs []any
+	var ls listeners
 
 	if cfg.HTTP.Enabled() {
-		mux := http.NewServeMux()
-		srv.Register(mux)
-		fwd := authz.NewHTTPHandler(checker, authz.Options{Logger: log})
-		mux.Handle(authz.HTTPPath, srv.Middleware(fwd))
-		mux.Handle(authz.HTTPPath+"/", srv.Middleware(fwd))
-		// A waiting acquire holds its request for up to maxWait, and Go
-		// cancels a request whose connection passes ReadTimeout.
-		r, err := newHTTPRunner("http", cfg.HTTP.Addr, cfg.HTTP.TLS, mux, readTimeout+cfg.Locks.MaxWait.Std(), log, goBG)
+		r, err := newMainHTTPRunner(cfg, srv, checker, log, goBG)
 		if err != nil {
 			return err
 		}
-		servers = append(servers, r)
-		addrs = append(addrs, "http", r.addr())
+		ls.add("http", r)
 	}
+	// Both gRPC listeners' health follows /readyz: NOT_SERVING until the
+	// first check answers, then as the store and webhook certificate go.
 	if cfg.GRPC.Enabled() {
-		r, err := newGRPCRunner("grpc", cfg.GRPC.Addr, cfg.GRPC.TLS, log, goBG, func(g *grpc.Server) *health.Server {
-			srv.RegisterGRPC(g)
-			// Health follows the store's readiness, like /readyz.
-			// NOT_SERVING until the first check answers: never SERVING
-			// before the store was reached, never "unknown service".
-			hs := health.NewServer()
-			for _, name := range []string{"", "fencegate.v1.Locks"} {
-				hs.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
-			}
-			healthpb.RegisterHealthServer(g, hs)
-			goBG(func(ctx context.Context) { srv.WatchReadiness(ctx, hs, 0) })
-			return hs
-		})
+		r, err := newLocksGRPCRunner(cfg.GRPC, srv, log, goBG)
 		if err != nil {
 			return err
 		}
-		servers = append(servers, r)
-		addrs = append(addrs, "grpc", r.addr())
+		ls.add("grpc", r)
 	}
 	if cfg.Authz.Enabled() {
-		r, err := newGRPCRunner("authz", cfg.Authz.Addr, cfg.Authz.TLS, log, goBG, func(g *grpc.Server) *health.Server {
-			as := authz.NewServer(checker, authz.Options{Logger: log})
-			as.Register(g)
-			// Envoy health-checks this listener: report NOT_SERVING while
-			// the store is unreachable, as /readyz does.
-			goBG(func(ctx context.Context) { followReadiness(ctx, as.Health(), srv.Ready, "", authz.ServiceName) })
-			return as.Health()
-		})
+		r, err := newAuthzRunner(cfg.Authz, srv, checker, log, goBG)
 		if err != nil {
 			return err
 		}
-		servers = append(servers, r)
-		addrs = append(addrs, "authz", r.addr())
+		ls.add("authz", r)
 	}
 	if admissionRunner != nil {
-		servers = append(servers, admissionRunner)
-		addrs = append(addrs, "admission", admissionRunner.addr())
+		ls.add("admission", admissionRunner)
 	}
 
-	errc := make(chan error, len(servers))
-	for _, s := range servers {
-		go func() { errc <- s.serve() }()
-	}
-
-	authState := "on"
-	if auth == nil {
-		authState = "off"
-	}
-	attrs := append([]any{"store", caps.Backend, "store_url", config.RedactURL(cfg.Store), "time_authority", string(caps.TimeAuthority), "auth", authState}, addrs...)
-	log.Info("fencegate ready: every listener is up", attrs...)
-	if strings.HasPrefix(cfg.Store, "bolt:") {
+	if set.store.backend == "bolt" {
 		log.Info("using the embedded single-node store; locks and fences live in one local file (use redis://, postgres:// or firestore:// for more than one gateway)")
 	}
-
-	var serveErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: draining in-flight requests", "timeout", shutdownTimeout)
-	case serveErr = <-errc:
-		log.Error("a listener failed; shutting down", "err", serveErr)
+	authState := "on"
+	if set.auth == nil {
+		authState = "off"
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, s := range servers {
-		wg.Add(1)
-		go func() { defer wg.Done(); s.shutdown(sctx) }()
-	}
-	wg.Wait()
-	return serveErr
+	return ls.run(ctx, log, "store", caps.Backend, "store_url", config.RedactURL(cfg.Store), "time_authority", string(caps.TimeAuthority), "auth", authState)
 }
 
+// newMainHTTPRunner builds the HTTP listener: the lock API, forward-auth,
+// health and metrics.
+func newMainHTTPRunner(cfg config.Config, srv *api.Server, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
+	tc, _, err := serverTLS("http", cfg.HTTP.TLS, log, goBG)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	srv.Register(mux)
+	fwd := bodiless(srv.Middleware(authz.NewHTTPHandler(checker, authz.Options{Logger: log})))
+	mux.Handle(authz.HTTPPath, fwd)
+	mux.Handle(authz.HTTPPath+"/", fwd)
+	// A waiting acquire holds its request for up to maxWait, and Go
+	// cancels a request whose connection passes ReadTimeout.
+	maxWait := cfg.Locks.MaxWait.Std()
+	if maxWait == 0 {
+		maxWait = api.DefaultMaxWait
+	}
+	return newHTTPRunner("http", cfg.HTTP.Addr, tc, mux, readTimeout+maxWait, log)
+}
+
+// Both gRPC listeners' health follows /readyz (api.Server.Ready: the store
+// and the webhook certificate), NOT_SERVING until the first check answers.
+
+// newLocksGRPCRunner builds the gRPC lock API listener.
+func newLocksGRPCRunner(l config.Listener, srv *api.Server, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
+	return newGRPCListener("grpc", l, log, goBG, func(g *grpc.Server) *health.Server {
+		srv.RegisterGRPC(g)
+		hs := health.NewServer()
+		healthpb.RegisterHealthServer(g, hs)
+		goBG(srv.FollowReadiness(hs, readinessInterval, "", api.LocksServiceName))
+		return hs
+	})
+}
+
+// newAuthzRunner builds the Envoy ext_authz listener; Envoy health-checks it.
+func newAuthzRunner(l config.Listener, srv *api.Server, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
+	return newGRPCListener("authz", l, log, goBG, func(g *grpc.Server) *health.Server {
+		as := authz.NewServer(checker, authz.Options{Logger: log})
+		as.Register(g)
+		goBG(srv.FollowReadiness(as.Health(), readinessInterval, "", authz.ServiceName))
+		return as.Health()
+	})
+}
+
+// newGRPCListener builds one of serve's gRPC listeners with its TLS.
+func newGRPCListener(name string, l config.Listener, log *slog.Logger, goBG func(func(context.Context)), register func(*grpc.Server) *health.Server) (*grpcRunner, error) {
+	tc, _, err := serverTLS(name, l.TLS, log, goBG)
+	if err != nil {
+		return nil, err
+	}
+	return newGRPCRunner(name, l.Addr, tc, defaultGRPCLimits, log, register)
+}
+
+// newAuthenticator builds the token set; its error lists every problem
+// api.NewAuthenticator finds (names, operations, duplicate secrets).
 func newAuthenticator(tokens []config.Token) (*api.Authenticator, error) {
 	ts := make([]api.Token, 0, len(tokens))
-	for _, t := range tokens {
+	for i, t := range tokens {
 		sum, err := api.ParseTokenHash(t.SHA256)
-		if err != nil {
-			return nil, fmt.Errorf("token %q: %w", t.Name, err)
+		if err != nil || sum == ([32]byte{}) {
+			// config.Validate reported the digest. A stand-in no secret
+			// hashes to keeps the token's other problems in the report;
+			// this Authenticator is never used.
+			sum = sha256.Sum256(fmt.Appendf(nil, "fencegate: token %d has no usable digest", i))
 		}
 		ts = append(ts, api.Token{Name: t.Name, SHA256: sum, Prefixes: t.Prefixes, Operations: t.Operations})
 	}
 	return api.NewAuthenticator(ts)
 }
 
-// runner is one listener with its server.
-type runner interface {
-	addr() string
-	serve() error
-	shutdown(ctx context.Context)
-}
-
-// listen binds addr first, so a port in use is reported at start, before
-// "ready" is logged.
-func listen(name, addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("%s listener: %w", name, err)
-	}
-	return ln, nil
-}
-
-// serverTLS loads a listener's certificate (re-read on change) or returns
-// nil when the listener is plaintext.
-func serverTLS(name string, t config.TLS, log *slog.Logger, goBG func(func(context.Context))) (*tls.Config, *certwatch.Watcher, error) {
-	if !t.Enabled() {
-		return nil, nil, nil
-	}
-	w, err := certwatch.New(t.CertFile, t.KeyFile, certwatch.Options{Logger: log.With("listener", name), ClientCAFile: t.ClientCAFile})
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s TLS: %w", name, err)
-	}
-	goBG(func(ctx context.Context) { _ = w.Run(ctx) })
-	return w.ServerConfig(&tls.Config{MinVersion: tls.VersionTLS12}), w, nil
-}
-
-type httpRunner struct {
-	ln  net.Listener
-	srv *http.Server
-	tls bool
-}
-
-func newHTTPRunner(name, addr string, t config.TLS, h http.Handler, readTimeout time.Duration, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
-	tc, _, err := serverTLS(name, t, log, goBG)
-	if err != nil {
-		return nil, err
-	}
-	ln, err := listen(name, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &httpRunner{ln: ln, tls: tc != nil, srv: &http.Server{
-		Handler:           h,
-		TLSConfig:         tc,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		IdleTimeout:       idleTimeout,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}}, nil
-}
-
-func (r *httpRunner) addr() string { return r.ln.Addr().String() }
-
-func (r *httpRunner) serve() error {
-	var err error
-	if r.tls {
-		err = r.srv.ServeTLS(r.ln, "", "")
-	} else {
-		err = r.srv.Serve(r.ln)
-	}
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
-}
-
-func (r *httpRunner) shutdown(ctx context.Context) {
-	if err := r.srv.Shutdown(ctx); err != nil {
-		_ = r.srv.Close()
-	}
-}
-
-type grpcRunner struct {
-	ln     net.Listener
-	srv    *grpc.Server
-	health *health.Server
-}
-
-// newGRPCRunner builds a gRPC listener; register adds the services and
-// returns the health server that shutdown turns to NOT_SERVING first.
-func newGRPCRunner(name, addr string, t config.TLS, log *slog.Logger, goBG func(func(context.Context)), register func(*grpc.Server) *health.Server) (*grpcRunner, error) {
-	tc, _, err := serverTLS(name, t, log, goBG)
-	if err != nil {
-		return nil, err
-	}
-	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(recoverUnary(log.With("listener", name)))}
-	if tc != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
-	}
-	g := grpc.NewServer(opts...)
-	hs := register(g)
-	ln, err := listen(name, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &grpcRunner{ln: ln, srv: g, health: hs}, nil
-}
-
-// recoverUnary turns a panic in a handler into INTERNAL for that call
-// instead of a crash of every listener. For ext_authz, Envoy then fails the
-// request closed.
-func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
-		defer func() {
-			if v := recover(); v != nil {
-				log.Error("panic in gRPC handler", "method", info.FullMethod, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-				resp, err = nil, status.Error(codes.Internal, "internal error")
-			}
-		}()
-		return h(ctx, req)
-	}
-}
-
-// followReadiness keeps hs in step with ready for the named services,
-// checking every readinessInterval until ctx ends.
-func followReadiness(ctx context.Context, hs *health.Server, ready func(context.Context) error, services ...string) {
-	t := time.NewTicker(readinessInterval)
-	defer t.Stop()
-	for {
-		cctx, cancel := context.WithTimeout(ctx, readinessTimeout)
-		st := healthpb.HealthCheckResponse_SERVING
-		if ready(cctx) != nil {
-			st = healthpb.HealthCheckResponse_NOT_SERVING
-		}
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		for _, s := range services {
-			hs.SetServingStatus(s, st)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-func (r *grpcRunner) addr() string { return r.ln.Addr().String() }
-func (r *grpcRunner) serve() error { return r.srv.Serve(r.ln) }
-
-// shutdown reports NOT_SERVING (so health-checking proxies stop sending),
-// lets in-flight RPCs finish, then stops hard at the deadline.
-func (r *grpcRunner) shutdown(ctx context.Context) {
-	if r.health != nil {
-		r.health.Shutdown()
-	}
-	done := make(chan struct{})
-	go func() { r.srv.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		r.srv.Stop()
-		<-done
-	}
-}
-
-// admissionOptions parses the webhook's settings; the listener-dependent
-// fields (certificate readiness, metrics, logger) are filled when it starts.
+// admissionOptions parses the webhook's settings, every problem joined;
+// the listener-dependent fields (certificate readiness, metrics, logger)
+// are filled when it starts.
 func admissionOptions(c config.Admission) (admission.Options, error) {
+	var errs []error
 	policy, err := fencecheck.ParsePolicy(c.Policy)
 	if err != nil {
-		return admission.Options{}, fmt.Errorf("admission.policy: %w", err)
+		errs = append(errs, fmt.Errorf("policy: %w", err))
 	}
 	mode, err := fencecheck.ParseMode(c.Mode)
 	if err != nil {
-		return admission.Options{}, fmt.Errorf("admission.mode: %w", err)
+		errs = append(errs, fmt.Errorf("mode: %w", err))
 	}
 	var resources []admission.Resource
 	for _, s := range c.Resources {
 		r, err := admission.ParseResource(s)
 		if err != nil {
-			return admission.Options{}, fmt.Errorf("admission.resources: %w", err)
+			errs = append(errs, fmt.Errorf("resources: %w", err))
+			continue
 		}
 		resources = append(resources, r)
+	}
+	if len(errs) > 0 {
+		return admission.Options{}, errors.Join(errs...)
 	}
 	o := admission.Options{
 		Annotations:    admission.Annotations{Key: c.KeyAnnotation, Fence: c.FenceAnnotation},
@@ -492,16 +339,9 @@ func newAdmissionRunner(c config.Admission, o admission.Options, checker *fencec
 		}
 		_, _ = io.WriteString(rw, "ok\n")
 	})
-	ln, err := listen("admission", c.Addr)
+	r, err := newHTTPRunner("admission", c.Addr, tc, mux, readTimeout, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &httpRunner{ln: ln, tls: true, srv: &http.Server{
-		Handler:           mux,
-		TLSConfig:         tc,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		IdleTimeout:       idleTimeout,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}}, h, nil
+	return r, h, nil
 }

@@ -51,9 +51,9 @@ func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) 
 	before := s.auditSincePrune.Add(int64(len(events))) - int64(len(events))
 	prune := before == 0 || before/auditPruneEvery != (before+int64(len(events)))/auditPruneEvery
 	if prune {
-		b.Queue(s.sql.auditPruneAge, s.cfg.Audit.MaxAge.Milliseconds())
-		b.Queue(s.sql.auditPruneCount, s.cfg.Audit.MaxEventsOf(lockstore.AuditDecision), false)
-		b.Queue(s.sql.auditPruneCount, s.cfg.Audit.MaxEventsOf(lockstore.AuditInput), true)
+		b.Queue(s.sql.auditPruneAge, s.cfg.AuditRetention.MaxAge.Milliseconds())
+		b.Queue(s.sql.auditPruneCount, s.cfg.AuditRetention.MaxEventsOf(lockstore.AuditDecision), false)
+		b.Queue(s.sql.auditPruneCount, s.cfg.AuditRetention.MaxEventsOf(lockstore.AuditInput), true)
 	}
 	// One pipeline with one Sync: insert and prune commit together.
 	return classify(ctx, op, s.pool.SendBatch(ctx, b).Close())

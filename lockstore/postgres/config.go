@@ -61,8 +61,8 @@ type Config struct {
 	// MaxConns caps the connection pool; 0 means the DSN's pool_max_conns,
 	// or DefaultMaxConns.
 	MaxConns int32
-	// Audit bounds the audit table; zero fields take lockstore's defaults.
-	Audit lockstore.AuditRetention
+	// AuditRetention bounds the audit table; zero fields take lockstore's defaults.
+	AuditRetention lockstore.AuditRetention
 	// Logger receives warnings (fence past the warning level); nil means
 	// slog.Default(). It never receives a raw key or lockId.
 	Logger *slog.Logger
@@ -79,7 +79,7 @@ func (c Config) withDefaults() Config {
 	if c.AuditTable == "" {
 		c.AuditTable = DefaultAuditTable
 	}
-	c.Audit = c.Audit.WithDefaults()
+	c.AuditRetention = c.AuditRetention.WithDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -196,7 +196,7 @@ func ParseURL(raw string) (Config, error) {
 			return Config{}, lockstore.Errorf(lockstore.InvalidArgument, "config",
 				"postgres: %s=%q must be a positive integer", paramAuditMaxEvents, v)
 		}
-		c.Audit.MaxEvents = n
+		c.AuditRetention.MaxEvents = n
 	}
 	if v, ok := take(paramAuditMaxAge); ok {
 		d, err := time.ParseDuration(v)
@@ -204,7 +204,7 @@ func ParseURL(raw string) (Config, error) {
 			return Config{}, lockstore.Errorf(lockstore.InvalidArgument, "config",
 				"postgres: %s=%q must be a positive duration such as 168h", paramAuditMaxAge, v)
 		}
-		c.Audit.MaxAge = d
+		c.AuditRetention.MaxAge = d
 	}
 	u.RawQuery = q.Encode()
 	c.DSN = u.String()

@@ -77,7 +77,7 @@ func TestParseURL(t *testing.T) {
 			Config{DSN: "postgresql://h/db?pool_max_conns=3", Table: "my_locks", FenceTable: "my_fences",
 				AuditTable: "my_audit", DisableAutoMigrate: true}},
 		{"postgres://h/db?autoMigrate=true&auditMaxEvents=50&auditMaxAge=1h",
-			Config{DSN: "postgres://h/db", Audit: lockstore.AuditRetention{MaxEvents: 50, MaxAge: time.Hour}}},
+			Config{DSN: "postgres://h/db", AuditRetention: lockstore.AuditRetention{MaxEvents: 50, MaxAge: time.Hour}}},
 	} {
 		got, err := ParseURL(c.url)
 		if err != nil {

@@ -312,7 +312,7 @@ func itoa(n int64) string {
 // MaxAge drops old events on the next pass.
 func TestAuditRetention(t *testing.T) {
 	cfg := nsConfig(t, testNS(t))
-	cfg.Audit = lockstore.AuditRetention{MaxEvents: 10, MaxAge: time.Hour}
+	cfg.AuditRetention = lockstore.AuditRetention{MaxEvents: 10, MaxAge: time.Hour}
 	dropTablesAtEnd(t, cfg)
 	s, err := Open(tctx(t), cfg)
 	if err != nil {

@@ -19,7 +19,7 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
 		Open: func(t *testing.T, ns string) lockstore.Store { return openNS(t, ns) },
 		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
-			return openNS(t, ns, func(c *Config) { c.Audit = r })
+			return openNS(t, ns, func(c *Config) { c.AuditRetention = r })
 		},
 		SetFence: func(t *testing.T, s lockstore.Store, ns, key string, n int64) {
 			setFence(t, s.(*Store), key, n)

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/net/netutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/fencegate/fencegate/certwatch"
+	"github.com/fencegate/fencegate/config"
+)
+
+// HTTP listener timeouts. Each bounds one thing a slow or broken peer could
+// otherwise hold forever.
+const (
+	readHeaderTimeout = 10 * time.Second // slowloris guard on every HTTP listener
+	idleTimeout       = 2 * time.Minute  // keep-alive connections
+	readTimeout       = 30 * time.Second // a request's body (≤ 64 KiB), on top of any waitMs
+)
+
+// maxConnsPerListener bounds the connections one listener holds open. Past
+// it, new connections wait in the kernel's accept queue instead of taking
+// file descriptors, so a flood of idle connections on one listener cannot
+// starve the others, the store's pool or /healthz of descriptors. Idle
+// connections are reaped (readHeaderTimeout/idleTimeout for HTTP,
+// grpcLimits for gRPC), so waiting connections get their turn.
+const maxConnsPerListener = 1024
+
+// grpcLimits are the gRPC transport's bounds on connections that do nothing.
+type grpcLimits struct {
+	// maxConns is maxConnsPerListener (a knob so tests can use a small one).
+	maxConns int
+	// handshake bounds the HTTP/2 preface and settings exchange: a peer
+	// that connects and sends nothing, or only the preface, is dropped.
+	handshake time.Duration
+	// maxIdle closes (GOAWAY) a connection that has had no RPC for this
+	// long. Clients reconnect transparently; a peer that opened the
+	// connection only to hold it loses it.
+	maxIdle time.Duration
+	// keepaliveTime and keepaliveTimeout: the server pings a connection
+	// that has been silent this long and closes it when the ping is not
+	// answered in time, so a vanished peer (no FIN) does not keep it open.
+	keepaliveTime, keepaliveTimeout time.Duration
+	// minPingInterval is the keepalive enforcement policy: a client pinging
+	// more often is sent GOAWAY (too_many_pings); pings without an RPC in
+	// flight are allowed, as Envoy and grpc-go clients send them.
+	minPingInterval time.Duration
+	// maxStreams bounds concurrent RPCs per connection, and so the
+	// goroutines one client can hold (a waiting acquire holds its stream
+	// for up to maxWait).
+	maxStreams uint32
+}
+
+var defaultGRPCLimits = grpcLimits{
+	maxConns:         maxConnsPerListener,
+	handshake:        10 * time.Second,
+	maxIdle:          2 * time.Minute, // as HTTP's idleTimeout
+	keepaliveTime:    time.Minute,
+	keepaliveTimeout: 20 * time.Second,
+	minPingInterval:  10 * time.Second,
+	maxStreams:       256,
+}
+
+// serverOptions turns the limits into gRPC server options; a zero field
+// leaves grpc-go's default.
+func (l grpcLimits) serverOptions() []grpc.ServerOption {
+	var opts []grpc.ServerOption
+	if l.handshake > 0 {
+		opts = append(opts, grpc.ConnectionTimeout(l.handshake))
+	}
+	if l.maxStreams > 0 {
+		opts = append(opts, grpc.MaxConcurrentStreams(l.maxStreams))
+	}
+	opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
+		MaxConnectionIdle: l.maxIdle,
+		Time:              l.keepaliveTime,
+		Timeout:           l.keepaliveTimeout,
+	}))
+	if l.minPingInterval > 0 {
+		opts = append(opts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             l.minPingInterval,
+			PermitWithoutStream: true,
+		}))
+	}
+	return opts
+}
+
+// shutdownTimeout bounds draining in-flight requests on SIGTERM.
+const shutdownTimeout = 20 * time.Second
+
+// listeners are the listeners serve runs, in start order.
+type listeners struct {
+	runners []runner
+	addrs   []any // name, address pairs for the ready log line
+}
+
+func (ls *listeners) add(name string, r runner) {
+	ls.runners = append(ls.runners, r)
+	ls.addrs = append(ls.addrs, name, r.addr())
+}
+
+// run serves every listener (each already bound) and logs "fencegate
+// ready" with attrs and their addresses. When ctx ends or a listener fails,
+// it drains them all within shutdownTimeout; it returns the failure.
+func (ls *listeners) run(ctx context.Context, log *slog.Logger, attrs ...any) error {
+	errc := make(chan error, len(ls.runners))
+	for _, r := range ls.runners {
+		go func() { errc <- r.serve() }()
+	}
+	log.Info("fencegate ready: every listener is up", append(attrs, ls.addrs...)...)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining in-flight requests", "timeout", shutdownTimeout)
+	case serveErr = <-errc:
+		log.Error("a listener failed; shutting down", "err", serveErr)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, r := range ls.runners {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.shutdown(sctx) }()
+	}
+	wg.Wait()
+	return serveErr
+}
+
+// runner is one listener with its server.
+type runner interface {
+	addr() string
+	serve() error
+	shutdown(ctx context.Context)
+}
+
+// listen binds addr first, so a port in use is reported at start, before
+// "ready" is logged, and caps the connections it accepts at maxConns.
+func listen(name, addr string, maxConns int) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener: %w", name, err)
+	}
+	return netutil.LimitListener(ln, maxConns), nil
+}
+
+// serverTLS loads a listener's certificate (re-read on change) or returns
+// nil when the listener is plaintext.
+func serverTLS(name string, t config.TLS, log *slog.Logger, goBG func(func(context.Context))) (*tls.Config, *certwatch.Watcher, error) {
+	if !t.Enabled() {
+		return nil, nil, nil
+	}
+	w, err := certwatch.New(t.CertFile, t.KeyFile, certwatch.Options{Logger: log.With("listener", name), ClientCAFile: t.ClientCAFile})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s TLS: %w", name, err)
+	}
+	goBG(func(ctx context.Context) { _ = w.Run(ctx) })
+	return w.ServerConfig(&tls.Config{MinVersion: tls.VersionTLS12}), w, nil
+}
+
+type httpRunner struct {
+	ln  net.Listener
+	srv *http.Server
+	tls bool
+}
+
+// newHTTPRunner binds an HTTP listener (HTTPS when tc is set) serving h
+// behind the panic recovery. readTimeout bounds reading one request.
+func newHTTPRunner(name, addr string, tc *tls.Config, h http.Handler, readTimeout time.Duration, log *slog.Logger) (*httpRunner, error) {
+	ln, err := listen(name, addr, maxConnsPerListener)
+	if err != nil {
+		return nil, err
+	}
+	log = log.With("listener", name)
+	return &httpRunner{ln: ln, tls: tc != nil, srv: &http.Server{
+		Handler:           recoverHTTP(h, log),
+		TLSConfig:         tc,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}}, nil
+}
+
+func (r *httpRunner) addr() string { return r.ln.Addr().String() }
+
+func (r *httpRunner) serve() error {
+	var err error
+	if r.tls {
+		err = r.srv.ServeTLS(r.ln, "", "")
+	} else {
+		err = r.srv.Serve(r.ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+func (r *httpRunner) shutdown(ctx context.Context) {
+	if err := r.srv.Shutdown(ctx); err != nil {
+		_ = r.srv.Close()
+	}
+}
+
+// bodiless serves a handler that reads no request body (forward-auth: the
+// check is in the headers). A request that carries a body anyway is
+// answered at once and its connection closed: net/http would otherwise read
+// the unread body before writing the reply, and a proxy (or a peer) that
+// announces a body and sends none would hold the check for the listener's
+// read timeout, which the lock API sets to 30 s plus maxWait.
+func bodiless(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 {
+			w.Header().Set("Connection", "close")
+			// Nothing more is read from this connection: the draining read
+			// fails at once instead of waiting.
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+type grpcRunner struct {
+	ln     net.Listener
+	srv    *grpc.Server
+	health *health.Server
+}
+
+// newGRPCRunner builds a gRPC listener with the panic recovery and the
+// connection limits; register adds the services and returns the health
+// server that shutdown turns to NOT_SERVING first.
+func newGRPCRunner(name, addr string, tc *tls.Config, limits grpcLimits, log *slog.Logger, register func(*grpc.Server) *health.Server) (*grpcRunner, error) {
+	log = log.With("listener", name)
+	opts := append(limits.serverOptions(),
+		grpc.ChainUnaryInterceptor(recoverUnary(log)),
+		grpc.ChainStreamInterceptor(recoverStream(log)))
+	if tc != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	g := grpc.NewServer(opts...)
+	hs := register(g)
+	ln, err := listen(name, addr, limits.maxConns)
+	if err != nil {
+		return nil, err
+	}
+	return &grpcRunner{ln: ln, srv: g, health: hs}, nil
+}
+
+func (r *grpcRunner) addr() string { return r.ln.Addr().String() }
+func (r *grpcRunner) serve() error { return r.srv.Serve(r.ln) }
+
+// shutdown reports NOT_SERVING (so health-checking proxies stop sending),
+// lets in-flight RPCs finish, then stops hard at the deadline.
+func (r *grpcRunner) shutdown(ctx context.Context) {
+	if r.health != nil {
+		r.health.Shutdown()
+	}
+	done := make(chan struct{})
+	go func() { r.srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		r.srv.Stop()
+		<-done
+	}
+}
