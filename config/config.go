@@ -105,9 +105,14 @@ type Check struct {
 // Audit configures the audit trail. Zero fields take the defaults of
 // fencecheck (queue) and lockstore (retention).
 type Audit struct {
-	QueueSize int      `yaml:"queueSize"`
-	MaxEvents int      `yaml:"maxEvents"`
-	MaxAge    Duration `yaml:"maxAge"`
+	QueueSize int `yaml:"queueSize"`
+	// MaxEvents bounds the decision class (stale, not-held, unknown,
+	// wrong-owner, ...); MaxInputEvents the input class (missing,
+	// malformed: denials anyone can provoke), zero meaning MaxEvents. The
+	// classes never evict each other's events.
+	MaxEvents      int      `yaml:"maxEvents"`
+	MaxInputEvents int      `yaml:"maxInputEvents"`
+	MaxAge         Duration `yaml:"maxAge"`
 }
 
 // Locks configures the lock API.
@@ -270,8 +275,8 @@ func (c *Config) Validate() error {
 	if c.Locks.OpTimeout < 0 {
 		add("locks.opTimeout: must not be negative")
 	}
-	if c.Audit.QueueSize < 0 || c.Audit.MaxEvents < 0 || c.Audit.MaxAge < 0 {
-		add("audit: queueSize, maxEvents and maxAge must not be negative")
+	if c.Audit.QueueSize < 0 || c.Audit.MaxEvents < 0 || c.Audit.MaxInputEvents < 0 || c.Audit.MaxAge < 0 {
+		add("audit: queueSize, maxEvents, maxInputEvents and maxAge must not be negative")
 	}
 
 	if len(p) > 0 {

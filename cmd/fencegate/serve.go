@@ -113,7 +113,7 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 
 // serve runs the gateway until ctx ends, then drains and stops.
 func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.Logger) error {
-	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxAge: cfg.Audit.MaxAge.Std()}
+	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxInputEvents: cfg.Audit.MaxInputEvents, MaxAge: cfg.Audit.MaxAge.Std()}
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	store, err := set.store.Open(octx, retention, log)
 	cancel()

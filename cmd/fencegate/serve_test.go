@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 func loadArgs(t *testing.T, args ...string) (config.Config, serveSettings, error) {
@@ -110,5 +112,16 @@ func TestStoreTable(t *testing.T) {
 	}
 	if u, _ := parseStoreURL("bolt://./x.db"); u.migrate != nil {
 		t.Error("bolt has a migrate hook")
+	}
+}
+
+// TestMergeRetention: the store URL's retention wins field by field, and the
+// config file fills the rest, the input class's budget included.
+func TestMergeRetention(t *testing.T) {
+	fromConfig := lockstore.AuditRetention{MaxEvents: 100, MaxInputEvents: 10, MaxAge: time.Hour}
+	got := mergeRetention(lockstore.AuditRetention{MaxEvents: 5}, fromConfig)
+	want := lockstore.AuditRetention{MaxEvents: 5, MaxInputEvents: 10, MaxAge: time.Hour}
+	if got != want {
+		t.Fatalf("mergeRetention = %+v, want %+v", got, want)
 	}
 }

@@ -181,6 +181,9 @@ func mergeRetention(fromURL, fromConfig lockstore.AuditRetention) lockstore.Audi
 	if fromURL.MaxEvents == 0 {
 		fromURL.MaxEvents = fromConfig.MaxEvents
 	}
+	if fromURL.MaxInputEvents == 0 {
+		fromURL.MaxInputEvents = fromConfig.MaxInputEvents
+	}
 	if fromURL.MaxAge == 0 {
 		fromURL.MaxAge = fromConfig.MaxAge
 	}
