@@ -2,7 +2,6 @@ package authz
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -119,27 +118,7 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 	return d.checker.Check(ctx, req)
 }
 
-// denialBody is the JSON body of a denial (API.md). The key is the raw key
-// the request named (its header or its path): the caller already holds it,
-// and the body goes back only to that caller. LockIds never appear.
-type denialBody struct {
-	Error      string `json:"error"`
-	Key        string `json:"key"`
-	Presented  string `json:"presented"`
-	Current    string `json:"current"`
-	DecisionID string `json:"decisionId"`
-}
-
-func denialJSON(dec fencecheck.Decision) []byte {
-	b, _ := json.Marshal(denialBody{ // a struct of strings always marshals
-		Error:      string(dec.Reason),
-		Key:        dec.Key,
-		Presented:  dec.Presented,
-		Current:    dec.Current,
-		DecisionID: dec.DecisionID,
-	})
-	return b
-}
+func denialJSON(dec fencecheck.Decision) []byte { return fencecheck.DenialJSON(dec) }
 
 // asciiJSON escapes every non-ASCII rune of a JSON document as \uXXXX, so
 // that it can travel in an HTTP header (the nginx mapping).

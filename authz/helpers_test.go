@@ -93,3 +93,12 @@ func envoyRequest(method, path string, headers, ext map[string]string) *authv3.C
 }
 
 func isBadTemplate(err error) bool { return errors.Is(err, errBadTemplate) }
+
+// denialBody is the JSON body of a denial (API.md), as a client reads it.
+type denialBody struct {
+	Error      string `json:"error"`
+	Key        string `json:"key"`
+	Presented  string `json:"presented"`
+	Current    string `json:"current"`
+	DecisionID string `json:"decisionId"`
+}

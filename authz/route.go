@@ -6,14 +6,14 @@ import (
 
 // Default request headers (lowercase, as Envoy hands them over).
 const (
-	HeaderKey      = "x-fence-key"      // the lock key, unless the route names it
-	HeaderToken    = "x-fence-token"    // the presented fence, unless the route names another header
-	HeaderLockID   = "x-fence-lock-id"  // the optional ownership proof; never reaches upstream
-	HeaderVerified = "x-fence-verified" // set towards upstream: the fence that was verified
+	HeaderKey      = fencecheck.HeaderKey      // the lock key, unless the route names it
+	HeaderToken    = fencecheck.HeaderToken    // the presented fence, unless the route names another header
+	HeaderLockID   = fencecheck.HeaderLockID   // the optional ownership proof; never reaches upstream
+	HeaderVerified = fencecheck.HeaderVerified // set towards upstream: the fence that was verified
 
-	HeaderReason     = "x-fence-reason"      // denials: the reason
-	HeaderDecisionID = "x-fence-decision-id" // every checked write: the decision id
-	HeaderWouldDeny  = "x-fence-would-deny"  // towards upstream in dry-run: the reason enforce would have denied
+	HeaderReason     = fencecheck.HeaderReason     // denials: the reason
+	HeaderDecisionID = fencecheck.HeaderDecisionID // every checked write: the decision id
+	HeaderWouldDeny  = fencecheck.HeaderWouldDeny  // towards upstream in dry-run: the reason enforce would have denied
 )
 
 // Route option names: Envoy context_extensions keys, and the query

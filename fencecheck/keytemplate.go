@@ -103,3 +103,13 @@ func canonicalSegments(path string) ([]string, error) {
 	}
 	return segs, nil
 }
+
+// CheckPath reports whether an origin-form path (no query) is canonical in
+// ExpandKey's sense: starting with "/", no empty segment but a trailing one,
+// no dot segment (raw, percent-encoded, or before a ";" parameter) and no
+// encoded "/". An edge that routes by path prefix refuses other paths, since
+// the upstream may normalise them into a path under another route.
+func CheckPath(path string) error {
+	_, err := canonicalSegments(path)
+	return err
+}
