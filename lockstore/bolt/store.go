@@ -92,7 +92,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			Msg: "bolt: open " + cfg.Path, Err: err}
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bucketLocks, bucketIDs, bucketFences, bucketAudit, bucketMeta} {
+		for _, b := range [][]byte{bucketLocks, bucketIDs, bucketFences, bucketAudit, bucketMeta, bucketWrites} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
 			}
