@@ -35,6 +35,9 @@ type requestView struct {
 	count         func(lc string) int    // by lowercase name: how many copies the request carried
 	peer          string
 	source        string
+	// canFinish: the transport sees the upstream's response and reports
+	// completion (ext_proc), so a route may ask for the write barrier.
+	canFinish bool
 }
 
 // decider turns a requestView and a route's options into a fencecheck
@@ -75,6 +78,15 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 		Method: v.method,
 		Path:   path,
 		LockID: v.header(HeaderLockID),
+	}
+	barrier, maxWrite, berr := parseBarrier(ro.barrier, ro.maxWrite)
+	switch {
+	case berr != nil:
+		req.RouteError = berr
+	case barrier && !v.canFinish:
+		req.RouteError = errBarrierUnsupported
+	default:
+		req.Barrier, req.MaxWrite = barrier, maxWrite
 	}
 	fenceHeader := HeaderToken
 	if ro.header != "" {

@@ -25,12 +25,24 @@ const (
 	ExtMode    = "fence_mode"    // enforce | dry-run | warn
 	ExtMethods = "fence_methods" // write methods: "POST,PUT" or "*"; default everything but GET, HEAD, OPTIONS
 	ExtRoute   = "fence_route"   // the route's name, for audit and logs
+	// ExtBarrier asks for the write barrier: "on" or "off". Only ext_proc
+	// can keep it; on ext_authz and forward-auth a route asking for it is
+	// misconfigured, and its writes fail closed (503 unavailable).
+	ExtBarrier = "fence_barrier"
+	// ExtMaxWrite is the barrier's maxWrite ("30s"; default
+	// fencecheck.DefaultMaxWrite).
+	ExtMaxWrite = "fence_max_write"
 )
+
+// routeOptionNames lists every route option, for transports that look each
+// one up by name.
+var routeOptionNames = []string{ExtKey, ExtHeader, ExtPolicy, ExtMode, ExtMethods, ExtRoute, ExtBarrier, ExtMaxWrite}
 
 // routeOptions are a route's settings, from context_extensions (gRPC) or
 // headers/query (HTTP). Empty fields take the defaults.
 type routeOptions struct {
 	key, header, policy, mode, methods, name string
+	barrier, maxWrite                        string
 }
 
 func optionsFromMap(m map[string]string) routeOptions {
@@ -41,6 +53,9 @@ func optionsFromMap(m map[string]string) routeOptions {
 		mode:    m[ExtMode],
 		methods: m[ExtMethods],
 		name:    m[ExtRoute],
+
+		barrier:  m[ExtBarrier],
+		maxWrite: m[ExtMaxWrite],
 	}
 }
 
