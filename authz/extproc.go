@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
@@ -198,11 +197,9 @@ func extProcOptions(ctx context.Context, req *extprocv3.ProcessingRequest) route
 // extProcPeer is the client's address from the request attributes Envoy
 // sends when the filter lists "source.address" in request_attributes.
 func extProcPeer(req *extprocv3.ProcessingRequest) string {
-	for _, attrs := range []map[string]*structpb.Struct{req.GetAttributes(), req.GetRequestHeaders().GetAttributes()} {
-		for _, st := range attrs {
-			if v := st.GetFields()["source.address"].GetStringValue(); v != "" {
-				return v
-			}
+	for _, st := range req.GetAttributes() {
+		if v := st.GetFields()["source.address"].GetStringValue(); v != "" {
+			return v
 		}
 	}
 	return ""
