@@ -56,6 +56,9 @@ type Config struct {
 	Check  Check   `yaml:"check"`
 	Audit  Audit   `yaml:"audit"`
 	Locks  Locks   `yaml:"locks"`
+
+	// Proxy is the fencing reverse proxy (config/proxy.go).
+	Proxy Proxy `yaml:"proxy"`
 }
 
 // Listener is one network listener. Addr "off" disables it.
@@ -303,6 +306,10 @@ func (c *Config) Validate() error {
 	}
 	if c.Audit.QueueSize < 0 || c.Audit.MaxEvents < 0 || c.Audit.MaxAge < 0 {
 		add("audit: queueSize, maxEvents and maxAge must not be negative")
+	}
+
+	if len(c.Proxy.Routes) > 0 {
+		p = append(p, c.Proxy.problems()...)
 	}
 
 	if len(p) > 0 {

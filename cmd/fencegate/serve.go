@@ -116,6 +116,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		admOpts = o
 	}
 
+	if len(cfg.Proxy.Routes) > 0 { // proxy.go: the fencing reverse proxy's routes
+		if _, err := proxyRoutes(cfg.Proxy); err != nil {
+			return configError{err}
+		}
+	}
+
 	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxAge: cfg.Audit.MaxAge.Std()}
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	store, err := openStore(octx, cfg.Store, retention, log)
@@ -218,9 +224,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		r, err := newGRPCRunner("authz", cfg.Authz.Addr, cfg.Authz.TLS, log, goBG, func(g *grpc.Server) *health.Server {
 			as := authz.NewServer(checker, authz.Options{Logger: log})
 			as.Register(g)
+			authz.NewExtProc(checker, authz.Options{Logger: log}).Register(g)
 			// Envoy health-checks this listener: report NOT_SERVING while
 			// the store is unreachable, as /readyz does.
-			goBG(func(ctx context.Context) { followReadiness(ctx, as.Health(), srv.Ready, "", authz.ServiceName) })
+			goBG(func(ctx context.Context) {
+				followReadiness(ctx, as.Health(), srv.Ready, "", authz.ServiceName, authz.ExtProcServiceName)
+			})
 			return as.Health()
 		})
 		if err != nil {
@@ -228,6 +237,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 		servers = append(servers, r)
 		addrs = append(addrs, "authz", r.addr())
+	}
+	if len(cfg.Proxy.Routes) > 0 {
+		r, _, err := newProxyRunner(cfg.Proxy, checker, log, goBG)
+		if err != nil {
+			return err
+		}
+		servers = append(servers, r)
+		addrs = append(addrs, "proxy", r.addr())
 	}
 	if admissionRunner != nil {
 		servers = append(servers, admissionRunner)
@@ -256,7 +273,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	case serveErr = <-errc:
 		log.Error("a listener failed; shutting down", "err", serveErr)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	drain := shutdownTimeout
+	if len(cfg.Proxy.Routes) > 0 {
+		drain = max(drain, cfg.Proxy.Drain()) // in-flight barrier writes finish and deregister
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, s := range servers {
