@@ -226,13 +226,6 @@ func TestBarrierDryRunDoesNotWait(t *testing.T) {
 }
 
 func TestBarrierFailsClosed(t *testing.T) {
-	t.Run("store without barrier", func(t *testing.T) {
-		c := New(&stateStore{state: live(f5, idA)}, Options{})
-		d, err := c.Check(t.Context(), Request{Key: "k", Write: true, Fence: f5, Barrier: true})
-		if !errors.Is(err, ErrNoBarrier) || d.Allowed || d.Reason != ReasonUnavailable {
-			t.Fatalf("%+v %v", d, err)
-		}
-	})
 	t.Run("admit error", func(t *testing.T) {
 		b := &barrierStore{admitErr: errors.New("store down")}
 		d, err := New(b, Options{}).Check(t.Context(), Request{Key: "k", Write: true, Fence: f5, Barrier: true})
