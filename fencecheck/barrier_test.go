@@ -271,3 +271,24 @@ func TestBarrierAbandon(t *testing.T) {
 		t.Errorf("inflight = %v", got)
 	}
 }
+
+// TestBarrierSkippedWithoutStoreWork: reads, policy off and input denials
+// never reach Admit, barrier or not.
+func TestBarrierSkippedWithoutStoreWork(t *testing.T) {
+	b := &barrierStore{}
+	c := New(b, Options{})
+	for _, r := range []Request{
+		{Key: "k", Write: false, Barrier: true},
+		{Key: "k", Write: true, Policy: PolicyOff, Barrier: true},
+		{Key: "k", Write: true, Barrier: true},
+		{Key: "k", Write: true, Fence: "5", Barrier: true},
+	} {
+		d, err := c.Check(t.Context(), r)
+		if err != nil || d.WriteID != "" {
+			t.Fatalf("%+v: %+v %v", r, d, err)
+		}
+	}
+	if n, _ := b.counts(); n != 0 {
+		t.Fatalf("%d Admit calls, want 0", n)
+	}
+}
