@@ -2,8 +2,8 @@ package authz
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"unicode/utf16"
@@ -36,6 +36,9 @@ type requestView struct {
 	count         func(lc string) int    // by lowercase name: how many copies the request carried
 	peer          string
 	source        string
+	// canFinish: the transport sees the upstream's response and reports
+	// completion (ext_proc), so a route may ask for the write barrier.
+	canFinish bool
 }
 
 // decider turns a requestView and a route's options into a fencecheck
@@ -58,28 +61,35 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
 	}
-	mode := fencecheck.Mode(ro.mode)
-	methods, err := fencecheck.WriteMethods(ro.methods)
-	if err != nil {
+	methods, methodsErr := fencecheck.WriteMethods(ro.methods)
+	if methodsErr != nil {
 		// Fail closed, as for any route option that does not parse: every
-		// request is a write, and the unparsable mode below makes the
-		// checker answer it 503 "unavailable" (whatever the route's mode),
-		// with a decision id, metrics and audit like any other.
-		d.log.LogAttrs(ctx, slog.LevelWarn, "authz: route's fence_methods is invalid; failing closed",
-			slog.String("route", ro.name), slog.Any("error", err))
+		// request is a write, and RouteError below makes the checker answer
+		// it 503 "unavailable" (whatever the route's mode), with a decision
+		// id, metrics and audit like any other.
 		methods, _ = fencecheck.WriteMethods("*")
-		mode = modeInvalidMethods
 	}
 	req := fencecheck.Request{
 		Write:  v.methodUnknown || methods.IsWrite(v.method),
 		Policy: fencecheck.Policy(ro.policy),
-		Mode:   mode,
+		Mode:   fencecheck.Mode(ro.mode),
 		Route:  ro.name,
 		Source: v.source,
 		Peer:   v.peer,
 		Method: v.method,
 		Path:   path,
 		LockID: v.header(HeaderLockID),
+	}
+	barrier, maxWrite, berr := parseBarrier(ro.barrier, ro.maxWrite)
+	switch {
+	case methodsErr != nil:
+		req.RouteError = fmt.Errorf("%s: %w", ExtMethods, methodsErr)
+	case berr != nil:
+		req.RouteError = berr
+	case barrier && !v.canFinish:
+		req.RouteError = errBarrierUnsupported
+	default:
+		req.Barrier, req.MaxWrite = barrier, maxWrite
 	}
 	fenceHeader := HeaderToken
 	if ro.header != "" {
@@ -126,33 +136,7 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 	return d.checker.Check(ctx, req)
 }
 
-// modeInvalidMethods is the mode a request carries when its route's
-// fence_methods does not parse: no mode parses as it, so fencecheck fails
-// the check closed (503 "unavailable") exactly as for an unknown
-// fence_mode, and reports the decision's mode as enforce.
-const modeInvalidMethods fencecheck.Mode = "(fence_methods invalid)"
-
-// denialBody is the JSON body of a denial (API.md). The key is the raw key
-// the request named (its header or its path): the caller already holds it,
-// and the body goes back only to that caller. LockIds never appear.
-type denialBody struct {
-	Error      string `json:"error"`
-	Key        string `json:"key"`
-	Presented  string `json:"presented"`
-	Current    string `json:"current"`
-	DecisionID string `json:"decisionId"`
-}
-
-func denialJSON(dec fencecheck.Decision) []byte {
-	b, _ := json.Marshal(denialBody{ // a struct of strings always marshals
-		Error:      string(dec.Reason),
-		Key:        dec.Key,
-		Presented:  dec.Presented,
-		Current:    dec.Current,
-		DecisionID: dec.DecisionID,
-	})
-	return b
-}
+func denialJSON(dec fencecheck.Decision) []byte { return fencecheck.DenialJSON(dec) }
 
 // asciiJSON escapes every non-ASCII rune of a JSON document as \uXXXX, so
 // that it can travel in an HTTP header (the nginx mapping).

@@ -1,7 +1,7 @@
 // Package authz puts fencecheck's decision on the wire: the Envoy ext_authz
-// v3 gRPC server (Server) and the HTTP forward-auth endpoint (HTTPHandler)
-// for proxies without gRPC. Both read the same inputs (API.md, "Envoy
-// ext_authz"):
+// v3 gRPC server (Server), the Envoy ext_proc v3 server (ExtProc), and the
+// HTTP forward-auth endpoint (HTTPHandler) for proxies without gRPC. All
+// read the same inputs (API.md, "Envoy ext_authz"):
 //
 //	input             default             route option (context_extensions / query)
 //	lock key          x-fence-key         fence_key: a literal, or "orders/{2}" over path segments
@@ -11,6 +11,14 @@
 //	mode              enforce             fence_mode: enforce | dry-run | warn
 //	write methods     all but GET/HEAD/OPTIONS  fence_methods: "POST,PUT" | "PUT,+PROPFIND" | "*"
 //	route name        ""                  fence_route (audit and logs only)
+//	write barrier     off                 fence_barrier: on | off (ext_proc only)
+//	barrier maxWrite  30s                 fence_max_write: a Go duration
+//
+// The write barrier (fencecheck) needs an edge that sees the upstream's
+// response: ext_proc does (completion at the response headers), ext_authz
+// and forward-auth do not. A route that asks them for it is misconfigured:
+// its writes fail closed (503 "unavailable", logged at warn as for an
+// unknown fence_policy); reads still pass.
 //
 // Choices the wire contract leaves open, made here:
 //   - A fence_key template ("orders/{2}", "orders/{2:int}") is expanded by

@@ -134,9 +134,7 @@ func checkResponse(dec fencecheck.Decision) *authv3.CheckResponse {
 
 // verified reports whether dec allowed a write on a fence it checked (not a
 // read, not policy off, not a dry-run would-deny).
-func verified(dec fencecheck.Decision) bool {
-	return dec.Allowed && !dec.WouldDeny && dec.Current != "" && dec.Presented == dec.Current
-}
+func verified(dec fencecheck.Decision) bool { return fencecheck.Verified(dec) }
 
 func setHeader(k, v string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{

@@ -90,3 +90,12 @@ func envoyRequest(method, path string, headers, ext map[string]string) *authv3.C
 		ContextExtensions: ext,
 	}}
 }
+
+// denialBody is the JSON body of a denial (API.md), as a client reads it.
+type denialBody struct {
+	Error      string `json:"error"`
+	Key        string `json:"key"`
+	Presented  string `json:"presented"`
+	Current    string `json:"current"`
+	DecisionID string `json:"decisionId"`
+}

@@ -1,15 +1,19 @@
 package authz
 
+import (
+	"github.com/fencegate/fencegate/fencecheck"
+)
+
 // Default request headers (lowercase, as Envoy hands them over).
 const (
-	HeaderKey      = "x-fence-key"      // the lock key, unless the route names it
-	HeaderToken    = "x-fence-token"    // the presented fence, unless the route names another header
-	HeaderLockID   = "x-fence-lock-id"  // the optional ownership proof; never reaches upstream
-	HeaderVerified = "x-fence-verified" // set towards upstream: the fence that was verified
+	HeaderKey      = fencecheck.HeaderKey      // the lock key, unless the route names it
+	HeaderToken    = fencecheck.HeaderToken    // the presented fence, unless the route names another header
+	HeaderLockID   = fencecheck.HeaderLockID   // the optional ownership proof; never reaches upstream
+	HeaderVerified = fencecheck.HeaderVerified // set towards upstream: the fence that was verified
 
-	HeaderReason     = "x-fence-reason"      // denials: the reason
-	HeaderDecisionID = "x-fence-decision-id" // every checked write: the decision id
-	HeaderWouldDeny  = "x-fence-would-deny"  // towards upstream in dry-run: the reason enforce would have denied
+	HeaderReason     = fencecheck.HeaderReason     // denials: the reason
+	HeaderDecisionID = fencecheck.HeaderDecisionID // every checked write: the decision id
+	HeaderWouldDeny  = fencecheck.HeaderWouldDeny  // towards upstream in dry-run: the reason enforce would have denied
 )
 
 // Route option names: Envoy context_extensions keys, and the query
@@ -21,12 +25,24 @@ const (
 	ExtMode    = "fence_mode"    // enforce | dry-run | warn
 	ExtMethods = "fence_methods" // write methods: "POST,PUT", "+PROPFIND" (custom) or "*"; default everything but GET, HEAD, OPTIONS
 	ExtRoute   = "fence_route"   // the route's name, for audit and logs
+	// ExtBarrier asks for the write barrier: "on" or "off". Only ext_proc
+	// can keep it; on ext_authz and forward-auth a route asking for it is
+	// misconfigured, and its writes fail closed (503 unavailable).
+	ExtBarrier = "fence_barrier"
+	// ExtMaxWrite is the barrier's maxWrite ("30s"; default
+	// fencecheck.DefaultMaxWrite).
+	ExtMaxWrite = "fence_max_write"
 )
+
+// routeOptionNames lists every route option, for transports that look each
+// one up by name.
+var routeOptionNames = []string{ExtKey, ExtHeader, ExtPolicy, ExtMode, ExtMethods, ExtRoute, ExtBarrier, ExtMaxWrite}
 
 // routeOptions are a route's settings, from context_extensions (gRPC) or
 // headers/query (HTTP). Empty fields take the defaults.
 type routeOptions struct {
 	key, header, policy, mode, methods, name string
+	barrier, maxWrite                        string
 }
 
 func optionsFromMap(m map[string]string) routeOptions {
@@ -37,5 +53,8 @@ func optionsFromMap(m map[string]string) routeOptions {
 		mode:    m[ExtMode],
 		methods: m[ExtMethods],
 		name:    m[ExtRoute],
+
+		barrier:  m[ExtBarrier],
+		maxWrite: m[ExtMaxWrite],
 	}
 }

@@ -56,6 +56,9 @@ type Config struct {
 	Check  Check   `yaml:"check"`
 	Audit  Audit   `yaml:"audit"`
 	Locks  Locks   `yaml:"locks"`
+
+	// Proxy is the fencing reverse proxy (config/proxy.go).
+	Proxy Proxy `yaml:"proxy"`
 }
 
 // Listener is one network listener. Addr "off" disables it.
@@ -219,8 +222,8 @@ func (c *Config) Validate() error {
 		}
 		checkTLS(add, l.name+".tls", l.l.TLS)
 	}
-	if !c.HTTP.Enabled() && !c.GRPC.Enabled() && !c.Authz.Enabled() && !c.Admission.Enabled() {
-		add("every listener is off: enable at least one of http, grpc, authz, admission")
+	if !c.HTTP.Enabled() && !c.GRPC.Enabled() && !c.Authz.Enabled() && !c.Admission.Enabled() && len(c.Proxy.Routes) == 0 {
+		add("every listener is off: enable at least one of http, grpc, authz, admission, or set proxy.routes")
 	}
 
 	if c.Admission.Addr != Off && c.Admission.Addr != "" {
@@ -277,6 +280,10 @@ func (c *Config) Validate() error {
 	}
 	if c.Audit.QueueSize < 0 || c.Audit.MaxEvents < 0 || c.Audit.MaxInputEvents < 0 || c.Audit.MaxAge < 0 {
 		add("audit: queueSize, maxEvents, maxInputEvents and maxAge must not be negative")
+	}
+
+	if len(c.Proxy.Routes) > 0 {
+		p = append(p, c.Proxy.problems()...)
 	}
 
 	if len(p) > 0 {

@@ -41,6 +41,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Now stamps audit events; nil is time.Now.
 	Now func() time.Time
+	// FinishTimeout bounds the store call of Finish (default 2 s).
+	FinishTimeout time.Duration
 }
 
 // Checker decides edge checks against one store. It is safe for concurrent
@@ -48,11 +50,13 @@ type Options struct {
 type Checker struct {
 	store   lockstore.Store
 	timeout time.Duration
-	audit   *Auditor
-	rawKeys bool
-	log     *slog.Logger
-	now     func() time.Time
-	m       *checkMetrics
+	// finishTimeout bounds Finish's store call.
+	finishTimeout time.Duration
+	audit         *Auditor
+	rawKeys       bool
+	log           *slog.Logger
+	now           func() time.Time
+	m             *checkMetrics
 }
 
 // New returns a Checker reading s.
@@ -65,9 +69,14 @@ func New(s lockstore.Store, o Options) *Checker {
 		log:     o.Logger,
 		now:     o.Now,
 		m:       newCheckMetrics(o.Registerer),
+
+		finishTimeout: o.FinishTimeout,
 	}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
+	}
+	if c.finishTimeout <= 0 {
+		c.finishTimeout = DefaultFinishTimeout
 	}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -143,9 +152,11 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 		}
 		return d, nil
 	}
-	var err error
-	if d.Policy, err = ParsePolicy(string(r.Policy)); err == nil {
-		d.Mode, err = ParseMode(string(r.Mode))
+	err := r.RouteError
+	if err == nil {
+		if d.Policy, err = ParsePolicy(string(r.Policy)); err == nil {
+			d.Mode, err = ParseMode(string(r.Mode))
+		}
 	}
 	if err != nil {
 		// The route is misconfigured: fail closed, loudly.
@@ -177,6 +188,10 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 	}
 	if r.LockID != "" && lockstore.ValidateLockID(r.LockID) != nil {
 		return c.negative(d, ReasonMalformed), nil
+	}
+
+	if r.Barrier {
+		return c.admit(ctx, d, r, key)
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)

@@ -30,6 +30,24 @@
 //     no live lock to match: 409 "not-held"; a different lockId: 409
 //     "wrong-owner".
 //
+// The write barrier (Request.Barrier, set only by an edge that sees the
+// upstream's response: the proxy package and authz's ext_proc): step 3 is
+// one lockstore.WriteBarrier.Admit per attempt instead of Inspect, which
+// reads the same state and, when the fence matches and no write under an
+// older fence of the key is unfinished, registers the write as in flight.
+// Steps 4–6 are decided on the state Admit read. A current fence kept out by
+// unfinished older writes is retried (backoff 5 → 40 ms) within the check's
+// timeout, never past the moment those writes count as finished anyway, and
+// then refused "draining" (429, Decision.RetryAfter): retriable, never 200
+// and never the fail-closed 503. An admitted write carries a WriteID; the
+// transport calls Finish once the upstream's response is complete, or
+// Abandon when the exchange failed (the entry then expires MaxWrite after
+// admission). An admitted write whose lockId proof fails is denied and its
+// entry removed at once. In dry-run and warn a positive evaluation still registers
+// the write (so the metrics and the store show what enforce would do), but a
+// write that would wait is not held back: it passes at once as a would-deny
+// "draining".
+//
 // Modes: "enforce" denies. "dry-run" and "warn" evaluate the same way but
 // allow, with Decision.WouldDeny set and Decision.Reason naming what would
 // have been denied; the would-deny is audited. In dry-run and warn an

@@ -397,3 +397,15 @@ func canonicalUUID(v string) bool {
 	}
 	return true
 }
+
+// CheckPath reports whether an origin-form path (no query) passes the path
+// rules every key template applies before it looks at a segment: it starts
+// with "/", has no empty segment but a trailing one, no dot segment, no
+// encoded "/", no ";" (a matrix parameter some upstreams drop) and no "\".
+// An edge that routes by path prefix refuses other paths, since the
+// upstream may normalise them into a path under another route. The error
+// wraps ErrKeyPath.
+func CheckPath(path string) error {
+	_, err := (&KeyTemplate{}).values(path, rules{})
+	return err
+}

@@ -24,6 +24,11 @@ const (
 type checkMetrics struct {
 	decisions *prometheus.CounterVec
 	duration  prometheus.Histogram
+
+	inflight     prometheus.Gauge
+	abandoned    prometheus.Counter
+	finishErrors prometheus.Counter
+	barrierWait  prometheus.Histogram
 }
 
 func newCheckMetrics(reg prometheus.Registerer) *checkMetrics {
@@ -39,6 +44,23 @@ func newCheckMetrics(reg prometheus.Registerer) *checkMetrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .15, .25, .5, 1},
 		}),
 	}
+	m.inflight = register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencegate_barrier_inflight_writes",
+		Help: "Writes this process admitted under the write barrier and has not yet finished or abandoned.",
+	}))
+	m.abandoned = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencegate_barrier_abandoned_total",
+		Help: "Barrier writes whose upstream exchange failed; their entries are left to expire at maxWrite.",
+	}))
+	m.finishErrors = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencegate_barrier_finish_errors_total",
+		Help: "Barrier Finish store calls that failed; those entries expire at maxWrite.",
+	}))
+	m.barrierWait = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "fencegate_barrier_wait_seconds",
+		Help:    "Time a barrier write waited for older writes of its key to finish (admitted or refused as draining).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .15, .25, .5, 1},
+	}))
 	m.decisions = register(reg, m.decisions)
 	m.duration = register(reg, m.duration)
 	return m

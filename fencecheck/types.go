@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Policy is what a presented fence must match.
@@ -47,11 +48,16 @@ const (
 	ReasonUnknown     Reason = "unknown"     // 409: presented > latest issued (never issued)
 	ReasonWrongOwner  Reason = "wrong-owner" // 409: the lockId proof does not match the live lock
 	ReasonUnavailable Reason = "unavailable" // 503: backend error or deadline; fail closed
+	// ReasonDraining: the fence is current, but on a barrier route a write
+	// under an older fence of the key has not finished, and did not finish
+	// within the check's budget. 429 with Retry-After: retriable, unlike
+	// 409 (the fence lost) and 503 (fail closed).
+	ReasonDraining Reason = "draining"
 )
 
 // Reasons lists every Reason in a stable order (for metrics and docs).
 var Reasons = []Reason{ReasonMissing, ReasonMalformed, ReasonStale, ReasonNotHeld,
-	ReasonUnknown, ReasonWrongOwner, ReasonUnavailable}
+	ReasonUnknown, ReasonWrongOwner, ReasonUnavailable, ReasonDraining}
 
 // StatusOf returns the HTTP status a denial for reason r is answered with,
 // and 200 for the empty reason (allowed).
@@ -65,6 +71,8 @@ func StatusOf(r Reason) int {
 		return http.StatusBadRequest
 	case ReasonStale, ReasonNotHeld, ReasonUnknown, ReasonWrongOwner:
 		return http.StatusConflict
+	case ReasonDraining:
+		return http.StatusTooManyRequests
 	default: // ReasonUnavailable, and anything unexpected fails closed
 		return http.StatusServiceUnavailable
 	}
@@ -120,6 +128,23 @@ type Request struct {
 	// SkipAudit suppresses the audit event (admission dry-run reviews must
 	// have no side effects). Metrics are still counted.
 	SkipAudit bool
+
+	// Barrier turns the write barrier on for this write (see the package
+	// doc): the check admits the write through the store's
+	// lockstore.WriteBarrier, and an allowed Decision carries a WriteID the
+	// transport must hand back to Finish once the upstream has answered.
+	// Only a transport that sees the upstream's response may set it.
+	Barrier bool
+	// MaxWrite is how long after admission a barrier write counts as
+	// finished even if Finish never comes (the upstream exchange failed or
+	// the edge died); 0 is DefaultMaxWrite.
+	MaxWrite time.Duration
+	// RouteError, when non-nil, says the transport found the route's
+	// options unusable (such as the barrier asked of an edge that cannot
+	// report completion). A write fails closed like a route with an
+	// unknown policy: 503 "unavailable", logged at warn, error returned.
+	// Reads still pass.
+	RouteError error
 }
 
 // Decision is the outcome of a check.
@@ -149,4 +174,17 @@ type Decision struct {
 	Key    string
 	Policy Policy
 	Mode   Mode
+
+	// WriteID is set when the write was admitted under the barrier: the
+	// store holds an in-flight entry for it until Checker.Finish (or until
+	// MaxWrite passes). Empty otherwise.
+	WriteID string
+	// RetryAfter is, for a "draining" denial, when to retry in whole
+	// seconds (at least 1): the time until the blocking writes count as
+	// finished even without a response, capped at MaxRetryAfter.
+	RetryAfter int
+
+	// barrierKey is the normalised key the write was admitted under; Finish
+	// removes the entry there.
+	barrierKey string
 }

@@ -4,7 +4,8 @@
 // hashKey, lockIds, fence formatting and the liveness predicate — and the
 // steps every backend takes alike, so one change reaches them all: the
 // operation preambles (BeginAcquire and friends), MapError, NextFence with
-// FenceOverflow, the NoteFence warning and the NewLockInfo view.
+// FenceOverflow, the NoteFence warning and the NewLockInfo view. The
+// write barrier's store side (WriteBarrier, barrier.go) is part of Store.
 //
 // Domain outcomes (contention, an absent lock) are results with OK=false.
 // System failures are *Error values carrying a Code; use CodeOf or errors.As

@@ -103,6 +103,9 @@ const shutdownTimeout = 20 * time.Second
 type listeners struct {
 	runners []runner
 	addrs   []any // name, address pairs for the ready log line
+	// drain bounds draining on shutdown; zero is shutdownTimeout. A
+	// fencing proxy raises it to let barrier writes finish (maxWrite).
+	drain time.Duration
 }
 
 func (ls *listeners) add(name string, r runner) {
@@ -112,8 +115,12 @@ func (ls *listeners) add(name string, r runner) {
 
 // run serves every listener (each already bound) and logs "fencegate
 // ready" with attrs and their addresses. When ctx ends or a listener fails,
-// it drains them all within shutdownTimeout; it returns the failure.
+// it drains them all within ls.drain; it returns the failure.
 func (ls *listeners) run(ctx context.Context, log *slog.Logger, attrs ...any) error {
+	drain := ls.drain
+	if drain <= 0 {
+		drain = shutdownTimeout
+	}
 	errc := make(chan error, len(ls.runners))
 	for _, r := range ls.runners {
 		go func() { errc <- r.serve() }()
@@ -123,11 +130,11 @@ func (ls *listeners) run(ctx context.Context, log *slog.Logger, attrs ...any) er
 	var serveErr error
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: draining in-flight requests", "timeout", shutdownTimeout)
+		log.Info("shutting down: draining in-flight requests", "timeout", drain)
 	case serveErr = <-errc:
 		log.Error("a listener failed; shutting down", "err", serveErr)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, r := range ls.runners {

@@ -1,7 +1,8 @@
 // Command fencegate is the fencing gateway: it holds distributed locks and
 // enforces their fences at the network edge.
 //
-//	fencegate serve    run the gateway (lock API, ext_authz, admission webhook)
+//	fencegate serve    run the gateway (lock API, ext_authz, ext_proc, admission webhook)
+//	fencegate proxy    run the fencing reverse proxy in front of an API
 //	fencegate lock     acquire, release, extend, look up, or run a command under a lock
 //	fencegate audit    list audit events (denials) from a gateway
 //	fencegate check    ask a gateway whether a fence is current for a key
@@ -40,6 +41,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the gateway", runServe},
+		{"proxy", "run the fencing reverse proxy (routes from the config file)", runProxy},
 		{"lock", "acquire | release | extend | status | lookup | run", runLock},
 		{"audit", "list audit events (denials) from a gateway", runAudit},
 		{"check", "ask a gateway whether a fence is current for a key", runCheck},

@@ -26,6 +26,7 @@ import (
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/proxy"
 )
 
 // Timeouts of the serving process.
@@ -65,6 +66,9 @@ type serveSettings struct {
 	store     storeURL
 	auth      *api.Authenticator // nil: auth off
 	admission admission.Options  // listener-dependent fields filled at start
+	// proxyRoutes are the fencing reverse proxy's routes (proxy.routes),
+	// served on their own listener when any are configured.
+	proxyRoutes []proxy.Route
 }
 
 // loadServeConfig loads the configuration and parses what the packages own
@@ -93,6 +97,11 @@ func loadServeConfig(build func(func(string) string) (config.Config, error), get
 	if cfg.Admission.Enabled() {
 		if set.admission, err = admissionOptions(cfg.Admission); err != nil {
 			add("admission", err)
+		}
+	}
+	if len(cfg.Proxy.Routes) > 0 {
+		if set.proxyRoutes, err = proxyRoutes(cfg.Proxy); err != nil {
+			add("proxy", err)
 		}
 	}
 	if len(p) > 0 {
@@ -198,6 +207,13 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		}
 		ls.add("authz", r)
 	}
+	if len(set.proxyRoutes) > 0 {
+		r, _, err := newProxyRunner(cfg.Proxy, set.proxyRoutes, checker, log, goBG)
+		if err != nil {
+			return err
+		}
+		ls.add("proxy", r)
+	}
 	if admissionRunner != nil {
 		ls.add("admission", admissionRunner)
 	}
@@ -208,6 +224,9 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	authState := "on"
 	if set.auth == nil {
 		authState = "off"
+	}
+	if len(cfg.Proxy.Routes) > 0 {
+		ls.drain = max(shutdownTimeout, cfg.Proxy.Drain()) // in-flight barrier writes finish and deregister
 	}
 	return ls.run(ctx, log, "store", caps.Backend, "store_url", config.RedactURL(cfg.Store), "time_authority", string(caps.TimeAuthority), "auth", authState)
 }
@@ -252,7 +271,8 @@ func newAuthzRunner(l config.Listener, srv *api.Server, checker *fencecheck.Chec
 	return newGRPCListener("authz", l, log, goBG, func(g *grpc.Server) *health.Server {
 		as := authz.NewServer(checker, authz.Options{Logger: log})
 		as.Register(g)
-		goBG(srv.FollowReadiness(as.Health(), readinessInterval, "", authz.ServiceName))
+		authz.NewExtProc(checker, authz.Options{Logger: log}).Register(g)
+		goBG(srv.FollowReadiness(as.Health(), readinessInterval, "", authz.ServiceName, authz.ExtProcServiceName))
 		return as.Health()
 	})
 }

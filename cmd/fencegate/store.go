@@ -164,8 +164,9 @@ func migratePostgres(ctx context.Context, cfg postgres.Config) (string, error) {
 	if err := postgres.Migrate(ctx, cfg); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("tables %s, %s, %s", orDefault(cfg.Table, postgres.DefaultTable),
-		orDefault(cfg.FenceTable, postgres.DefaultFenceTable), orDefault(cfg.AuditTable, postgres.DefaultAuditTable)), nil
+	return fmt.Sprintf("tables %s, %s, %s, %s", orDefault(cfg.Table, postgres.DefaultTable),
+		orDefault(cfg.FenceTable, postgres.DefaultFenceTable), orDefault(cfg.AuditTable, postgres.DefaultAuditTable),
+		orDefault(cfg.BarrierTable, postgres.DefaultBarrierTable)), nil
 }
 
 func orDefault(v, def string) string {

@@ -23,6 +23,7 @@ import (
 	// The typed_config extensions the shipped configs use, registered so
 	// protojson can resolve their "@type" URLs.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -190,6 +191,71 @@ func TestBrokenConfigsFail(t *testing.T) {
 				t.Fatalf("a config with %s validated", tc.name)
 			} else {
 				t.Logf("rejected as expected: %v", err)
+			}
+		})
+	}
+}
+
+// checkExtProcShape pins what envoy-extproc.yaml promises: the modes the
+// barrier needs (request and response headers sent, bodies never), fail
+// closed with 503, a message timeout above fencegate's budget, and the
+// barrier asked for on the orders route.
+func checkExtProcShape(text []byte) error {
+	b, err := loadBootstrap(text)
+	if err != nil {
+		return err
+	}
+	js, _ := protojson.Marshal(b)
+	s := string(js)
+	var errs []error
+	for _, want := range []string{
+		`"requestHeaderMode":"SEND"`,
+		`"responseHeaderMode":"SEND"`,
+		`"messageTimeout":"0.500s"`,
+		`"statusOnError":{"code":"ServiceUnavailable"}`,
+		`"key":"fence_barrier","value":"on"`,
+		`"key":"fence_key","value":"orders/{2}"`,
+		`"serviceName":"envoy.service.ext_proc.v3.ExternalProcessor"`,
+		`"requestHeadersToRemove":["x-fence-lock-id"]`,
+	} {
+		if !strings.Contains(s, want) {
+			errs = append(errs, fmt.Errorf("lacks %s", want))
+		}
+	}
+	// NONE is the body modes' zero value, so any body mode in the JSON
+	// means bodies would be sent.
+	if strings.Contains(s, `BodyMode"`) {
+		errs = append(errs, errors.New("must never send bodies (request_body_mode, response_body_mode NONE)"))
+	}
+	if strings.Contains(s, `"failureModeAllow":true`) || strings.Contains(s, `"observabilityMode":true`) {
+		errs = append(errs, errors.New("must fail closed and wait for fencegate's answers"))
+	}
+	return errors.Join(errs...)
+}
+
+func TestExtProcShape(t *testing.T) {
+	text, err := os.ReadFile("envoy-extproc.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkExtProcShape(text); err != nil {
+		t.Fatal(err)
+	}
+	// The check can fail: each copy carries one mistake that would break
+	// the barrier or the fail-closed promise, or that Envoy would reject.
+	for _, tc := range []struct{ name, from, to string }{
+		{"response headers skipped", "response_header_mode: SEND", "response_header_mode: SKIP"},
+		{"fails open", "failure_mode_allow: false", "failure_mode_allow: true"},
+		{"bodies buffered", "request_body_mode: NONE", "request_body_mode: BUFFERED"},
+		{"unknown mode", "request_header_mode: SEND", "request_header_mode: MAYBE"},
+		{"misspelt field", "message_timeout: 0.5s", "message_timout: 0.5s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(string(text), tc.from) {
+				t.Fatalf("envoy-extproc.yaml no longer contains %q; update the test", tc.from)
+			}
+			if err := checkExtProcShape([]byte(strings.Replace(string(text), tc.from, tc.to, 1))); err == nil {
+				t.Fatalf("a config with %s passed", tc.name)
 			}
 		})
 	}

@@ -93,7 +93,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			Msg: "bolt: open " + cfg.Path, Err: err}
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bucketLocks, bucketIDs, bucketFences, bucketAudit, bucketInput, bucketMeta} {
+		for _, b := range [][]byte{bucketLocks, bucketIDs, bucketFences, bucketAudit, bucketInput, bucketMeta, bucketWrites} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
 			}

@@ -23,6 +23,9 @@ const (
 	DefaultCollection      = "locks"
 	DefaultFenceCollection = "fence_counters"
 	DefaultAuditCollection = "fencegate_audit"
+	// DefaultBarrierCollection holds the write barrier's in-flight writes,
+	// one document per key; fencegate's own (SyncGuard has no barrier).
+	DefaultBarrierCollection = "fencegate_write_barrier"
 	// DefaultMaxAttempts bounds how often the client library runs one
 	// transaction when commits conflict (ABORTED). Each attempt is cheap,
 	// but on the emulator, which locks pessimistically, a high bound turns
@@ -56,6 +59,10 @@ type Config struct {
 	// AuditCollection holds audit events (default "fencegate_audit"); the
 	// input class (missing, malformed) goes to the same name plus "_input".
 	AuditCollection string
+	// BarrierCollection holds the write barrier's in-flight writes
+	// (default "fencegate_write_barrier"). It must differ from the other
+	// three.
+	BarrierCollection string
 	// AuditRetention bounds the audit collection; zero fields take the
 	// lockstore defaults. Trimming is best effort, on append.
 	AuditRetention lockstore.AuditRetention
@@ -89,6 +96,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AuditCollection == "" {
 		c.AuditCollection = DefaultAuditCollection
+	}
+	if c.BarrierCollection == "" {
+		c.BarrierCollection = DefaultBarrierCollection
 	}
 	if c.DatabaseID == "(default)" {
 		c.DatabaseID = ""
@@ -127,6 +137,7 @@ func (c Config) Validate() error {
 		{"collection", c.Collection},
 		{"fenceCollection", c.FenceCollection},
 		{"auditCollection", c.AuditCollection},
+		{"barrierCollection", c.BarrierCollection},
 	} {
 		if err := validCollectionID(f.v); err != "" {
 			probs = append(probs, fmt.Sprintf("%s %q: %s", f.name, f.v, err))
@@ -148,6 +159,9 @@ func (c Config) Validate() error {
 	// retention trims as well.
 	if in := inputCollection(c.AuditCollection); in == c.FenceCollection || in == c.Collection {
 		probs = append(probs, fmt.Sprintf("auditCollection %q puts input audit events in %q, which the lock or fence collection uses", c.AuditCollection, in))
+	}
+	if c.BarrierCollection == c.Collection || c.BarrierCollection == c.FenceCollection || c.BarrierCollection == c.AuditCollection || c.BarrierCollection == inputCollection(c.AuditCollection) {
+		probs = append(probs, "barrierCollection must differ from collection, fenceCollection and auditCollection")
 	}
 	if len(probs) > 0 {
 		return lockstore.Errorf(lockstore.InvalidArgument, "config", "firestore store: %s", strings.Join(probs, "; "))
@@ -195,7 +209,7 @@ func validDatabaseID(id string) bool {
 // ParseURL parses a store URL:
 //
 //	firestore://PROJECT?database=D&collection=C&fenceCollection=F&auditCollection=A
-//	    &auditMaxEvents=N&auditMaxAge=168h&maxAttempts=N
+//	    &barrierCollection=B&auditMaxEvents=N&auditMaxAge=168h&maxAttempts=N
 //
 // Every query parameter is optional; unknown parameters are an error (a
 // typo must not silently select a default collection). The result is
@@ -234,6 +248,8 @@ func ParseURL(raw string) (Config, error) {
 			c.FenceCollection = v
 		case "auditCollection":
 			c.AuditCollection = v
+		case "barrierCollection":
+			c.BarrierCollection = v
 		case "auditMaxEvents":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -253,7 +269,7 @@ func ParseURL(raw string) (Config, error) {
 			}
 			c.MaxAttempts = n
 		default:
-			probs = append(probs, fmt.Sprintf("unknown parameter %q (known: database, collection, fenceCollection, auditCollection, auditMaxEvents, auditMaxAge, maxAttempts)", name))
+			probs = append(probs, fmt.Sprintf("unknown parameter %q (known: database, collection, fenceCollection, auditCollection, barrierCollection, auditMaxEvents, auditMaxAge, maxAttempts)", name))
 		}
 	}
 	if len(probs) > 0 {

@@ -28,6 +28,7 @@ func schemaStatements(cfg Config) []string {
 	locks := ident(cfg.Table)
 	fences := ident(cfg.FenceTable)
 	audit := ident(cfg.AuditTable)
+	barrier := ident(cfg.BarrierTable)
 	return []string{
 		`CREATE TABLE IF NOT EXISTS ` + locks + ` (
 			key TEXT PRIMARY KEY,
@@ -59,6 +60,14 @@ func schemaStatements(cfg Config) []string {
 		// created before it; the constant default makes that instant.
 		`ALTER TABLE ` + audit + ` ADD COLUMN IF NOT EXISTS input BOOLEAN NOT NULL DEFAULT false`,
 		`CREATE INDEX IF NOT EXISTS ` + ident("idx_"+cfg.AuditTable+"_class") + ` ON ` + audit + ` (input, id)`,
+		// The write barrier's in-flight writes (barrier.go); fencegate's own.
+		`CREATE TABLE IF NOT EXISTS ` + barrier + ` (
+			key TEXT NOT NULL,
+			write_id TEXT NOT NULL,
+			fence TEXT NOT NULL,
+			deadline_ms BIGINT NOT NULL,
+			PRIMARY KEY (key, write_id)
+		)`,
 	}
 }
 

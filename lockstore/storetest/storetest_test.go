@@ -61,6 +61,7 @@ type refData struct {
 	locks  map[string]refLock // by normalised key
 	fences map[string]int64
 	audit  []lockstore.AuditEvent
+	writes map[string]map[string]lockstore.WriteEntry // barrier entries by normalised key; see barrier_test.go
 }
 
 type refStore struct {

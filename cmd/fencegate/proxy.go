@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/proxy"
+)
+
+// proxyReadyTimeout bounds the store ping of the standalone proxy's /readyz.
+const proxyReadyTimeout = 2 * time.Second
+
+// runProxy is `fencegate proxy`: the fencing reverse proxy on its own,
+// against a store URL (the gateway's Redis, PostgreSQL or Firestore, or a
+// local bolt file), with routes from the config file's proxy section.
+func runProxy(ctx context.Context, args []string, _, stderr io.Writer) int {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "YAML config file with proxy.routes (env FENCEGATE_CONFIG)")
+	listen := fs.String("listen", "", "proxy listener host:port (default proxy.addr, else "+config.DefaultProxyAddr+")")
+	store := fs.String("store", "", "store URL; overrides the config's store (env FENCEGATE_STORE)")
+	metricsAddr := fs.String("metrics-addr", "", "listener for /metrics, /healthz, /readyz, or \"off\" (default proxy.metricsAddr, else off)")
+	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info)")
+	logFormat := fs.String("log-format", "", "text or json (default text)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: fencegate proxy --config FILE [flags]\n\nA fencing reverse proxy: every write on a route is checked against the store\nbefore it reaches the upstream. Routes come from the config file's proxy.routes.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fencegate proxy: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	cfg, su, routes, err := proxyConfig(*configPath, os.Getenv, func(c *config.Config) {
+		set := func(dst *string, v string) {
+			if v != "" {
+				*dst = v
+			}
+		}
+		set(&c.Proxy.Addr, *listen)
+		set(&c.Store, *store)
+		set(&c.Proxy.MetricsAddr, *metricsAddr)
+		set(&c.Log.Level, *logLevel)
+		set(&c.Log.Format, *logFormat)
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "fencegate proxy: %v\n", err)
+		return exitUsage
+	}
+	log := newLogger(cfg.Log, stderr)
+	routeRedisLogs(log)
+	if err := serveProxy(ctx, cfg, su, routes, log); err != nil {
+		log.Error("fencegate proxy stopped", "err", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// proxyConfig builds and validates the proxy's configuration: defaults, the
+// file, FENCEGATE_STORE, then the flags. Every problem is listed, the
+// routes' included.
+func proxyConfig(path string, getenv func(string) string, flags func(*config.Config)) (config.Config, storeURL, []proxy.Route, error) {
+	c := config.Default()
+	if path == "" {
+		path = getenv("FENCEGATE_CONFIG")
+	}
+	if path == "" {
+		return c, storeURL{}, nil, errors.New("a config file with proxy.routes is required (--config or FENCEGATE_CONFIG)")
+	}
+	if err := c.LoadFile(path); err != nil {
+		return c, storeURL{}, nil, err
+	}
+	if v := getenv("FENCEGATE_STORE"); v != "" {
+		c.Store = v
+	}
+	flags(&c)
+	var p config.Problems
+	if err := c.ValidateProxy(); err != nil {
+		p = append(p, err.(config.Problems)...)
+	}
+	su, err := parseStoreURL(c.Store)
+	if err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			p = append(p, "store: "+line)
+		}
+	}
+	routes, err := proxyRoutes(c.Proxy)
+	if err != nil {
+		for _, e := range unjoin(err) {
+			p = append(p, "proxy.routes: "+strings.ReplaceAll(e.Error(), "\n", "; "))
+		}
+	}
+	if len(p) > 0 {
+		return c, su, routes, p
+	}
+	return c, su, routes, nil
+}
+
+// unjoin flattens errors.Join trees into their leaves' parents, one per
+// route.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// proxyRoutes turns the config's routes into the proxy's, validating the
+// fencing options (policy, mode, methods, key templates).
+func proxyRoutes(c config.Proxy) ([]proxy.Route, error) {
+	var routes []proxy.Route
+	var errs []error
+	for _, r := range c.Routes {
+		u, err := url.Parse(r.Upstream)
+		if err != nil {
+			u = nil // reported by config's validation
+		}
+		rt := proxy.Route{
+			Name: r.Name, Prefix: r.Prefix, Upstream: u, Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader,
+			Policy: fencecheck.Policy(r.Policy), Mode: fencecheck.Mode(r.Mode), Methods: r.Methods,
+			Barrier: r.Barrier, MaxWrite: r.MaxWrite.Std(), PreserveHost: r.PreserveHost,
+		}
+		if err := rt.Validate(); err != nil {
+			// config already named prefix and upstream problems; keep the
+			// fencing ones.
+			if u != nil && strings.HasPrefix(r.Prefix, "/") {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		routes = append(routes, rt)
+	}
+	return routes, errors.Join(errs...)
+}
+
+// newProxyRunner builds the proxy listener. Its server bounds header reads
+// and idle connections; bodies stream without a total deadline (a barrier
+// write is bounded by its route's maxWrite, the upstream's answer by the
+// transport's response-header timeout), so its read timeout is zero.
+func newProxyRunner(c config.Proxy, routes []proxy.Route, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *proxy.Proxy, error) {
+	p, err := proxy.New(checker, routes, proxy.Options{Logger: log, TrustForwarded: c.TrustForwarded})
+	if err != nil {
+		return nil, nil, err
+	}
+	tc, _, err := serverTLS("proxy", c.TLS, log, goBG)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := newHTTPRunner("proxy", c.ProxyAddr(), tc, p, 0, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, p, nil
+}
+
+// serveProxy runs the standalone proxy until ctx ends, then drains: every
+// in-flight write finishes (and deregisters from the barrier) or the drain
+// deadline passes.
+func serveProxy(ctx context.Context, cfg config.Config, su storeURL, routes []proxy.Route, log *slog.Logger) error {
+	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxInputEvents: cfg.Audit.MaxInputEvents, MaxAge: cfg.Audit.MaxAge.Std()}
+	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+	store, err := su.Open(octx, retention, log)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var bg sync.WaitGroup
+	bgCtx, stopBG := context.WithCancel(context.Background())
+	defer func() { stopBG(); bg.Wait() }()
+	goBG := func(fn func(context.Context)) {
+		bg.Add(1)
+		go func() { defer bg.Done(); fn(bgCtx) }()
+	}
+	var auditor *fencecheck.Auditor
+	if al, ok := store.(lockstore.AuditLog); ok {
+		auditor = fencecheck.NewAuditor(al, fencecheck.AuditorOptions{QueueSize: cfg.Audit.QueueSize, Logger: log, Registerer: reg})
+		goBG(func(ctx context.Context) { _ = auditor.Run(ctx) })
+		defer auditor.Close()
+	}
+	checker := fencecheck.New(store, fencecheck.Options{
+		Timeout: cfg.Check.Timeout.Std(), Audit: auditor, AuditRawKeys: cfg.Check.AuditRawKeys, Registerer: reg, Logger: log,
+	})
+	pr, p, err := newProxyRunner(cfg.Proxy, routes, checker, log, goBG)
+	if err != nil {
+		return err
+	}
+	ls := &listeners{drain: cfg.Proxy.Drain()}
+	ls.add("proxy", pr)
+	if m := cfg.Proxy.MetricsAddr; m != "" && m != config.Off {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+			rctx, cancel := context.WithTimeout(r.Context(), proxyReadyTimeout)
+			defer cancel()
+			if err := store.Ping(rctx); err != nil {
+				http.Error(w, "store not ready", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = io.WriteString(w, "ok\n")
+		})
+		mr, err := newHTTPRunner("metrics", m, nil, mux, readTimeout, log)
+		if err != nil {
+			return err
+		}
+		ls.add("metrics", mr)
+	}
+	err = ls.run(ctx, log, "store", store.Capabilities().Backend, "store_url", config.RedactURL(cfg.Store), "routes", len(routes))
+	if n := p.InFlight(); n > 0 {
+		log.Warn("drain deadline passed with barrier writes in flight; their entries expire at maxWrite", "count", n)
+	}
+	return err
+}

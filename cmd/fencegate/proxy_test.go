@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/lockstore/bolt"
+)
+
+// syncBuffer is a goroutine-safe stderr.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "fencegate.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestProxyCommandRejectsBadConfig: every problem is listed at once, exit 2.
+func TestProxyCommandRejectsBadConfig(t *testing.T) {
+	cfg := writeConfig(t, `
+store: bolt://`+filepath.Join(t.TempDir(), "x.db")+`
+proxy:
+  addr: nonsense
+  routes:
+    - name: a
+      prefix: orders
+      upstream: ftp://x
+    - name: b
+      prefix: /b
+      upstream: http://127.0.0.1:1
+      policy: newest
+      key: "b/{0}"
+      maxWrite: 5s
+`)
+	var stderr bytes.Buffer
+	if code := runProxy(t.Context(), []string{"--config", cfg}, io.Discard, &stderr); code != exitUsage {
+		t.Fatalf("exit %d, want %d: %s", code, exitUsage, stderr.String())
+	}
+	for _, want := range []string{"proxy.addr", "routes[0] (a).prefix", "routes[0] (a).upstream", "newest", "segment number", "set without barrier"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if code := runProxy(t.Context(), nil, io.Discard, io.Discard); code != exitUsage {
+		t.Errorf("no config: exit %d", code)
+	}
+}
+
+// TestProxyCommandServes runs `fencegate proxy` from a YAML config against
+// a bolt store and an upstream, writes through it, and drains on cancel.
+func TestProxyCommandServes(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "fence.db")
+	s, err := bolt.Open(t.Context(), bolt.Config{Path: dbPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Acquire(t.Context(), "orders/7", time.Minute)
+	if err != nil || !l.OK {
+		t.Fatal(l, err)
+	}
+	_ = s.Close()
+
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "verified=%s lockid=%s", r.Header.Get("X-Fence-Verified"), r.Header.Get("X-Fence-Lock-Id"))
+	}))
+	t.Cleanup(up.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`
+store: bolt://%s
+proxy:
+  addr: %s
+  routes:
+    - name: orders
+      prefix: /orders
+      upstream: %s
+      key: "orders/{2}"
+      barrier: true
+      maxWrite: 10s
+`, dbPath, addr, up.URL))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stderr := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- runProxy(ctx, []string{"--config", cfg}, io.Discard, stderr) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stderr.String(), "fencegate proxy ready") {
+		select {
+		case code := <-done:
+			t.Fatalf("exited %d: %s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready: %s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		fence  string
+		status int
+		body   string
+	}{
+		{l.Fence, 200, "verified=" + l.Fence + " lockid="},
+		{"000000000000009", 409, `"error":"unknown"`},
+		{"", 428, `"error":"missing"`},
+	} {
+		req, _ := http.NewRequestWithContext(t.Context(), "PUT", "http://"+addr+"/orders/7", strings.NewReader("x"))
+		if tc.fence != "" {
+			req.Header.Set("X-Fence-Token", tc.fence)
+		}
+		req.Header.Set("X-Fence-Lock-Id", l.LockID)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != tc.status || !strings.Contains(string(b), tc.body) {
+			t.Errorf("fence %q: %d %s", tc.fence, res.StatusCode, b)
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("did not drain")
+	}
+}
+
+// TestServeMountsProxy: `fencegate serve` with proxy.routes runs the proxy
+// listener (here the only one), and refuses bad route options with exit 2.
+func TestServeMountsProxy(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "fence.db")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "verified=%s", r.Header.Get("X-Fence-Verified"))
+	}))
+	t.Cleanup(up.Close)
+
+	bad := writeConfig(t, fmt.Sprintf(`
+store: bolt://%s
+proxy:
+  routes:
+    - {prefix: /o, upstream: %s, policy: newest}
+`, dbPath, up.URL))
+	var stderr bytes.Buffer
+	if code := runServe(t.Context(), []string{"--config", bad}, io.Discard, &stderr); code != exitUsage || !strings.Contains(stderr.String(), "newest") {
+		t.Fatalf("bad route: exit %d: %s", code, stderr.String())
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`
+store: bolt://%s
+http: {addr: "off"}
+grpc: {addr: "off"}
+authz: {addr: "off"}
+admission: {addr: "off"}
+proxy:
+  addr: %s
+  routes:
+    - {prefix: /, upstream: %s, key: "k", barrier: true}
+`, dbPath, addr, up.URL))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errOut := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- runServe(ctx, []string{"--config", cfg}, io.Discard, errOut) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(errOut.String(), "fencegate ready") {
+		select {
+		case code := <-done:
+			t.Fatalf("exited %d: %s", code, errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready: %s", errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+addr+"/x", nil)
+	req.Header.Set("X-Fence-Token", "000000000000001")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 409 || !strings.Contains(string(b), `"error":"unknown"`) {
+		t.Fatalf("write on a never-locked key: %d %s", res.StatusCode, b)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+}

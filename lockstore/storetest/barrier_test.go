@@ -1,0 +1,67 @@
+package storetest_test
+
+import (
+	"context"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// The reference store's write barrier: the rule applied under the store's
+// one mutex, straight from the contract.
+
+func (s *refStore) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
+	k, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	ms, err := a.Validate()
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	unlock, err := s.start(ctx, "admit")
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	defer unlock()
+	ks := s.stateLocked(k)
+	if s.d.writes == nil {
+		s.d.writes = map[string]map[string]lockstore.WriteEntry{}
+	}
+	entries := s.d.writes[k]
+	if entries == nil {
+		entries = map[string]lockstore.WriteEntry{}
+		s.d.writes[k] = entries
+	}
+	res, _ := a.Apply(entries, ks, ms)
+	return res, nil
+}
+
+// stateLocked reads key k's state; the caller holds the mutex.
+func (s *refStore) stateLocked(k string) lockstore.KeyState {
+	ks := lockstore.KeyState{NowMs: now()}
+	if n := s.d.fences[k]; n > 0 {
+		ks.LatestFence, _ = lockstore.FormatFence(n)
+	}
+	if l, ok := s.d.locks[k]; ok && lockstore.IsLive(l.exps, ks.NowMs) {
+		f, _ := lockstore.FormatFence(l.fence)
+		ks.Live = &lockstore.HeldLock{LockID: l.id, Fence: f, ExpiresAtMs: l.exps, AcquiredAtMs: l.acquired}
+	}
+	return ks
+}
+
+func (s *refStore) Finish(ctx context.Context, key, writeID string) error {
+	k, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return err
+	}
+	if err := lockstore.ValidateWriteID(writeID); err != nil {
+		return err
+	}
+	unlock, err := s.start(ctx, "finish")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	delete(s.d.writes[k], writeID)
+	return nil
+}

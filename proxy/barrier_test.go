@@ -1,0 +1,427 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/redis"
+)
+
+// heldUpstream answers every request at once, except one carrying
+// X-Hold: it is held until release is closed. held receives when the held
+// request has arrived; heldDone is set just before its handler returns.
+type heldUpstream struct {
+	srv      *httptest.Server
+	held     chan struct{}
+	release  chan struct{}
+	heldDone atomic.Bool
+	// sawOthersWhileHeld counts requests that reached the upstream while
+	// the held one had not answered.
+	sawOthersWhileHeld atomic.Int32
+}
+
+func newHeldUpstream(t *testing.T) *heldUpstream {
+	h := &heldUpstream{held: make(chan struct{}, 1), release: make(chan struct{})}
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.Header.Get("X-Hold") == "" {
+			if !h.heldDone.Load() {
+				h.sawOthersWhileHeld.Add(1)
+			}
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		defer h.heldDone.Store(true)
+		h.held <- struct{}{}
+		select {
+		case <-h.release:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "held ok")
+	}))
+	t.Cleanup(h.srv.Close)
+	t.Cleanup(h.unblock)
+	return h
+}
+
+func (h *heldUpstream) unblock() {
+	select {
+	case <-h.release:
+	default:
+		close(h.release)
+	}
+}
+
+// post sends a fenced write and returns the response (body read).
+func post(ctx context.Context, t *testing.T, url, fence string, hold bool) (*http.Response, string, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", url, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	req.Header.Set("X-Fence-Token", fence)
+	if hold {
+		req.Header.Set("X-Hold", "1")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return res, string(b), err
+}
+
+// startHeldWrite sends W1 under fence and waits until the upstream holds
+// it; the returned channel yields W1's status.
+func startHeldWrite(t *testing.T, h *heldUpstream, url, fence string) chan int {
+	t.Helper()
+	done := make(chan int, 1)
+	go func() {
+		res, _, err := post(context.Background(), t, url, fence, true)
+		if err != nil {
+			done <- -1
+			return
+		}
+		done <- res.StatusCode
+	}()
+	select {
+	case <-h.held:
+	case st := <-done:
+		t.Fatalf("W1 answered %d before reaching the upstream", st)
+	}
+	return done
+}
+
+// newerFence loses the lock of fence on key and takes a newer one.
+func newerFence(t *testing.T, s lockstore.Store, l lockstore.AcquireResult, key string) lockstore.AcquireResult {
+	t.Helper()
+	release(t, s, l.LockID)
+	return acquire(t, s, key)
+}
+
+// TestProxyBarrierTwoWrites is the guarantee on one key: W1 admitted under
+// F1 is in flight at the upstream; W2 under F2 > F1 is refused "draining"
+// (429, Retry-After, never 200, never 503) within the check's budget; once
+// W1's response is complete, W2 is admitted. The same run with the barrier
+// off admits W2 while W1 is in flight: the test can fail.
+func TestProxyBarrierTwoWrites(t *testing.T) {
+	for _, barrier := range []bool{true, false} {
+		t.Run("barrier="+strconv.FormatBool(barrier), func(t *testing.T) {
+			s := openBolt(t)
+			h := newHeldUpstream(t)
+			c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
+			_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: barrier, MaxWrite: time.Minute}}, Options{})
+			l1 := acquire(t, s, "acct")
+			w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
+			l2 := newerFence(t, s, l1, "acct")
+
+			res, body, err := post(t.Context(), t, srv.URL+"/w", l2.Fence, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !barrier {
+				if res.StatusCode != 200 || h.sawOthersWhileHeld.Load() != 1 {
+					t.Fatalf("without the barrier W2 should pass while W1 is in flight: %d %q", res.StatusCode, body)
+				}
+				h.unblock()
+				<-w1
+				return
+			}
+			var d denial
+			_ = json.Unmarshal([]byte(body), &d)
+			if res.StatusCode != 429 || d.Error != "draining" || res.Header.Get("X-Fence-Reason") != "draining" {
+				t.Fatalf("W2 while W1 in flight: %d %q, want 429 draining", res.StatusCode, body)
+			}
+			if ra, err := strconv.Atoi(res.Header.Get("Retry-After")); err != nil || ra < 1 || ra > fencecheck.MaxRetryAfter {
+				t.Errorf("Retry-After %q", res.Header.Get("Retry-After"))
+			}
+			if h.sawOthersWhileHeld.Load() != 0 {
+				t.Fatal("W2 reached the upstream while W1 was in flight")
+			}
+			h.unblock()
+			if st := <-w1; st != 200 {
+				t.Fatalf("W1: %d", st)
+			}
+			waitFor(t, "W2 to be admitted after W1 finished", func() bool {
+				res, _, err := post(t.Context(), t, srv.URL+"/w", l2.Fence, false)
+				return err == nil && res.StatusCode == 200
+			})
+			if h.sawOthersWhileHeld.Load() != 0 {
+				t.Fatal("W2 reached the upstream while W1 was in flight")
+			}
+		})
+	}
+}
+
+// TestProxyBarrierWaitsWithinBudget: with a budget longer than W1, W2 is
+// not refused but waits, and reaches the upstream only after W1's handler
+// has answered.
+func TestProxyBarrierWaitsWithinBudget(t *testing.T) {
+	s := openBolt(t)
+	h := newHeldUpstream(t)
+	reg := prometheus.NewRegistry()
+	c := fencecheck.New(s, fencecheck.Options{Timeout: 20 * time.Second, Registerer: reg})
+	_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true}}, Options{})
+	l1 := acquire(t, s, "acct")
+	w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
+	l2 := newerFence(t, s, l1, "acct")
+	w2 := make(chan int, 1)
+	go func() {
+		res, _, err := post(context.Background(), t, srv.URL+"/w", l2.Fence, false)
+		if err != nil {
+			w2 <- -1
+			return
+		}
+		w2 <- res.StatusCode
+	}()
+	// Give W2 time to meet W1's entry before W1 ends (the assertions
+	// below hold either way; this only makes the wait likely).
+	time.Sleep(200 * time.Millisecond)
+	h.unblock()
+	if st := <-w1; st != 200 {
+		t.Fatalf("W1 %d", st)
+	}
+	if st := <-w2; st != 200 {
+		t.Fatalf("W2 %d, want 200 after waiting", st)
+	}
+	if h.sawOthersWhileHeld.Load() != 0 {
+		t.Fatal("W2 reached the upstream while W1 was in flight")
+	}
+	if n := metric(t, reg, "fencegate_barrier_abandoned_total"); n != 0 {
+		t.Errorf("abandoned %v", n)
+	}
+}
+
+// TestProxyBarrierAbandoned: W1's upstream exchange fails (the upstream
+// drops the connection), so the proxy cannot know whether it committed: W1
+// is abandoned, and W2 waits until W1's maxWrite has passed.
+func TestProxyBarrierAbandoned(t *testing.T) {
+	s := openBolt(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Hold") != "" {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	reg := prometheus.NewRegistry()
+	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, Registerer: reg})
+	const maxWrite = 4 * time.Second
+	p, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, up.URL), Key: "acct", Barrier: true, MaxWrite: maxWrite}}, Options{})
+	l1 := acquire(t, s, "acct")
+	start := time.Now()
+	res, _, err := post(t.Context(), t, srv.URL+"/w", l1.Fence, true)
+	if err != nil || res.StatusCode != http.StatusBadGateway {
+		t.Fatalf("W1: %v %v, want 502", res, err)
+	}
+	if p.InFlight() != 0 || metric(t, reg, "fencegate_barrier_abandoned_total") != 1 {
+		t.Fatalf("in flight %d, abandoned %v", p.InFlight(), metric(t, reg, "fencegate_barrier_abandoned_total"))
+	}
+	l2 := newerFence(t, s, l1, "acct")
+	res, _, _ = post(t.Context(), t, srv.URL+"/w", l2.Fence, false)
+	if time.Since(start) < maxWrite && res.StatusCode != 429 {
+		t.Fatalf("W2 before W1's maxWrite: %d, want 429 draining", res.StatusCode)
+	}
+	waitFor(t, "W2 after W1's maxWrite", func() bool {
+		res, _, err := post(t.Context(), t, srv.URL+"/w", l2.Fence, false)
+		return err == nil && res.StatusCode == 200
+	})
+	if time.Since(start) < maxWrite {
+		t.Fatal("W2 admitted before W1's maxWrite passed")
+	}
+}
+
+// TestProxyBarrierClientGoesAway: the client leaves mid-response; the
+// upstream has answered, so the proxy reads the rest itself and finishes
+// the write (W2 is then admitted long before maxWrite).
+func TestProxyBarrierClientGoesAway(t *testing.T) {
+	s := openBolt(t)
+	rest := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Hold") == "" {
+			return
+		}
+		_, _ = io.WriteString(w, "part-1\n")
+		w.(http.Flusher).Flush()
+		<-rest
+		_, _ = io.WriteString(w, "part-2")
+	}))
+	t.Cleanup(up.Close)
+	reg := prometheus.NewRegistry()
+	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, Registerer: reg})
+	p, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, up.URL), Key: "acct", Barrier: true, MaxWrite: time.Hour}}, Options{})
+	l1 := acquire(t, s, "acct")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/w", nil)
+	req.Header.Set("X-Fence-Token", l1.Fence)
+	req.Header.Set("X-Hold", "1")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(res.Body).ReadString('\n'); line != "part-1\n" {
+		t.Fatalf("first part %q", line)
+	}
+	cancel() // the client goes away
+	res.Body.Close()
+	close(rest)
+	waitFor(t, "the write to settle", func() bool { return p.InFlight() == 0 })
+	if n := metric(t, reg, "fencegate_barrier_abandoned_total"); n != 0 {
+		t.Fatalf("abandoned %v: the upstream answered completely", n)
+	}
+	l2 := newerFence(t, s, l1, "acct")
+	if res, _, err := post(t.Context(), t, srv.URL+"/w", l2.Fence, false); err != nil || res.StatusCode != 200 {
+		t.Fatalf("W2: %v %v, want 200 (W1 finished)", res, err)
+	}
+}
+
+// TestProxyShutdownDrains: Shutdown waits for an in-flight barrier write,
+// which finishes and deregisters before Shutdown returns.
+func TestProxyShutdownDrains(t *testing.T) {
+	s := openBolt(t)
+	h := newHeldUpstream(t)
+	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
+	p, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true, MaxWrite: time.Hour}}, Options{})
+	l1 := acquire(t, s, "acct")
+	w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Config.Shutdown(context.Background()) }()
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned with a write in flight: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	h.unblock()
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	if st := <-w1; st != 200 {
+		t.Fatalf("W1 %d", st)
+	}
+	if p.InFlight() != 0 {
+		t.Fatalf("in flight after Shutdown: %d", p.InFlight())
+	}
+	// Nothing left in the store: a newer fence is admitted at once.
+	l2 := newerFence(t, s, l1, "acct")
+	d, err := c.Check(t.Context(), fencecheck.Request{Key: "acct", Write: true, Fence: l2.Fence, Barrier: true})
+	if err != nil || !d.Allowed {
+		t.Fatalf("after drain: %+v %v", d, err)
+	}
+	_ = c.Finish(t.Context(), d)
+}
+
+// TestProxyStoreDown: a store that cannot answer fails every write closed
+// (503 unavailable), barrier or not; reads still pass.
+func TestProxyStoreDown(t *testing.T) {
+	s := openBolt(t)
+	up, _ := recorder(t)
+	c := fencecheck.New(s, fencecheck.Options{})
+	_, srv := serveProxy(t, c, []Route{
+		{Prefix: "/b", Upstream: mustURL(t, up.URL), Key: "acct", Barrier: true},
+		{Prefix: "/p", Upstream: mustURL(t, up.URL), Key: "acct"},
+	}, Options{})
+	l := acquire(t, s, "acct")
+	_ = s.Close()
+	for _, path := range []string{"/b", "/p"} {
+		res, body, err := post(t.Context(), t, srv.URL+path, l.Fence, false)
+		if err != nil || res.StatusCode != 503 || res.Header.Get("X-Fence-Reason") != "unavailable" {
+			t.Fatalf("%s: %v %q %v, want 503 unavailable", path, res, body, err)
+		}
+	}
+	if res, _ := do(t, "GET", srv.URL+"/b", nil, ""); res.StatusCode != 200 {
+		t.Fatalf("read: %d", res.StatusCode)
+	}
+}
+
+func TestRouteValidation(t *testing.T) {
+	u := mustURL(t, "http://up")
+	_, err := New(fencecheck.New(nil, fencecheck.Options{}), []Route{
+		{Name: "a", Prefix: "orders", Upstream: u},
+		{Name: "b", Prefix: "/b", Upstream: mustURL(t, "ftp://x")},
+		{Name: "c", Prefix: "/c", Upstream: u, Policy: "newest", Mode: "loud", Methods: "P(ST", Key: "x/{0}", MaxWrite: -1},
+		{Name: "d", Prefix: "/d/", Upstream: u},
+		{Name: "e", Prefix: "/d", Upstream: u},
+	}, Options{})
+	if err == nil {
+		t.Fatal("invalid routes accepted")
+	}
+	for _, want := range []string{`route "a"`, `route "b"`, "newest", "loud", "P(ST", "segment number", "maxWrite", `route "e"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+// openRedis opens a Redis store on REDIS_URL under a prefix of the test's
+// own; two calls with the same prefix are two gateway replicas on one
+// store.
+func openRedis(t *testing.T, prefix string) lockstore.Store {
+	t.Helper()
+	u := os.Getenv("REDIS_URL")
+	if u == "" {
+		t.Fatal("REDIS_URL is not set; run the tests with `make test` (scripts/testenv starts a throwaway Redis), or export REDIS_URL=redis://127.0.0.1:PORT/0")
+	}
+	cfg, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Prefix = prefix
+	s, err := redis.Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// TestProxyBarrierAcrossReplicas: two proxies, each with its own checker
+// and its own connection to one Redis store (two replicas). W1 is in
+// flight through replica A; W2 under a newer fence through replica B is
+// refused draining, and admitted once W1 has finished at A.
+func TestProxyBarrierAcrossReplicas(t *testing.T) {
+	prefix := fmt.Sprintf("proxytest%d", time.Now().UnixNano())
+	sa, sb := openRedis(t, prefix), openRedis(t, prefix)
+	h := newHeldUpstream(t)
+	route := []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true, MaxWrite: time.Minute}}
+	_, a := serveProxy(t, fencecheck.New(sa, fencecheck.Options{Timeout: 100 * time.Millisecond}), route, Options{})
+	_, b := serveProxy(t, fencecheck.New(sb, fencecheck.Options{Timeout: 100 * time.Millisecond}), route, Options{})
+	l1 := acquire(t, sa, "acct")
+	w1 := startHeldWrite(t, h, a.URL+"/w", l1.Fence)
+	l2 := newerFence(t, sb, l1, "acct")
+	res, body, err := post(t.Context(), t, b.URL+"/w", l2.Fence, false)
+	if err != nil || res.StatusCode != 429 {
+		t.Fatalf("W2 at replica B while W1 is in flight at A: %v %q %v, want 429 draining", res, body, err)
+	}
+	h.unblock()
+	if st := <-w1; st != 200 {
+		t.Fatalf("W1 %d", st)
+	}
+	waitFor(t, "W2 at replica B after W1 finished", func() bool {
+		res, _, err := post(t.Context(), t, b.URL+"/w", l2.Fence, false)
+		return err == nil && res.StatusCode == 200
+	})
+	if h.sawOthersWhileHeld.Load() != 0 {
+		t.Fatal("W2 reached the upstream while W1 was in flight")
+	}
+}

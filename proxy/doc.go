@@ -1,0 +1,42 @@
+// Package proxy is `fencegate proxy`: a fencing reverse proxy on
+// net/http/httputil, to run as a sidecar or a front proxy. Each route (a
+// path prefix) has an upstream and fencing options; every request is
+// checked with fencecheck exactly as the other edges check it, with the same
+// headers (x-fence-verified set towards upstream for a checked current
+// fence, x-fence-lock-id always stripped), the same denial statuses and
+// bodies, audit events and metrics.
+//
+// Because the proxy sees the upstream's response, it can keep the write
+// barrier (Route.Barrier; see fencecheck): a write admitted under the
+// barrier is finished when its upstream response body has been read to the
+// end without error, and abandoned otherwise (the store then lets newer
+// fences in MaxWrite after its admission). To keep that promise:
+//   - a barrier write's upstream exchange is cancelled at MaxWrite after its
+//     check began, so it can never still be running when its entry expires
+//     (an API that commits after the proxy hung up is beyond any edge's
+//     reach: set MaxWrite above the API's longest write);
+//   - it does not follow the client's cancellation: a client that leaves
+//     mid-response does not cut the exchange short; the proxy reads the rest
+//     of the body (up to Options.DrainLimit) and finishes the write;
+//   - an upgrade (101) finishes the write when the upgrade response arrives.
+//
+// Paths: a request path that a normaliser would change ("//", dot
+// segments, an encoded "/") is refused 400 before routing, since the
+// upstream could resolve it under another route than the prefix matched.
+// Routes match on the decoded path, longest prefix first, at segment
+// boundaries. No route: 404.
+//
+// Hop-by-hop headers and X-Forwarded-* are handled by
+// httputil.ReverseProxy with a Rewrite func: hop-by-hop headers (and any
+// named in Connection) are removed both ways; X-Forwarded-For/-Host/-Proto
+// are set afresh from the connection (SetXForwarded), the client's own
+// dropped unless Options.TrustForwarded. Request and response bodies stream.
+//
+// Timeouts: the upstream transport's (Default* constants, Options.Transport
+// to replace them); the check's own (fencecheck.Options.Timeout); MaxWrite
+// for barrier writes. The listener's (header read, idle, shutdown) belong to
+// the http.Server the proxy is mounted on: `fencegate proxy` sets them.
+// Graceful drain is http.Server.Shutdown: a barrier write finishes (or is
+// abandoned) before its handler returns, so a drained proxy has deregistered
+// every write it admitted.
+package proxy

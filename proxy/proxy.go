@@ -1,0 +1,530 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencegate/fencegate/fencecheck"
+)
+
+// Source names the proxy in audit events.
+const Source = "proxy"
+
+// Defaults of the upstream transport (Options). Each bounds one thing a slow
+// or broken upstream could otherwise hold forever.
+const (
+	DefaultDialTimeout           = 5 * time.Second  // TCP connect to the upstream
+	DefaultTLSHandshakeTimeout   = 10 * time.Second // TLS handshake with the upstream
+	DefaultResponseHeaderTimeout = 60 * time.Second // request sent → response headers
+	DefaultIdleConnTimeout       = 90 * time.Second // pooled keep-alive connections
+	DefaultExpectContinueTimeout = time.Second      // "Expect: 100-continue" wait
+	// DefaultDrainLimit bounds how much of an upstream response body the
+	// proxy reads on its own after the client went away, to see the
+	// response complete and finish the write.
+	DefaultDrainLimit = 1 << 20
+)
+
+// Route is one path prefix served by an upstream, with its fencing options.
+type Route struct {
+	// Name labels the route in audit events and logs.
+	Name string
+	// Prefix is the path prefix the route serves: "/orders" serves
+	// "/orders" and everything under "/orders/", not "/ordersX". "/" serves
+	// everything. The longest matching prefix wins.
+	Prefix string
+	// Upstream is where the route's requests go; its path is prepended to
+	// the request's path (httputil.ProxyRequest.SetURL).
+	Upstream *url.URL
+	// Key is the lock key: a literal, or a template over path segments
+	// ("orders/{2}", fencecheck.ExpandKey). Empty: the key comes from the
+	// KeyHeader.
+	Key string
+	// KeyHeader carries the key when Key is empty (default x-fence-key).
+	KeyHeader string
+	// FenceHeader carries the presented fence (default x-fence-token).
+	FenceHeader string
+	// Policy, Mode: "" is holder, enforce.
+	Policy fencecheck.Policy
+	Mode   fencecheck.Mode
+	// Methods are the write methods, as fencecheck.WriteMethods reads them
+	// ("POST,PUT" or "*"); "" is everything but GET, HEAD and OPTIONS.
+	Methods string
+	// Barrier turns the write barrier on: a write under a newer fence of a
+	// key is admitted only once every write under an older fence has
+	// finished (this proxy has its complete response) or MaxWrite has
+	// passed since its admission.
+	Barrier bool
+	// MaxWrite bounds a barrier write: its upstream exchange is cancelled
+	// when MaxWrite has passed since its check began, so that it can never
+	// still be running when the store lets a newer fence in. 0 is
+	// fencecheck.DefaultMaxWrite. Ignored without Barrier.
+	MaxWrite time.Duration
+	// PreserveHost sends the client's Host header upstream instead of the
+	// upstream URL's host.
+	PreserveHost bool
+}
+
+// Validate lists every problem of the route.
+func (r Route) Validate() error {
+	var errs []error
+	if !strings.HasPrefix(r.Prefix, "/") {
+		errs = append(errs, fmt.Errorf("prefix %q must start with '/'", r.Prefix))
+	} else if err := fencecheck.CheckPath(r.Prefix); err != nil {
+		errs = append(errs, fmt.Errorf("prefix %q: %w", r.Prefix, err))
+	}
+	if r.Upstream == nil || r.Upstream.Host == "" || (r.Upstream.Scheme != "http" && r.Upstream.Scheme != "https") {
+		errs = append(errs, errors.New("upstream must be an http:// or https:// URL with a host"))
+	}
+	if _, err := fencecheck.ParsePolicy(string(r.Policy)); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := fencecheck.ParseMode(string(r.Mode)); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := fencecheck.WriteMethods(r.Methods); err != nil {
+		errs = append(errs, err)
+	}
+	if strings.ContainsAny(r.Key, "{}") {
+		// A template's syntax is checked against a path with segments
+		// enough for any "{N}"; only ErrBadTemplate is the route's fault.
+		if _, err := fencecheck.ExpandKey(r.Key, "/"+strings.Repeat("s/", 64)); errors.Is(err, fencecheck.ErrBadTemplate) {
+			errs = append(errs, err)
+		}
+	}
+	for _, h := range []string{r.KeyHeader, r.FenceHeader} {
+		if h != "" && !validHeaderName(h) {
+			errs = append(errs, fmt.Errorf("%q is not a header name", h))
+		}
+	}
+	if r.MaxWrite < 0 {
+		errs = append(errs, errors.New("maxWrite must not be negative"))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	name := r.Name
+	if name == "" {
+		name = r.Prefix
+	}
+	return fmt.Errorf("route %q: %w", name, errors.Join(errs...))
+}
+
+func validHeaderName(h string) bool {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return h != ""
+}
+
+// Options configure the proxy. The zero value is usable.
+type Options struct {
+	// Logger logs upstream failures and misconfigurations, never a raw
+	// key, fence or lockId above debug; nil is slog.Default().
+	Logger *slog.Logger
+	// Transport carries requests upstream; nil is a transport with the
+	// Default* timeouts above.
+	Transport http.RoundTripper
+	// TrustForwarded keeps the client's X-Forwarded-For (appending the
+	// peer) and audits its first hop as the client. Off (the default), a
+	// client's X-Forwarded-* are dropped and replaced, as
+	// httputil.ProxyRequest.SetXForwarded does: only a proxy behind another
+	// trusted proxy should turn it on.
+	TrustForwarded bool
+	// FlushInterval is httputil.ReverseProxy's: 0 flushes streamed
+	// responses (unknown length, text/event-stream) at once and buffers the
+	// rest; negative flushes after every write.
+	FlushInterval time.Duration
+	// DrainLimit bounds the bytes of a barrier write's response the proxy
+	// reads after its client went away (default 1 MiB); a longer body
+	// leaves the write abandoned (it expires at MaxWrite).
+	DrainLimit int64
+}
+
+// NewTransport returns the default upstream transport: Go's default
+// transport with every timeout set to the Default* constants.
+func NewTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: DefaultDialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = DefaultTLSHandshakeTimeout
+	t.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+	t.IdleConnTimeout = DefaultIdleConnTimeout
+	t.ExpectContinueTimeout = DefaultExpectContinueTimeout
+	return t
+}
+
+// Proxy is the fencing reverse proxy: every request is matched to a route,
+// a write is checked (and, on a barrier route, admitted) before it goes
+// upstream, and a barrier write is finished when its response is complete.
+type Proxy struct {
+	checker *fencecheck.Checker
+	routes  []*route // longest prefix first
+	log     *slog.Logger
+	trust   bool
+	drain   int64
+	// inflight counts barrier writes between admission and Finish/Abandon.
+	inflight atomic.Int64
+}
+
+var _ http.Handler = (*Proxy)(nil)
+
+type route struct {
+	Route
+	methods fencecheck.MethodSet
+	rp      *httputil.ReverseProxy
+}
+
+// New returns a proxy serving routes, deciding with c. Every route must be
+// valid (Route.Validate); the problems of all routes are returned at once.
+func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Transport == nil {
+		o.Transport = NewTransport()
+	}
+	if o.DrainLimit <= 0 {
+		o.DrainLimit = DefaultDrainLimit
+	}
+	p := &Proxy{checker: c, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit}
+	var errs []error
+	seen := map[string]bool{}
+	for _, r := range routes {
+		if err := r.Validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		pfx := strings.TrimSuffix(r.Prefix, "/")
+		if seen[pfx] {
+			errs = append(errs, fmt.Errorf("route %q: prefix %q is served by another route", r.Name, r.Prefix))
+			continue
+		}
+		seen[pfx] = true
+		r.Prefix = pfx
+		ms, _ := fencecheck.WriteMethods(r.Methods)
+		rt := &route{Route: r, methods: ms}
+		rt.rp = &httputil.ReverseProxy{
+			Rewrite:        p.rewrite(rt),
+			Transport:      o.Transport,
+			FlushInterval:  o.FlushInterval,
+			ModifyResponse: p.modifyResponse,
+			ErrorHandler:   p.errorHandler(rt),
+			ErrorLog:       slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		}
+		p.routes = append(p.routes, rt)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if len(p.routes) == 0 {
+		return nil, errors.New("proxy: no routes")
+	}
+	sort.SliceStable(p.routes, func(i, j int) bool { return len(p.routes[i].Prefix) > len(p.routes[j].Prefix) })
+	return p, nil
+}
+
+// InFlight is how many barrier writes this proxy has admitted and not yet
+// finished or abandoned.
+func (p *Proxy) InFlight() int64 { return p.inflight.Load() }
+
+// match returns the route of a (canonical, decoded) path, or nil.
+func (p *Proxy) match(path string) *route {
+	for _, r := range p.routes {
+		if r.Prefix == "" || path == r.Prefix || strings.HasPrefix(path, r.Prefix+"/") {
+			return r
+		}
+	}
+	return nil
+}
+
+// ctxKey carries a request's barrier write from ServeHTTP to ModifyResponse.
+type ctxKey struct{}
+
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// A path the upstream would normalise into another one may land under
+	// another route than the prefix we match: refuse it before routing.
+	if err := fencecheck.CheckPath(r.URL.EscapedPath()); err != nil {
+		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: non-canonical path refused", slog.Any("error", err))
+		http.Error(w, "non-canonical request path", http.StatusBadRequest)
+		return
+	}
+	rt := p.match(r.URL.Path)
+	if rt == nil {
+		http.Error(w, "no route", http.StatusNotFound)
+		return
+	}
+
+	start := time.Now()
+	req := p.request(r, rt)
+	dec, _ := p.checker.Check(r.Context(), req)
+	if !dec.Allowed {
+		writeDenial(w, dec)
+		return
+	}
+	if dec.WriteID == "" {
+		rt.rp.ServeHTTP(w, withDecision(r.Context(), r, dec, nil))
+		return
+	}
+
+	// A barrier write. It must be over before the store lets a newer fence
+	// in, so its upstream exchange ends at MaxWrite, counted from before
+	// the admission (the store counts from the admission itself); and it
+	// no longer follows the client: a client that leaves must not cut the
+	// exchange short of a response the proxy can see complete.
+	maxWrite := rt.MaxWrite
+	if maxWrite <= 0 {
+		maxWrite = fencecheck.DefaultMaxWrite
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), start.Add(maxWrite))
+	defer cancel()
+	bw := &barrierWrite{p: p, dec: dec}
+	p.inflight.Add(1)
+	// Whatever path the exchange took (error handler, a panic on a client
+	// that went away), a write not finished by its response body is
+	// abandoned: the entry expires at MaxWrite.
+	defer bw.abandon(ctx)
+	rt.rp.ServeHTTP(w, withDecision(ctx, r, dec, bw))
+}
+
+func withDecision(ctx context.Context, r *http.Request, dec fencecheck.Decision, bw *barrierWrite) *http.Request {
+	return r.WithContext(context.WithValue(ctx, ctxKey{}, &exchange{dec: dec, bw: bw}))
+}
+
+// exchange is what the proxy knows of a request on its way upstream.
+type exchange struct {
+	dec fencecheck.Decision
+	bw  *barrierWrite // nil unless admitted under the barrier
+}
+
+// request turns r into the check's request.
+func (p *Proxy) request(r *http.Request, rt *route) fencecheck.Request {
+	h := r.Header
+	req := fencecheck.Request{
+		Write:    rt.methods.IsWrite(r.Method),
+		Policy:   rt.Policy,
+		Mode:     rt.Mode,
+		Route:    rt.Name,
+		Source:   Source,
+		Peer:     p.clientAddr(r),
+		Method:   r.Method,
+		Path:     r.URL.EscapedPath(),
+		LockID:   h.Get(fencecheck.HeaderLockID),
+		Barrier:  rt.Barrier,
+		MaxWrite: rt.MaxWrite,
+	}
+	fenceHeader := rt.FenceHeader
+	if fenceHeader == "" {
+		fenceHeader = fencecheck.HeaderToken
+	}
+	req.Fence = h.Get(fenceHeader)
+	// A fence input sent twice is ambiguous: the check reads one copy, the
+	// upstream may read the other (fencecheck denies it 400 malformed).
+	inputs := []string{fenceHeader, fencecheck.HeaderLockID}
+	if rt.Key == "" {
+		keyHeader := rt.KeyHeader
+		if keyHeader == "" {
+			keyHeader = fencecheck.HeaderKey
+		}
+		req.Key = h.Get(keyHeader)
+		inputs = append(inputs, keyHeader)
+	} else if req.Write {
+		key, err := fencecheck.ExpandKey(rt.Key, r.URL.EscapedPath())
+		if err != nil {
+			// An empty key is denied 400 malformed without a store read.
+			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: key template did not expand", slog.String("route", rt.Name), slog.Any("error", err))
+		}
+		req.Key = key
+	}
+	for _, name := range inputs {
+		if len(h.Values(name)) > 1 {
+			req.Ambiguous = true
+		}
+	}
+	return req
+}
+
+// clientAddr is the client for audit only (never for a decision).
+func (p *Proxy) clientAddr(r *http.Request) string {
+	if p.trust {
+		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
+			first, _, _ := strings.Cut(xff, ",")
+			return strings.TrimSpace(first)
+		}
+	}
+	return r.RemoteAddr
+}
+
+// writeDenial answers a denial exactly as the other edges do: the reason's
+// status, x-fence-reason, x-fence-decision-id, Retry-After for draining,
+// and the JSON body of API.md.
+func writeDenial(w http.ResponseWriter, dec fencecheck.Decision) {
+	hd := w.Header()
+	for _, kv := range fencecheck.DenialHeaders(dec) {
+		hd.Set(kv[0], kv[1])
+	}
+	hd.Set("Cache-Control", "no-store")
+	body := fencecheck.DenialJSON(dec)
+	hd.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(dec.Status)
+	_, _ = w.Write(body)
+}
+
+// rewrite builds the upstream request: the route's upstream URL,
+// X-Forwarded-*, and the fence headers the upstream may rely on.
+func (p *Proxy) rewrite(rt *route) func(*httputil.ProxyRequest) {
+	return func(pr *httputil.ProxyRequest) {
+		if p.trust {
+			// ReverseProxy drops the client's X-Forwarded-* before
+			// Rewrite; a trusted chain keeps its hops.
+			if prior := pr.In.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+				pr.Out.Header["X-Forwarded-For"] = append([]string(nil), prior...)
+			}
+		}
+		pr.SetURL(rt.Upstream)
+		pr.SetXForwarded()
+		if p.trust {
+			for _, h := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+				if v := pr.In.Header.Get(h); v != "" {
+					pr.Out.Header.Set(h, v)
+				}
+			}
+		}
+		if rt.PreserveHost {
+			pr.Out.Host = pr.In.Host
+		}
+		ex, _ := pr.In.Context().Value(ctxKey{}).(*exchange)
+		out := pr.Out.Header
+		out.Del(fencecheck.HeaderLockID)
+		out.Del(fencecheck.HeaderVerified)
+		out.Del(fencecheck.HeaderWouldDeny)
+		out.Del(fencecheck.HeaderDecisionID)
+		if ex == nil {
+			return
+		}
+		if fencecheck.Verified(ex.dec) {
+			out.Set(fencecheck.HeaderVerified, ex.dec.Presented)
+		}
+		if ex.dec.WouldDeny {
+			out.Set(fencecheck.HeaderWouldDeny, string(ex.dec.Reason))
+		}
+		if ex.dec.DecisionID != "" {
+			out.Set(fencecheck.HeaderDecisionID, ex.dec.DecisionID)
+		}
+	}
+}
+
+// modifyResponse hands a barrier write's response body to a reader that
+// finishes the write when the body has been read to its end.
+func (p *Proxy) modifyResponse(res *http.Response) error {
+	ex, _ := res.Request.Context().Value(ctxKey{}).(*exchange)
+	if ex == nil || ex.bw == nil {
+		return nil
+	}
+	if res.StatusCode == http.StatusSwitchingProtocols || res.Body == nil || res.Body == http.NoBody {
+		// The upstream's answer is all there is (an upgraded connection is
+		// no longer a write of this exchange).
+		ex.bw.finish(res.Request.Context())
+		return nil
+	}
+	res.Body = &completionBody{rc: res.Body, bw: ex.bw, ctx: res.Request.Context(), drain: p.drain}
+	return nil
+}
+
+func (p *Proxy) errorHandler(rt *route) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		// The write (if it was one) is abandoned by ServeHTTP's defer: the
+		// upstream may or may not have committed it.
+		status := http.StatusBadGateway
+		if errors.Is(err, context.DeadlineExceeded) {
+			status = http.StatusGatewayTimeout
+		}
+		p.log.LogAttrs(r.Context(), slog.LevelWarn, "proxy: upstream exchange failed",
+			slog.String("route", rt.Name), slog.String("upstream", rt.Upstream.Redacted()), slog.Any("error", err))
+		w.WriteHeader(status)
+	}
+}
+
+// barrierWrite is one write admitted under the barrier, settled once:
+// finished (the response was complete) or abandoned.
+type barrierWrite struct {
+	p       *Proxy
+	dec     fencecheck.Decision
+	settled atomic.Bool
+}
+
+func (b *barrierWrite) finish(ctx context.Context) {
+	if b.settled.CompareAndSwap(false, true) {
+		_ = b.p.checker.Finish(ctx, b.dec) // a failure is counted and logged there
+		b.p.inflight.Add(-1)
+	}
+}
+
+func (b *barrierWrite) abandon(ctx context.Context) {
+	if b.settled.CompareAndSwap(false, true) {
+		b.p.checker.Abandon(ctx, b.dec)
+		b.p.inflight.Add(-1)
+	}
+}
+
+// completionBody finishes its write when the upstream body has been read to
+// EOF without error. If the body is closed early (the client went away),
+// it reads the rest (up to drain bytes) to see the response complete; an
+// upstream read error or an unfinished body abandons the write.
+type completionBody struct {
+	rc    io.ReadCloser
+	bw    *barrierWrite
+	ctx   context.Context
+	drain int64
+	eof   bool
+	err   error
+}
+
+func (b *completionBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	switch {
+	case err == io.EOF:
+		b.eof = true
+	case err != nil && b.err == nil:
+		b.err = err
+	}
+	return n, err
+}
+
+func (b *completionBody) Close() error {
+	if !b.eof && b.err == nil {
+		n, err := io.Copy(io.Discard, io.LimitReader(b.rc, b.drain))
+		switch {
+		case err != nil:
+			b.err = err
+		case n < b.drain:
+			b.eof = true
+		default:
+			// Exactly at the limit: complete only if nothing follows.
+			var one [1]byte
+			if m, rerr := b.rc.Read(one[:]); m == 0 && rerr == io.EOF {
+				b.eof = true
+			}
+		}
+	}
+	cerr := b.rc.Close()
+	if b.eof && b.err == nil {
+		b.bw.finish(b.ctx)
+	} else {
+		b.bw.abandon(b.ctx)
+	}
+	return cerr
+}
