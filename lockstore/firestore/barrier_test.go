@@ -1,0 +1,92 @@
+package firestore
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+
+	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/storetest"
+)
+
+// outsideReadStore reads the lock and counter outside the transaction that
+// registers the write (a plain batched read, like Inspect, then a pause, then
+// a transaction over the barrier document only): a handover can commit in
+// between. The suite's barrier cases must catch it.
+type outsideReadStore struct{ *Store }
+
+func (s outsideReadStore) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
+	const op = "admit"
+	nk, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	maxMs, err := a.Validate()
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	lockID, fenceID, err := docIDs(nk)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	if ce := lockstore.ContextError(ctx, op); ce != nil {
+		return lockstore.WriteAdmitResult{}, ce
+	}
+	snaps, err := s.client.GetAll(ctx, []*firestore.DocumentRef{s.locks.Doc(lockID), s.fences.Doc(fenceID)})
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, classify(ctx, op, err)
+	}
+	ks, err := keyState(snaps[0], snaps[1], nk, s.nowMs(), op)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	time.Sleep(50 * time.Millisecond)
+	wRef := s.barrierRef(lockID)
+	var res lockstore.WriteAdmitResult
+	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		ws, err := tx.GetAll([]*firestore.DocumentRef{wRef})
+		if err != nil {
+			return err
+		}
+		entries, err := decodeWrites(ws[0], op)
+		if err != nil {
+			return err
+		}
+		var changed bool
+		res, changed = a.Apply(entries, ks, maxMs)
+		if !changed {
+			return nil
+		}
+		return putWrites(tx, wRef, nk, entries)
+	})
+	return res, classify(ctx, op, err)
+}
+
+// TestBarrierReadOutsideTransactionIsCaught: the lock must be read in the
+// registering transaction; the suite catches a store that reads it before.
+func TestBarrierReadOutsideTransactionIsCaught(t *testing.T) {
+	needEmulator(t)
+	failed := storetest.BarrierFailures(t, storetest.Harness{
+		Open: func(t *testing.T, ns string) lockstore.Store {
+			s, err := Open(context.Background(), nsConfig(t, ns))
+			if err != nil {
+				t.Fatalf("Open(%s): %v", ns, err)
+			}
+			return outsideReadStore{s}
+		},
+		SetFence:         func(t *testing.T, _ lockstore.Store, _, _ string, _ int64) { t.Fatal("not used by the barrier cases") },
+		ConcurrencyScale: 0.25,
+	})
+	names := make([]string, 0, len(failed))
+	for n := range failed {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	t.Logf("cases that caught the read outside the transaction: %v", names)
+	if _, ok := failed["race_handover"]; !ok {
+		t.Errorf("race_handover passed against a store that reads the lock outside its transaction")
+	}
+}
