@@ -49,7 +49,10 @@ func (s slowCommitStore) Admit(ctx context.Context, key string, a lockstore.Writ
 			Scan(row.dest()...); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `SELECT pg_sleep(0.05)`)
+		if !row.created {
+			return nil // only a registering admission is slow to commit
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_sleep(0.2)`)
 		return err
 	})
 	if err != nil {
