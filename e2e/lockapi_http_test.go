@@ -667,6 +667,15 @@ func startPostgres(t *testing.T) outage {
 		kill = startProcess(t, asPG(filepath.Join(bin, "postgres"), "-D", data, "-p", port, "-k", dir,
 			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"))
 		waitTCP(t, "127.0.0.1:"+port, 30*time.Second, "")
+		// Listening is not accepting: a server still "starting up" refuses
+		// connections (57P03), and a gateway started then exits 3.
+		deadline := time.Now().Add(30 * time.Second)
+		for exec.Command(filepath.Join(bin, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", port, "-U", "postgres").Run() != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("PostgreSQL on port %s not accepting connections after 30s", port)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	run()
 	return outage{
