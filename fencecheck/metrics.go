@@ -49,7 +49,13 @@ func newDroppedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 		Name: "fencegate_audit_dropped_total",
 		Help: "Audit events dropped: queue full, sink write failed, or recorded after Close.",
 	}, []string{"reason"})
-	return register(reg, c)
+	c = register(reg, c)
+	// Exported as 0 from the start: increase() cannot see a series's first
+	// value as an increase, so an alert on drops would miss the first burst.
+	for _, r := range []string{dropQueueFull, dropWriteFailed, dropClosed} {
+		c.WithLabelValues(r)
+	}
+	return c
 }
 
 // register registers c with reg (when reg is non-nil) and returns the
