@@ -13,7 +13,7 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 LDFLAGS     := -X main.version=$(VERSION)
 TEST_FLAGS  ?= -race -count=1 -timeout 40m
 
-.PHONY: build test test-unit lint fmt bench proto kube-bins clean
+.PHONY: build test test-unit lint fmt bench proto kube-bins promtool clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/fencegate ./cmd/fencegate
@@ -23,7 +23,12 @@ build:
 kube-bins:
 	bash e2e/kube/build.sh
 
-test: kube-bins
+# promtool builds (once, cached outside the repo) the promtool that checks and
+# unit-tests the alert rules in deploy/observability.
+promtool:
+	bash deploy/observability/build-promtool.sh
+
+test: kube-bins promtool
 	scripts/testenv $(GO) test $(TEST_FLAGS) ./...
 
 lint:
