@@ -30,6 +30,9 @@ type expiryCollector struct {
 func (c expiryCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c expiryCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.w == nil {
+		return
+	}
 	cert := c.w.Certificate()
 	if cert == nil || cert.Leaf == nil {
 		return
