@@ -412,6 +412,61 @@ func ruleQueries(t *testing.T) map[string]string {
 	return out
 }
 
+// TestDashboardImports checks what Grafana needs to import the dashboard
+// into any instance: a fixed uid, unique panel ids, panels inside the
+// 24-column grid, and every query on the data-source variable rather than
+// a data source of the machine it was drawn on.
+func TestDashboardImports(t *testing.T) {
+	raw, err := os.ReadFile("dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type ds struct {
+		UID string `json:"uid"`
+	}
+	var d struct {
+		UID    string `json:"uid"`
+		Title  string `json:"title"`
+		Panels []struct {
+			ID         int                      `json:"id"`
+			Type       string                   `json:"type"`
+			Title      string                   `json:"title"`
+			Datasource *ds                      `json:"datasource"`
+			GridPos    struct{ X, Y, W, H int } `json:"gridPos"`
+			Targets    []struct {
+				Datasource *ds `json:"datasource"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.UID == "" || d.Title == "" {
+		t.Error("the dashboard has no uid or title")
+	}
+	ids := map[int]bool{}
+	for _, p := range d.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d is used twice", p.ID)
+		}
+		ids[p.ID] = true
+		if p.GridPos.W <= 0 || p.GridPos.H <= 0 || p.GridPos.X < 0 || p.GridPos.X+p.GridPos.W > 24 {
+			t.Errorf("panel %q lies outside the 24-column grid: %+v", p.Title, p.GridPos)
+		}
+		if p.Type == "row" {
+			continue
+		}
+		if p.Datasource == nil || p.Datasource.UID != "${datasource}" {
+			t.Errorf("panel %q does not use the ${datasource} variable", p.Title)
+		}
+		for _, tg := range p.Targets {
+			if tg.Datasource == nil || tg.Datasource.UID != "${datasource}" {
+				t.Errorf("a target of panel %q does not use the ${datasource} variable", p.Title)
+			}
+		}
+	}
+}
+
 func TestDashboardQueriesParse(t *testing.T) {
 	raw, err := os.ReadFile("dashboard.json")
 	if err != nil {
