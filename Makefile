@@ -15,7 +15,7 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 LDFLAGS     := -X main.version=$(VERSION)
 TEST_FLAGS  ?= -race -count=1 -timeout 40m
 
-.PHONY: build test test-unit lint fmt bench proto kube-bins helm-bin image k8s-manifests clean
+.PHONY: build test test-unit lint fmt bench proto kube-bins helm-bin promtool image k8s-manifests clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/fencegate ./cmd/fencegate
@@ -29,7 +29,12 @@ kube-bins:
 helm-bin:
 	bash deploy/helm/build.sh
 
-test: kube-bins helm-bin
+# promtool builds (once, cached outside the repo) the promtool that checks and
+# unit-tests the alert rules in deploy/observability.
+promtool:
+	bash deploy/observability/build-promtool.sh
+
+test: kube-bins helm-bin promtool
 	scripts/testenv $(GO) test $(TEST_FLAGS) ./...
 
 # image writes the OCI image (static binary on an empty image, user 65532) as

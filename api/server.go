@@ -61,6 +61,8 @@ type Server struct {
 	log       *slog.Logger
 	ready     func(ctx context.Context) error
 	metrics   *metrics
+
+	fenceWarnings prometheus.Counter // fences issued past FenceWarn (fencemetric.go)
 }
 
 // New validates o and registers the metrics.
@@ -98,6 +100,12 @@ func New(o Options) (*Server, error) {
 	m, err := newMetrics(reg, o.Store, s.log)
 	if err != nil {
 		return nil, fmt.Errorf("api: registering metrics: %w", err)
+	}
+	s.fenceWarnings = newFenceWarnings()
+	for _, c := range []prometheus.Collector{s.fenceWarnings, newStoreReady(o.Store)} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("api: registering metrics: %w", err)
+		}
 	}
 	s.metrics = m
 	if s.auth == nil {

@@ -95,7 +95,7 @@ func (s *Server) acquire(ctx context.Context, p *Principal, key string, ttlMs, w
 		return lockstore.AcquireResult{}, err
 	}
 	if wait == 0 {
-		return s.store.Acquire(ctx, nk, ttl)
+		return s.noteFence(s.store.Acquire(ctx, nk, ttl))
 	}
 	// Retry on contention until wait has passed, with SyncGuard's
 	// exponential backoff and equal jitter (the zero RetryPolicy's
@@ -111,7 +111,7 @@ func (s *Server) acquire(ctx context.Context, p *Principal, key string, ttlMs, w
 		// an immediate attempt, not an error.
 		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
 	}
-	return res, err
+	return s.noteFence(res, err)
 }
 
 func (s *Server) release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {

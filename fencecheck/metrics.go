@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // Metric label values for the decision label.
@@ -71,7 +73,15 @@ func newDroppedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 		Name: "fencegate_audit_dropped_total",
 		Help: "Audit events dropped, by reason (queue full, sink write failed, recorded after Close) and retention class (decision, input).",
 	}, []string{"reason", "class"})
-	return register(reg, c)
+	c = register(reg, c)
+	// Exported as 0 from the start: increase() cannot see a series's first
+	// value as an increase, so an alert on drops would miss the first burst.
+	for _, r := range []string{dropQueueFull, dropWriteFailed, dropClosed} {
+		for _, cl := range []lockstore.AuditClass{lockstore.AuditDecision, lockstore.AuditInput} {
+			c.WithLabelValues(r, cl.String())
+		}
+	}
+	return c
 }
 
 // register registers c with reg (when reg is non-nil) and returns the

@@ -346,6 +346,7 @@ func newAdmissionRunner(c config.Admission, o admission.Options, checker *fencec
 		return nil, nil, err
 	}
 	o.CertReady, o.Registerer, o.Logger = w.Ready, reg, log
+	reg.MustRegister(w.ExpiryCollector("admission"))
 	h, err := admission.New(checker, o)
 	if err != nil {
 		return nil, nil, err
