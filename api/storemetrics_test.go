@@ -2,116 +2,76 @@ package api_test
 
 import (
 	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// fenceAtStore issues fences from a counter the test sets, so that the
-// warning level can be reached without issuing 90 trillion fences.
-type fenceAtStore struct {
-	lockstore.Store
-	next atomic.Int64
-}
-
-func (s *fenceAtStore) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
-	res, err := s.Store.Acquire(ctx, key, ttl)
-	if err == nil && res.OK {
-		res.Fence, err = lockstore.FormatFence(s.next.Add(1))
+// TestStoreMetrics: a real store behind lockstore.WithTelemetry feeds the
+// per-backend store-call metrics, domain failures as "fail" and errors as
+// their LockError code.
+func TestStoreMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := api.NewStoreMetrics(reg, "bolt")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return res, err
+	s := lockstore.WithTelemetry(openStore(t), lockstore.TelemetryOptions{OnEvent: m.Observe})
+	ctx := context.Background()
+	a, err := s.Acquire(ctx, "k", time.Minute)
+	if err != nil || !a.OK {
+		t.Fatalf("acquire: %+v %v", a, err)
+	}
+	if r, _ := s.Acquire(ctx, "k", time.Minute); r.OK {
+		t.Fatal("second acquire took a held lock")
+	}
+	if _, err := s.Acquire(ctx, "", time.Minute); lockstore.CodeOf(err) != lockstore.InvalidArgument {
+		t.Fatalf("empty key: %v", err)
+	}
+	if err := s.Close(); err != nil { // delivers the queued events
+		t.Fatal(err)
+	}
+	for result, want := range map[string]float64{"ok": 1, "fail": 1, "InvalidArgument": 1} {
+		if got := testutil.ToFloat64(counter(t, reg, "acquire", result)); got != want {
+			t.Errorf("fencegate_store_ops_total{backend=bolt,op=acquire,result=%s} = %v, want %v", result, got, want)
+		}
+	}
+	if n := testutil.CollectAndCount(reg, "fencegate_store_op_duration_seconds"); n != 5 {
+		t.Errorf("duration series = %d, want one per operation (5)", n)
+	}
 }
 
-func TestFenceWarningsCounted(t *testing.T) {
-	st := &fenceAtStore{Store: openStore(t)}
-	e := newEnv(t, st, nil)
-	warnings := func() float64 {
-		t.Helper()
-		mfs, err := e.reg.Gather()
+// counter returns the collector of one fencegate_store_ops_total series.
+func counter(t *testing.T, reg *prometheus.Registry, op, result string) prometheus.Collector {
+	t.Helper()
+	return collectorFunc(func(ch chan<- prometheus.Metric) {
+		mfs, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, mf := range mfs {
-			if mf.GetName() == "fencegate_fence_warnings_total" {
-				return mf.GetMetric()[0].GetCounter().GetValue()
-			}
-		}
-		t.Fatal("fencegate_fence_warnings_total not exported")
-		return -1
-	}
-	if got := warnings(); got != 0 {
-		t.Fatalf("warnings = %v before any acquire", got)
-	}
-
-	// At the warning level exactly: no warning (backends warn past it).
-	st.next.Store(lockstore.FenceWarn - 1)
-	e.acquire(t, "orders/a", 10_000)
-	if got := warnings(); got != 0 {
-		t.Fatalf("warnings = %v after fence FenceWarn, want 0", got)
-	}
-	st.next.Store(lockstore.FenceWarn)
-	e.acquire(t, "orders/b", 10_000)
-	e.acquire(t, "orders/c", 10_000)
-	if got := warnings(); got != 2 {
-		t.Fatalf("warnings = %v after two fences past FenceWarn, want 2", got)
-	}
-	// A denied acquire (the lock is held) issues no fence and counts nothing.
-	r := e.post(t, "/v1/locks/acquire", adminToken, map[string]any{"key": "orders/c", "ttlMs": 10_000})
-	if r.body["ok"] != false {
-		t.Fatalf("acquire of a held key = %d %s, want ok:false", r.status, r.raw)
-	}
-	if got := warnings(); got != 2 {
-		t.Fatalf("warnings = %v after a refused acquire, want still 2", got)
-	}
-}
-
-// pingStore fails Ping while down is set.
-type pingStore struct {
-	lockstore.Store
-	down atomic.Bool
-}
-
-func (s *pingStore) Ping(ctx context.Context) error {
-	if s.down.Load() {
-		return errors.New("store unreachable")
-	}
-	return s.Store.Ping(ctx)
-}
-
-func TestStoreReadyGauge(t *testing.T) {
-	st := &pingStore{Store: openStore(t)}
-	e := newEnv(t, st, nil)
-	ready := func() float64 {
-		t.Helper()
-		mfs, err := e.reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != "fencegate_store_ready" {
+			if mf.GetName() != "fencegate_store_ops_total" {
 				continue
 			}
-			m := mf.GetMetric()[0]
-			if l := m.GetLabel(); len(l) != 1 || l[0].GetName() != "backend" || l[0].GetValue() != "bolt" {
-				t.Fatalf("fencegate_store_ready labels = %v, want backend=bolt", l)
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["backend"] == "bolt" && labels["op"] == op && labels["result"] == result {
+					ch <- prometheus.MustNewConstMetric(prometheus.NewDesc("x", "x", nil, nil), prometheus.CounterValue, m.GetCounter().GetValue())
+				}
 			}
-			return m.GetGauge().GetValue()
 		}
-		t.Fatal("fencegate_store_ready not exported")
-		return -1
-	}
-	if got := ready(); got != 1 {
-		t.Fatalf("fencegate_store_ready = %v with the store up, want 1", got)
-	}
-	st.down.Store(true)
-	if got := ready(); got != 0 {
-		t.Fatalf("fencegate_store_ready = %v with the store down, want 0", got)
-	}
-	st.down.Store(false)
-	if got := ready(); got != 1 {
-		t.Fatalf("fencegate_store_ready = %v after the store came back, want 1", got)
-	}
+	})
 }
+
+type collectorFunc func(chan<- prometheus.Metric)
+
+func (f collectorFunc) Describe(chan<- *prometheus.Desc)  {}
+func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }

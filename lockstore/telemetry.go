@@ -82,11 +82,11 @@ var rawDenylist = []string{"token", "secret", "password", "credential", "apikey"
 // does, so type assertions on it answer as they would on s. Close stops the
 // worker after it has delivered the events already queued, then closes s.
 //
-// It is SyncGuard's opt-in withTelemetry (interface.md, ADR-007) for
-// programs that use lockstore as a library. The gateway does not wrap its
-// store with it: the lock API's metrics count requests, which include
-// refusals no store call sees (401, 403, 400) and waits that span many
-// store calls (waitMs), so they are kept where the requests are, in api.
+// It is SyncGuard's opt-in withTelemetry (interface.md, ADR-007). The
+// gateway wraps its store with it to time each store call per backend
+// (api.StoreMetrics); the lock API's own metrics count requests, which
+// include refusals no store call sees (401, 403, 400) and waits that span
+// many store calls (waitMs).
 func WithTelemetry(s Store, opts TelemetryOptions) Store {
 	if opts.OnEvent == nil {
 		return s

@@ -134,6 +134,14 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Every lock operation is also timed per store call, off the request
+	// path (the decorator's worker observes; a full queue drops and counts).
+	sm, err := api.NewStoreMetrics(reg, caps.Backend)
+	if err != nil {
+		return err
+	}
+	store = lockstore.WithTelemetry(store, lockstore.TelemetryOptions{OnEvent: sm.Observe, Logger: log})
+	defer store.Close() // stops the decorator's worker; the store's own Close is idempotent
 
 	// Background work, each piece owned here and stopped before the store closes.
 	var bg sync.WaitGroup
