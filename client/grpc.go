@@ -256,15 +256,12 @@ func targetHost(target string) (host string, local bool) {
 	if strings.HasPrefix(target, "unix:") || strings.HasPrefix(target, "unix-abstract:") {
 		return "", true
 	}
-	endpoint := target
-	if i := strings.Index(target, ":///"); i > 0 && !strings.Contains(target[:i], "/") {
-		endpoint = target[i+len(":///"):]
-	} else if i := strings.Index(target, "://"); i > 0 && !strings.Contains(target[:i], "/") {
-		// scheme://authority/endpoint: the authority names a resolver, the
-		// endpoint the host.
+	endpoint, authority := target, ""
+	if i := strings.Index(target, "://"); i > 0 && !strings.Contains(target[:i], "/") {
+		// scheme://[authority]/endpoint
 		rest := target[i+len("://"):]
 		if j := strings.Index(rest, "/"); j >= 0 {
-			endpoint = rest[j+1:]
+			authority, endpoint = rest[:j], rest[j+1:]
 		} else {
 			endpoint = rest
 		}
@@ -273,8 +270,14 @@ func targetHost(target string) (host string, local bool) {
 			endpoint = strings.TrimPrefix(endpoint, scheme)
 		}
 	}
+	host = endpoint
 	if h, _, err := net.SplitHostPort(endpoint); err == nil {
-		return h, false
+		host = h
 	}
-	return endpoint, false
+	if authority != "" && net.ParseIP(strings.Trim(host, "[]")) == nil {
+		// A name looked up on a DNS server of the target's choosing may
+		// resolve anywhere, "localhost" included: not loopback.
+		return target, false
+	}
+	return host, false
 }

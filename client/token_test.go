@@ -38,6 +38,8 @@ var tokenCases = []tokenCase{
 	{true, "fencegate.example", []Option{WithToken("t")}, true},
 	{true, "[2001:db8::1]:9090", []Option{WithToken("t")}, true},
 	{true, "xds:///fencegate", []Option{WithToken("t")}, true},
+	{true, "dns://8.8.8.8/localhost:9090", []Option{WithToken("t")}, true}, // its DNS server decides
+	{true, "dns://8.8.8.8/127.0.0.1:9090", []Option{WithToken("t")}, false},
 	{true, "10.0.0.7:9090", []Option{WithToken("t"), WithInsecureToken()}, false},
 	{true, "10.0.0.7:9090", nil, false},
 	{true, "10.0.0.7:9090", []Option{WithToken("t"), WithTLSConfig(nil)}, false},
