@@ -6,13 +6,12 @@ import (
 
 	"github.com/fencegate/fencegate/api/wire"
 	"github.com/fencegate/fencegate/lockstore"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of fencegate's gRPC errors.
-const ErrorDomain = "fencegate.io"
+const ErrorDomain = wire.ErrorDomain
 
 // apiError is a failure answered to the caller: a LockError code plus what
 // the transports need to render it. Messages never contain raw keys,
@@ -64,26 +63,10 @@ func asAPIError(err error) *apiError {
 // knows whether a token was valid.
 func HTTPStatus(c lockstore.Code) int { return wire.HTTPStatus(c) }
 
-// GRPCCode is API.md's gRPC status code for a LockError code (AuthFailed as
-// UNAUTHENTICATED; PERMISSION_DENIED is decided by the caller).
-func GRPCCode(c lockstore.Code) codes.Code {
-	switch c {
-	case lockstore.InvalidArgument:
-		return codes.InvalidArgument
-	case lockstore.AuthFailed:
-		return codes.Unauthenticated
-	case lockstore.RateLimited:
-		return codes.ResourceExhausted
-	case lockstore.ServiceUnavailable:
-		return codes.Unavailable
-	case lockstore.NetworkTimeout, lockstore.AcquisitionTimeout:
-		return codes.DeadlineExceeded
-	case lockstore.Aborted:
-		return codes.Canceled
-	default:
-		return codes.Internal
-	}
-}
+// GRPCCode is API.md's gRPC status code for a LockError code
+// (wire.GRPCCode: AuthFailed as UNAUTHENTICATED; PERMISSION_DENIED is
+// decided by the caller).
+func GRPCCode(c lockstore.Code) codes.Code { return wire.GRPCCode(c) }
 
 func (e *apiError) httpStatusCode() int {
 	switch {
@@ -95,27 +78,13 @@ func (e *apiError) httpStatusCode() int {
 	return HTTPStatus(e.code)
 }
 
-// grpcStatus renders e as a status with an ErrorInfo detail whose Reason is
-// the LockError code, so clients branch on the code, not the message.
+// grpcStatus renders e as wire.GRPCStatus: the status code, and an
+// ErrorInfo detail whose Reason is the LockError code, so clients branch on
+// the code, not the message.
 func (e *apiError) grpcStatus() *status.Status {
-	c := GRPCCode(e.code)
-	if e.code == lockstore.AuthFailed && e.forbidden {
-		c = codes.PermissionDenied
-	}
-	st := status.New(c, e.msg)
-	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(e.code), Domain: ErrorDomain}); err == nil {
-		return withInfo
-	}
-	return st
+	return wire.GRPCStatus(e.code, e.forbidden, e.msg)
 }
 
 // CodeFromStatus extracts the LockError code from a gRPC status produced by
-// this package ("" when the status carries none). Clients use it to branch.
-func CodeFromStatus(st *status.Status) lockstore.Code {
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
-			return lockstore.Code(info.GetReason())
-		}
-	}
-	return ""
-}
+// this package ("" when the status carries none): wire.CodeFromStatus.
+func CodeFromStatus(st *status.Status) lockstore.Code { return wire.CodeFromStatus(st) }

@@ -17,10 +17,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/fencegate/fencegate/api"
-	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/client"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
@@ -164,7 +162,7 @@ func cycle(c cycler, keys []string) op {
 // listeners, with a client for each transport.
 type gateway struct {
 	http *client.Client
-	grpc grpcLocks
+	grpc *client.GRPCClient
 }
 
 // startGateway serves store through api.Server on an HTTP listener and a gRPC
@@ -198,18 +196,32 @@ func startGateway(tb testing.TB, store lockstore.Store, nw int) gateway {
 		tb.Fatalf("client.New: %v", err)
 	}
 
-	conn := serveGRPC(tb, srv.RegisterGRPC)
-	return gateway{
-		http: hc,
-		grpc: grpcLocks{c: fencegatev1.NewLocksClient(conn), auth: "Bearer " + benchToken},
+	// One connection the workers share, as a proxy's would be.
+	gc, err := client.NewGRPC(listenGRPC(tb, srv.RegisterGRPC), client.WithToken(benchToken))
+	if err != nil {
+		tb.Fatalf("client.NewGRPC: %v", err)
 	}
+	tb.Cleanup(func() { _ = gc.Close() })
+	return gateway{http: hc, grpc: gc}
 }
 
 // serveGRPC starts a grpc.Server with default options on a loopback
-// listener, lets register add its services, and returns a client connection
-// to it (one HTTP/2 connection the workers share, as a proxy's would be).
-// The server and the goroutine serving it end at cleanup.
+// listener (listenGRPC) and returns a client connection to it (one HTTP/2
+// connection the workers share, as a proxy's would be), closed at cleanup.
 func serveGRPC(tb testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
+	tb.Helper()
+	conn, err := grpc.NewClient(listenGRPC(tb, register), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatalf("grpc client: %v", err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// listenGRPC starts a grpc.Server with default options on a loopback
+// listener, lets register add its services, and returns the listener's
+// address. The server and the goroutine serving it end at cleanup.
+func listenGRPC(tb testing.TB, register func(*grpc.Server)) string {
 	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -226,37 +238,5 @@ func serveGRPC(tb testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
 		gs.Stop()
 		<-served
 	})
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		tb.Fatalf("grpc client: %v", err)
-	}
-	tb.Cleanup(func() { _ = conn.Close() })
-	return conn
-}
-
-// grpcLocks adapts the generated fencegate.v1.Locks client to cycler.
-type grpcLocks struct {
-	c    fencegatev1.LocksClient
-	auth string
-}
-
-func (g grpcLocks) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
-	ms := ttl.Milliseconds()
-	r, err := g.c.Acquire(metadata.AppendToOutgoingContext(ctx, "authorization", g.auth),
-		&fencegatev1.AcquireRequest{Key: key, TtlMs: &ms})
-	if err != nil {
-		return lockstore.AcquireResult{}, err
-	}
-	return lockstore.AcquireResult{
-		OK: r.GetOk(), Reason: r.GetReason(), LockID: r.GetLockId(), Fence: r.GetFence(), ExpiresAtMs: r.GetExpiresAtMs(),
-	}, nil
-}
-
-func (g grpcLocks) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
-	r, err := g.c.Release(metadata.AppendToOutgoingContext(ctx, "authorization", g.auth),
-		&fencegatev1.ReleaseRequest{LockId: lockID})
-	if err != nil {
-		return lockstore.ReleaseResult{}, err
-	}
-	return lockstore.ReleaseResult{OK: r.GetOk()}, nil
+	return lis.Addr().String()
 }

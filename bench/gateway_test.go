@@ -7,7 +7,7 @@ import (
 )
 
 // BenchmarkGateway: the lock API's acquire+release cycle over HTTP/JSON (the
-// client package, keep-alive) and over gRPC (the generated client), each on a
+// client package, keep-alive) and over gRPC (its GRPCClient), each on a
 // real loopback listener, against the floor of the same store called
 // in-process — for the embedded bolt store and the Redis store.
 func BenchmarkGateway(b *testing.B) { runSuite(b, gatewaySuite) }

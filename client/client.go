@@ -1,9 +1,12 @@
-// Package client is fencegate's Go client for the HTTP/JSON lock API.
+// Package client is fencegate's Go client for the lock API, over HTTP/JSON
+// (New, *Client) or gRPC (NewGRPC, *GRPCClient).
 //
-// A *Client implements lockstore.Locker, so the same Lock helper (retries,
-// backoff, auto-extend) runs over the network as in-process:
+// Both implement lockstore.Locker and Locks, with the same options, the
+// same results and the same error codes, so the same Lock helper (retries,
+// backoff, auto-extend) runs over either transport as in-process:
 //
 //	c, _ := client.New("http://127.0.0.1:8080", client.WithToken(tok))
+//	// or: c, _ := client.NewGRPC("127.0.0.1:9090", client.WithToken(tok)); defer c.Close()
 //	err := c.Lock(ctx, "orders/42", func(ctx context.Context, h lockstore.Held) error {
 //		// ctx is cancelled the moment the lock is lost.
 //		req, _ := http.NewRequestWithContext(client.WithFence(ctx, h), "PUT", url, body)
@@ -12,7 +15,13 @@
 //	}, lockstore.WithAutoExtend())
 //
 // System failures come back as *lockstore.Error with the server's code, so
-// lockstore.CodeOf works on them; contention and absent locks are results.
+// lockstore.CodeOf works on them and gives the same code whichever
+// transport carried the call; contention and absent locks are results.
+// The error's cause keeps the transport's own answer: an *HTTPStatusError,
+// or a gRPC status (status.Code(err)), e.g. to tell a bad token (401,
+// UNAUTHENTICATED) from one lacking scope (403, PERMISSION_DENIED), both
+// AuthFailed. Only the HTTP client reads the audit trail (Audit): the gRPC
+// service has no audit call.
 package client
 
 import (
@@ -32,36 +41,69 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// Client talks to one fencegate gateway. It is safe for concurrent use.
-type Client struct {
-	base  *url.URL
-	http  *http.Client
-	token string
+// Locks is the lock API as both clients offer it: what *Client and
+// *GRPCClient have in common, for code that works over either.
+type Locks interface {
+	lockstore.Locker
+	// AcquireWait asks the gateway to retry on contention for up to wait.
+	AcquireWait(ctx context.Context, key string, ttl, wait time.Duration) (lockstore.AcquireResult, error)
+	// IsLocked reports whether key has a live lock.
+	IsLocked(ctx context.Context, key string) (bool, error)
+	// LookupKey returns the sanitised live lock on key, or nil.
+	LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error)
+	// LookupLockID returns the sanitised live lock lockID holds, or nil.
+	LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error)
+	// Lock runs fn while holding the lock on key (lockstore.Lock).
+	Lock(ctx context.Context, key string, fn func(context.Context, lockstore.Held) error, opts ...lockstore.LockOption) error
 }
 
-var _ lockstore.Locker = (*Client)(nil)
+// Client talks to one fencegate gateway over HTTP/JSON. It is safe for
+// concurrent use.
+type Client struct {
+	base *url.URL
+	http *http.Client
+	opts *options
+}
 
-// Option configures a Client.
-type Option func(*Client)
+var _ Locks = (*Client)(nil)
 
-// WithToken sends "Authorization: Bearer token" on every call.
-func WithToken(token string) Option { return func(c *Client) { c.token = token } }
-
-// WithHTTPClient uses hc instead of a default client (e.g. for TLS settings).
-func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
-
-// New returns a client for the gateway at baseURL (e.g. http://127.0.0.1:8080).
+// New returns a client for the gateway at baseURL (e.g.
+// http://127.0.0.1:8080, or https://… with TLS). It does no I/O. It fails
+// with InvalidArgument on a malformed URL, on a token that would travel in
+// plaintext to a host that is not loopback (see WithToken), and on options
+// that do not fit (WithTLSConfig or WithCAFile with an http:// URL or with
+// WithHTTPClient; WithDialOptions).
 func New(baseURL string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("client: base URL %q must be http(s)://host:port", baseURL)
+		return nil, invalidOption("base URL %q must be http(s)://host:port", baseURL)
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
-	c := &Client{base: u, http: &http.Client{Timeout: 0}}
-	for _, o := range opts {
-		o(c)
+	o := buildOptions(opts)
+	if len(o.dialOptions) > 0 {
+		return nil, invalidOption("WithDialOptions is for NewGRPC")
 	}
-	return c, nil
+	tlsCfg, err := o.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	hc := o.httpClient
+	switch {
+	case tlsCfg != nil && u.Scheme != "https":
+		return nil, invalidOption("TLS options need an https:// URL, not %q", u.Scheme+"://")
+	case tlsCfg != nil && hc != nil:
+		return nil, invalidOption("WithHTTPClient and TLS options conflict: set TLS on the *http.Client")
+	case tlsCfg != nil:
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tlsCfg
+		hc = &http.Client{Transport: tr}
+	case hc == nil:
+		hc = &http.Client{}
+	}
+	if err := o.checkToken(u.Hostname(), u.Scheme == "https"); err != nil {
+		return nil, err
+	}
+	return &Client{base: u, http: hc, opts: o}, nil
 }
 
 // HTTPClient is the *http.Client the client sends with (its TLS settings
@@ -69,7 +111,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 func (c *Client) HTTPClient() *http.Client { return c.http }
 
 // Token is the bearer token the client sends ("" if none).
-func (c *Client) Token() string { return c.token }
+func (c *Client) Token() string { return c.opts.token }
 
 // Acquire tries once to take the lock on key for ttl (0 means the server's
 // default, 30 s).
@@ -80,20 +122,12 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 // AcquireWait asks the server to retry on contention for up to wait, with
 // the spec's backoff and jitter, before answering "locked".
 func (c *Client) AcquireWait(ctx context.Context, key string, ttl, wait time.Duration) (lockstore.AcquireResult, error) {
-	body := wire.AcquireRequest{Key: key}
-	if ttl != 0 {
-		ms, err := lockstore.ValidateTTL(ttl)
-		if err != nil {
-			return lockstore.AcquireResult{}, err
-		}
-		body.TTLMs = &ms
-	}
-	if wait > 0 {
-		ms := wait.Milliseconds()
-		body.WaitMs = &ms
+	ttlMs, waitMs, err := acquireParams(ttl, wait)
+	if err != nil {
+		return lockstore.AcquireResult{}, err
 	}
 	var out wire.AcquireReply
-	status, err := c.do(ctx, "acquire", http.MethodPost, wire.PathAcquire, body, &out, http.StatusConflict)
+	status, err := c.do(ctx, wait, "acquire", http.MethodPost, wire.PathAcquire, wire.AcquireRequest{Key: key, TTLMs: ttlMs, WaitMs: waitMs}, &out, http.StatusConflict)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
@@ -109,7 +143,7 @@ func (c *Client) Release(ctx context.Context, lockID string) (lockstore.ReleaseR
 		return lockstore.ReleaseResult{}, err
 	}
 	var out wire.OKReply
-	status, err := c.do(ctx, "release", http.MethodPost, wire.PathRelease, wire.ReleaseRequest{LockID: lockID}, &out, http.StatusNotFound)
+	status, err := c.do(ctx, 0, "release", http.MethodPost, wire.PathRelease, wire.ReleaseRequest{LockID: lockID}, &out, http.StatusNotFound)
 	if err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
@@ -118,15 +152,12 @@ func (c *Client) Release(ctx context.Context, lockID string) (lockstore.ReleaseR
 
 // Extend sets the lock's expiry to now+ttl and returns the new expiry.
 func (c *Client) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
-	if err := lockstore.ValidateLockID(lockID); err != nil {
-		return lockstore.ExtendResult{}, err
-	}
-	ms, err := lockstore.ValidateTTL(ttl)
+	ms, err := extendParams(lockID, ttl)
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
 	var out wire.OKReply
-	status, err := c.do(ctx, "extend", http.MethodPost, wire.PathExtend, wire.ExtendRequest{LockID: lockID, TTLMs: &ms}, &out, http.StatusNotFound)
+	status, err := c.do(ctx, 0, "extend", http.MethodPost, wire.PathExtend, wire.ExtendRequest{LockID: lockID, TTLMs: &ms}, &out, http.StatusNotFound)
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
@@ -151,7 +182,7 @@ func (c *Client) LookupLockID(ctx context.Context, lockID string) (*lockstore.Lo
 
 func (c *Client) lookup(ctx context.Context, body wire.LookupRequest) (*lockstore.LockInfo, error) {
 	var info lockstore.LockInfo
-	status, err := c.do(ctx, "lookup", http.MethodPost, wire.PathLookup, body, &info, http.StatusNotFound)
+	status, err := c.do(ctx, 0, "lookup", http.MethodPost, wire.PathLookup, body, &info, http.StatusNotFound)
 	if err != nil || status == http.StatusNotFound {
 		return nil, err
 	}
@@ -161,7 +192,7 @@ func (c *Client) lookup(ctx context.Context, body wire.LookupRequest) (*lockstor
 // IsLocked reports whether key has a live lock.
 func (c *Client) IsLocked(ctx context.Context, key string) (bool, error) {
 	var out wire.StatusReply
-	_, err := c.do(ctx, "status", http.MethodGet, wire.PathStatus+"?key="+url.QueryEscape(key), nil, &out)
+	_, err := c.do(ctx, 0, "status", http.MethodGet, wire.PathStatus+"?key="+url.QueryEscape(key), nil, &out)
 	return out.Locked, err
 }
 
@@ -189,7 +220,7 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]lockstore.AuditEven
 		path += "?" + v.Encode()
 	}
 	var out wire.AuditReply
-	_, err := c.do(ctx, "audit", http.MethodGet, path, nil, &out)
+	_, err := c.do(ctx, 0, "audit", http.MethodGet, path, nil, &out)
 	return out.Events, err
 }
 
@@ -202,9 +233,12 @@ func (c *Client) Lock(ctx context.Context, key string, fn func(context.Context, 
 // maxResponse bounds what we read from a server (audit pages are the largest).
 const maxResponse = 8 << 20
 
-// do sends one call. okStatuses beyond 200 are domain outcomes decoded into
-// out; any other status is turned into a *lockstore.Error.
-func (c *Client) do(ctx context.Context, op, method, path string, body any, out any, okStatuses ...int) (int, error) {
+// do sends one call, bounded by WithTimeout plus extra (the time the
+// gateway may wait for the lock). okStatuses beyond 200 are domain outcomes
+// decoded into out; any other status is turned into a *lockstore.Error.
+func (c *Client) do(ctx context.Context, extra time.Duration, op, method, path string, body any, out any, okStatuses ...int) (int, error) {
+	ctx, cancel := c.opts.callContext(ctx, extra)
+	defer cancel()
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -221,8 +255,8 @@ func (c *Client) do(ctx context.Context, op, method, path string, body any, out 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.opts.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.opts.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -273,7 +307,17 @@ func statusError(op string, status int, raw []byte) error {
 	}
 	msg := body.Error.Message
 	if msg == "" {
-		msg = fmt.Sprintf("gateway answered %d", status)
+		msg = "gateway answered an error"
 	}
-	return &lockstore.Error{Code: code, Op: op, Msg: msg}
+	return &lockstore.Error{Code: code, Op: op, Msg: msg, Err: &HTTPStatusError{StatusCode: status}}
 }
+
+// HTTPStatusError is the cause of a *lockstore.Error the HTTP client builds
+// from an error answer: the status the gateway (or a proxy) sent. Branch on
+// the LockError code; the status tells apart what one code covers, such as
+// 401 (no or a bad token) and 403 (a token lacking scope), both AuthFailed.
+type HTTPStatusError struct {
+	StatusCode int
+}
+
+func (e *HTTPStatusError) Error() string { return fmt.Sprintf("HTTP %d", e.StatusCode) }

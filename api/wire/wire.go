@@ -1,6 +1,8 @@
-// Package wire is the HTTP/JSON lock API's wire format (API.md): the
-// paths, the request and reply bodies, and the mapping between LockError
-// codes and HTTP statuses. The server (package api) and the Go client
+// Package wire is the lock API's wire format (API.md): the HTTP/JSON
+// paths, request and reply bodies, and the mapping between LockError codes
+// and HTTP statuses (wire.go), and the mapping between LockError codes and
+// gRPC statuses with their ErrorInfo detail (grpc.go; the gRPC messages
+// are generated in api/proto). The server (package api) and the Go clients
 // (package client) both speak it from here, so neither can drift from the
 // other. It imports nothing of ours but lockstore.
 package wire

@@ -1,0 +1,99 @@
+package client_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// Tests of what only the HTTP client has: the audit trail and the fenced
+// RoundTripper for protected APIs.
+
+func newHTTPClient(t *testing.T, url, tok string) *client.Client {
+	t.Helper()
+	c, err := client.New(url, client.WithToken(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestAuditQuery(t *testing.T) {
+	g := gateway(t)
+	now := time.Now().UnixMilli()
+	evs := []lockstore.AuditEvent{
+		{TimeMs: now - 2000, DecisionID: "d1", KeyHash: lockstore.HashKey("orders/1"), KeyDigest: lockstore.KeyDigest("orders/1"), Reason: "stale", Policy: "holder", Mode: "enforce"},
+		{TimeMs: now - 1000, DecisionID: "d2", KeyHash: lockstore.HashKey("orders/2"), KeyDigest: lockstore.KeyDigest("orders/2"), Reason: "missing", Policy: "holder", Mode: "enforce"},
+		{TimeMs: now, DecisionID: "d3", KeyHash: lockstore.HashKey("orders/1"), KeyDigest: lockstore.KeyDigest("orders/1"), Reason: "unknown", Policy: "holder", Mode: "enforce"},
+	}
+	if err := g.store.(lockstore.AuditLog).AppendAudit(context.Background(), evs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := newHTTPClient(t, g.httpURL, token).Audit(context.Background(), client.AuditQuery{Key: "orders/1", Since: time.UnixMilli(now - 5000), Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].DecisionID != "d3" || got[1].DecisionID != "d1" {
+		t.Fatalf("audit for orders/1 = %+v, want d3 then d1", got)
+	}
+	_, err = newHTTPClient(t, g.httpURL, "orders").Audit(context.Background(), client.AuditQuery{Key: "orders/1"})
+	if lockstore.CodeOf(err) != lockstore.AuthFailed {
+		t.Fatalf("audit without the audit operation: %v, want AuthFailed", err)
+	}
+}
+
+// recordingRT records the requests the Transport sends.
+type recordingRT struct {
+	mu   sync.Mutex
+	seen []http.Header
+}
+
+func (r *recordingRT) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	r.seen = append(r.seen, req.Header.Clone())
+	r.mu.Unlock()
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+}
+
+func TestTransportStampsFenceHeaders(t *testing.T) {
+	rt := &recordingRT{}
+	tr := client.NewTransport(rt)
+	h := lockstore.Held{Key: "orders/5", LockID: "AAAAAAAAAAAAAAAAAAAAAA", Fence: "000000000000042"}
+
+	send := func(ctx context.Context, tr http.RoundTripper) (*http.Request, http.Header) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://api/orders/5", nil)
+		req.Header.Set(client.HeaderLockID, "client-supplied")
+		if _, err := tr.RoundTrip(req); err != nil {
+			t.Fatal(err)
+		}
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return req, rt.seen[len(rt.seen)-1]
+	}
+
+	req, got := send(client.WithFence(context.Background(), h), tr)
+	if got.Get("X-Fence-Key") != "orders/5" || got.Get("X-Fence-Token") != "000000000000042" || got.Get(client.HeaderLockID) != "" {
+		t.Fatalf("WithFence: sent %v", got)
+	}
+	if req.Header.Get("X-Fence-Token") != "" {
+		t.Fatal("the caller's request was modified (RoundTrippers must clone)")
+	}
+	_, got = send(client.WithFenceProof(context.Background(), h), tr)
+	if got.Get(client.HeaderLockID) != h.LockID {
+		t.Fatalf("WithFenceProof: sent %v", got)
+	}
+	_, got = send(context.Background(), tr)
+	if got.Get("X-Fence-Token") != "" || got.Get(client.HeaderLockID) != "client-supplied" {
+		t.Fatalf("no fence: the request must go unchanged, sent %v", got)
+	}
+	static := &client.Transport{Base: rt, Static: &client.Fence{Key: "k", Token: "000000000000007"}}
+	_, got = send(context.Background(), static)
+	if got.Get("X-Fence-Key") != "k" || got.Get("X-Fence-Token") != "000000000000007" {
+		t.Fatalf("static: sent %v", got)
+	}
+}
