@@ -1,11 +1,8 @@
 package main
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -25,6 +22,9 @@ type clientFlags struct {
 	tokenFile string
 	caFile    string
 	timeout   time.Duration
+	// insecureToken sends the token over plain http:// to a host that is
+	// not loopback (the client refuses that otherwise).
+	insecureToken bool
 }
 
 func (f *clientFlags) register(fs *flag.FlagSet) {
@@ -33,6 +33,7 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token")
 	fs.StringVar(&f.caFile, "ca-file", "", "CA certificate to verify an https:// gateway")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "per-request timeout (waiting for a lock adds --wait)")
+	fs.BoolVar(&f.insecureToken, "insecure-token", false, "send the token over plain http:// to a non-loopback gateway (a network you trust with it, e.g. a mesh that encrypts between sidecars)")
 }
 
 func (f *clientFlags) client() (*client.Client, error) {
@@ -47,21 +48,15 @@ func (f *clientFlags) client() (*client.Client, error) {
 		}
 		tok = strings.TrimSpace(string(b))
 	}
-	hc := &http.Client{}
+	var opts []client.Option
 	if f.caFile != "" {
-		pem, err := os.ReadFile(f.caFile)
-		if err != nil {
-			return nil, fmt.Errorf("--ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--ca-file: no certificate in %s", f.caFile)
-		}
-		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+		opts = append(opts, client.WithCAFile(f.caFile))
 	}
-	opts := []client.Option{client.WithHTTPClient(hc)}
 	if tok != "" {
 		opts = append(opts, client.WithToken(tok))
+	}
+	if f.insecureToken {
+		opts = append(opts, client.WithInsecureToken())
 	}
 	return client.New(f.server, opts...)
 }
