@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/writeproof"
 )
 
 // DefaultTimeout bounds one check's backend read. Envoy's ext_authz timeout
@@ -41,6 +42,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now stamps audit events; nil is time.Now.
 	Now func() time.Time
+	// Proofs verifies signed write proofs (ProofSigned routes); nil makes
+	// every write on such a route fail closed (503).
+	Proofs *writeproof.Verifier
 }
 
 // Checker decides edge checks against one store. It is safe for concurrent
@@ -53,6 +57,7 @@ type Checker struct {
 	log     *slog.Logger
 	now     func() time.Time
 	m       *checkMetrics
+	proofs  *writeproof.Verifier
 }
 
 // New returns a Checker reading s.
@@ -65,6 +70,7 @@ func New(s lockstore.Store, o Options) *Checker {
 		log:     o.Logger,
 		now:     o.Now,
 		m:       newCheckMetrics(o.Registerer),
+		proofs:  o.Proofs,
 	}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
@@ -144,8 +150,12 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 		return d, nil
 	}
 	var err error
+	var pc proofCheck
 	if d.Policy, err = ParsePolicy(string(r.Policy)); err == nil {
 		d.Mode, err = ParseMode(string(r.Mode))
+	}
+	if err == nil {
+		pc.mode, err = ParseProofMode(string(r.ProofMode))
 	}
 	if err != nil {
 		// The route is misconfigured: fail closed, loudly.
@@ -178,6 +188,17 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 	if r.LockID != "" && lockstore.ValidateLockID(r.LockID) != nil {
 		return c.negative(d, ReasonMalformed), nil
 	}
+	if reason, perr := c.checkProofInput(ctx, r, key, &pc); perr != nil {
+		d = c.unavailable(d)
+		c.log.LogAttrs(ctx, slog.LevelWarn, "fencecheck: route cannot be decided; failing closed",
+			slog.String("decisionId", d.DecisionID), slog.String("route", r.Route), slog.Any("error", perr))
+		if d.Allowed {
+			return d, nil
+		}
+		return d, perr
+	} else if reason != "" {
+		return c.negative(d, reason), nil
+	}
 
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
 	st, ierr := c.store.Inspect(rctx, key)
@@ -201,6 +222,9 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 		return d, fmt.Errorf("fencecheck: inspect: %w", ierr)
 	}
 	d.Current = st.LatestFence
+	if !proofHolds(pc, st.Live) {
+		return c.negative(d, ReasonWrongOwner), nil
+	}
 	return c.evaluate(d, r, st), nil
 }
 
