@@ -23,6 +23,10 @@ type Options struct {
 	// Logger logs misconfigured routes and failed checks, never a raw key,
 	// fence or lockId above debug; nil is slog.Default().
 	Logger *slog.Logger
+	// HideCurrentFence leaves the current fence out of denials (the JSON
+	// body, and the nginx mapping's body header): a fence is not a secret,
+	// but an operator may not want to hand it to whoever sends a write.
+	HideCurrentFence bool
 }
 
 // requestView is what both transports extract from their wire format.
@@ -42,15 +46,16 @@ type requestView struct {
 // Request and decides it. It is shared by the gRPC and HTTP transports so
 // that both read the same inputs the same way.
 type decider struct {
-	checker *fencecheck.Checker
-	log     *slog.Logger
+	checker     *fencecheck.Checker
+	log         *slog.Logger
+	hideCurrent bool
 }
 
 func newDecider(c *fencecheck.Checker, o Options) decider {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return decider{checker: c, log: o.Logger}
+	return decider{checker: c, log: o.Logger, hideCurrent: o.HideCurrentFence}
 }
 
 func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fencecheck.Decision, error) {
@@ -80,6 +85,9 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 		Method: v.method,
 		Path:   path,
 		LockID: v.header(HeaderLockID),
+
+		ProofMode: fencecheck.ProofMode(ro.proof),
+		Proof:     v.header(HeaderProof),
 	}
 	fenceHeader := HeaderToken
 	if ro.header != "" {
@@ -89,7 +97,7 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 
 	// A fence input sent twice is ambiguous: this check reads one copy, the
 	// upstream may read the other. Denied malformed (fencecheck).
-	inputs := []string{fenceHeader, HeaderLockID}
+	inputs := []string{fenceHeader, HeaderLockID, HeaderProof}
 	if ro.key == "" {
 		req.Key = v.header(HeaderKey)
 		inputs = append(inputs, HeaderKey)
@@ -123,7 +131,11 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 		}
 		req.Key = key
 	}
-	return d.checker.Check(ctx, req)
+	dec, err := d.checker.Check(ctx, req)
+	if d.hideCurrent && !dec.Allowed {
+		dec.Current = "" // only denials show it; an allowed write's is the presented fence
+	}
+	return dec, err
 }
 
 // modeInvalidMethods is the mode a request carries when its route's
@@ -139,7 +151,7 @@ type denialBody struct {
 	Error      string `json:"error"`
 	Key        string `json:"key"`
 	Presented  string `json:"presented"`
-	Current    string `json:"current"`
+	Current    string `json:"current"` // "" with Options.HideCurrentFence, or when the store was not read
 	DecisionID string `json:"decisionId"`
 }
 

@@ -27,6 +27,7 @@ const (
 	HeaderRouteMode    = "x-fence-route-mode"
 	HeaderRouteMethods = "x-fence-route-methods"
 	HeaderRouteName    = "x-fence-route-name"
+	HeaderRouteProof   = "x-fence-route-proof"
 
 	// HeaderAuthRequest selects a proxy's status mapping. "nginx": nginx's
 	// auth_request passes only 2xx, 401 and 403, so every denial is answered
@@ -99,6 +100,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			mode:    r.Header.Get(HeaderRouteMode),
 			methods: r.Header.Get(HeaderRouteMethods),
 			name:    r.Header.Get(HeaderRouteName),
+			proof:   r.Header.Get(HeaderRouteProof),
 		}
 	}
 	trustedQuery := conv != convRequest
@@ -113,7 +115,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if trustedQuery {
 		q := r.URL.Query()
 		for name, dst := range map[string]*string{ExtKey: &ro.key, ExtHeader: &ro.header, ExtPolicy: &ro.policy,
-			ExtMode: &ro.mode, ExtMethods: &ro.methods, ExtRoute: &ro.name} {
+			ExtMode: &ro.mode, ExtMethods: &ro.methods, ExtRoute: &ro.name, ExtProof: &ro.proof} {
 			if val := q.Get(name); val != "" {
 				*dst = val
 			}
