@@ -56,6 +56,7 @@ type Config struct {
 	Check  Check   `yaml:"check"`
 	Audit  Audit   `yaml:"audit"`
 	Locks  Locks   `yaml:"locks"`
+	Proof  Proof   `yaml:"proof"` // config/proof.go
 }
 
 // Listener is one network listener. Addr "off" disables it.
@@ -99,6 +100,8 @@ type Check struct {
 	Timeout Duration `yaml:"timeout"`
 	// AuditRawKeys stores raw keys in audit events (off: only keyHash).
 	AuditRawKeys bool `yaml:"auditRawKeys"`
+	// HideCurrentFence leaves the current fence out of edge denials.
+	HideCurrentFence bool `yaml:"hideCurrentFence"`
 }
 
 // Audit configures the audit trail.
@@ -304,6 +307,7 @@ func (c *Config) Validate() error {
 	if c.Audit.QueueSize < 0 || c.Audit.MaxEvents < 0 || c.Audit.MaxAge < 0 {
 		add("audit: queueSize, maxEvents and maxAge must not be negative")
 	}
+	c.validateProof(add)
 
 	if len(p) > 0 {
 		return p

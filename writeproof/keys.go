@@ -70,8 +70,14 @@ func addKey(pubs map[string]ed25519.PublicKey, order *[]string, kid string, pub 
 // KID is the id of the signing key.
 func (s *Signer) KID() string { return s.kid }
 
-// Verifier verifies with every key of the signer (rotation).
-func (s *Signer) Verifier() *Verifier { return s.v }
+// Verifier verifies with every key of the signer (rotation); nil for a nil
+// Signer (no keys configured).
+func (s *Signer) Verifier() *Verifier {
+	if s == nil {
+		return nil
+	}
+	return s.v
+}
 
 // Sign returns the proof that the holder of lockID may write to key under
 // fence. key is normalised (NFC) as every lock operation does.

@@ -107,6 +107,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 		auth = a
 	}
+	proofs, err := proofSigner(cfg.Proof)
+	if err != nil {
+		return configError{err}
+	}
 	var admOpts admission.Options
 	if cfg.Admission.Enabled() {
 		o, err := admissionOptions(cfg.Admission)
@@ -148,7 +152,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	checker := fencecheck.New(store, fencecheck.Options{
 		Timeout: cfg.Check.Timeout.Std(), Audit: auditor, AuditRawKeys: cfg.Check.AuditRawKeys,
-		Registerer: reg, Logger: log,
+		Registerer: reg, Logger: log, Proofs: proofs.Verifier(),
 	})
 
 	// The webhook is built first so that /readyz also covers its
@@ -170,7 +174,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	srv, err := api.New(api.Options{
 		Store: store, Audit: auditLog, Auth: auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
-		Registerer: reg, Gatherer: reg, Logger: log, Ready: ready,
+		Registerer: reg, Gatherer: reg, Logger: log, Ready: ready, Proofs: proofs,
 	})
 	if err != nil {
 		return err
@@ -182,7 +186,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if cfg.HTTP.Enabled() {
 		mux := http.NewServeMux()
 		srv.Register(mux)
-		fwd := authz.NewHTTPHandler(checker, authz.Options{Logger: log})
+		fwd := authz.NewHTTPHandler(checker, authz.Options{Logger: log, HideCurrentFence: cfg.Check.HideCurrentFence})
 		mux.Handle(authz.HTTPPath, srv.Middleware(fwd))
 		mux.Handle(authz.HTTPPath+"/", srv.Middleware(fwd))
 		// A waiting acquire holds its request for up to maxWait, and Go
@@ -216,7 +220,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	if cfg.Authz.Enabled() {
 		r, err := newGRPCRunner("authz", cfg.Authz.Addr, cfg.Authz.TLS, log, goBG, func(g *grpc.Server) *health.Server {
-			as := authz.NewServer(checker, authz.Options{Logger: log})
+			as := authz.NewServer(checker, authz.Options{Logger: log, HideCurrentFence: cfg.Check.HideCurrentFence})
 			as.Register(g)
 			// Envoy health-checks this listener: report NOT_SERVING while
 			// the store is unreachable, as /readyz does.
