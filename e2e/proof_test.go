@@ -164,8 +164,8 @@ func TestProofSignedRoute(t *testing.T) {
 			h["x-fence-proof"] = proof
 		}
 		resp, err := az.Check(rpcCtx(t), &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-			Source:  &authv3.AttributeContext_Peer{Address: &corev3.Address{}},
-			Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{Method: "PUT", Path: "/orders/42", Headers: h}},
+			Source:            &authv3.AttributeContext_Peer{Address: &corev3.Address{}},
+			Request:           &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{Method: "PUT", Path: "/orders/42", Headers: h}},
 			ContextExtensions: map[string]string{"fence_key": "orders/{2:int}", "fence_proof": "signed"},
 		}})
 		if err != nil {
