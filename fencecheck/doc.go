@@ -19,7 +19,7 @@
 //  2. no fence: 428 "missing"; a fence that is not 15 digits, an empty or
 //     over-long key, or a lockId that is not 22 base64url characters: 400
 //     "malformed" — all without a backend read;
-//  2b. the route's proof mode (ProofMode, proof.go): "lockId" without a
+//     Then the route's proof mode (ProofMode, proof.go): "lockId" without a
 //     lockId, or "signed" without a write proof that verifies (package
 //     writeproof) for this key and the presented fence: 403 "bad-proof",
 //     still without a backend read, so forged writes cost no store read
