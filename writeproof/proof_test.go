@@ -123,6 +123,22 @@ func TestProofTamper(t *testing.T) {
 			}
 		})
 	}
+	// The same table catches verifiers that each skip one check: every
+	// broken variant lets at least one tampered proof through.
+	for name, verify := range brokenVerifiers(v) {
+		accepted := 0
+		for _, tc := range cases {
+			if verify(tc.proof, tc.key, tc.fence) == nil {
+				accepted++
+			}
+		}
+		if accepted == 0 {
+			t.Errorf("broken verifier %q refused every tampered proof: the table does not test what it skips", name)
+		}
+		if verify(p, testKey, testFence) != nil {
+			t.Errorf("broken verifier %q refuses the genuine proof", name)
+		}
+	}
 	// Non-canonical trailing bits: the last character of the payload
 	// carries 2 bits that must be zero.
 	last := parts[2][len(parts[2])-1]
@@ -256,4 +272,43 @@ func FuzzParseProof(f *testing.F) {
 			t.Fatalf("forged proof %q verified", in)
 		}
 	})
+}
+
+// brokenVerifiers are Verify with one check left out each.
+func brokenVerifiers(v *Verifier) map[string]func(proof, key, fence string) error {
+	sigOK := func(p Proof) bool {
+		pub, ok := v.keys[p.KID]
+		return ok && ed25519.Verify(pub, signedMessage(p.KID, p.payload), p.sig)
+	}
+	return map[string]func(proof, key, fence string) error{
+		"no signature check": func(proof, key, fence string) error {
+			p, err := Parse(proof)
+			if err != nil || p.KeyDigest != KeyDigest(key) || p.Fence != fence {
+				return ErrMalformed
+			}
+			return nil
+		},
+		"no key check": func(proof, key, fence string) error {
+			p, err := Parse(proof)
+			if err != nil || !sigOK(p) || p.Fence != fence {
+				return ErrMalformed
+			}
+			return nil
+		},
+		"no fence check": func(proof, key, fence string) error {
+			p, err := Parse(proof)
+			if err != nil || !sigOK(p) || p.KeyDigest != KeyDigest(key) {
+				return ErrMalformed
+			}
+			return nil
+		},
+		"lenient segments": func(proof, key, fence string) error {
+			parts := strings.Split(proof, ".")
+			if len(parts) > 4 {
+				proof = strings.Join(parts[:4], ".")
+			}
+			_, err := v.Verify(proof, key, fence)
+			return err
+		},
+	}
 }
