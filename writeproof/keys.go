@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // Key is one Ed25519 key with its id.
@@ -82,6 +84,12 @@ func (s *Signer) Verifier() *Verifier {
 // Sign returns the proof that the holder of lockID may write to key under
 // fence. key is normalised (NFC) as every lock operation does.
 func (s *Signer) Sign(key, fence, lockID string) (string, error) {
+	if _, err := lockstore.NormalizeKey(key); err != nil {
+		return "", fmt.Errorf("writeproof: %w", err)
+	}
+	if lockID == "" {
+		return "", errors.New("writeproof: empty lockId")
+	}
 	return s.sign(Claims{KID: s.kid, Fence: fence, KeyDigest: KeyDigest(key), LockIDHash: LockIDHash(lockID), IssuedAtMs: s.now().UnixMilli()})
 }
 

@@ -218,6 +218,15 @@ func TestNewSignerRefuses(t *testing.T) {
 		}
 	}
 	s := newSigner(t, Key{KID: "a", Seed: seed(1)})
+	if _, err := s.Sign("", testFence, testLockID); err == nil {
+		t.Error("Sign with an empty key accepted")
+	}
+	if _, err := s.Sign(strings.Repeat("k", 513), testFence, testLockID); err == nil {
+		t.Error("Sign with an over-long key accepted")
+	}
+	if _, err := s.Sign(testKey, testFence, ""); err == nil {
+		t.Error("Sign without a lockId accepted")
+	}
 	for _, f := range []string{"", "7", "000000000000000", "x00000000000001"} {
 		if _, err := s.Sign(testKey, f, testLockID); err == nil {
 			t.Errorf("Sign with fence %q accepted", f)
