@@ -11,7 +11,7 @@
 //		Registerer: reg, Gatherer: reg, Logger: logger,
 //	})
 //	mux := http.NewServeMux()
-//	srv.Register(mux)                                // /v1/locks/*, /v1/audit, /healthz, /readyz, /metrics
+//	srv.Register(mux)                                // /v1/locks/*, /v1/audit, /v1/proof/keys, /healthz, /readyz, /metrics
 //	mux.Handle("/v1/authz/check/", srv.Middleware(fwd)) // other transports share the listener
 //	srv.RegisterGRPC(grpcServer)                     // fencegate.v1.Locks + reflection
 //
@@ -42,6 +42,10 @@
 //     lockstore.KeyDigest, never by the collidable hashKey), since
 //     (Unix ms, default 0) and limit (1..1000, default 100); newest first.
 //   - Replies are never cached (Cache-Control: no-store): they carry lockIds.
+//   - With Options.Proofs, an acquire also answers a signed write proof
+//     (HTTP "proof", gRPC AcquireResponse.proof; package writeproof), and
+//     GET /v1/proof/keys serves the verifying keys without a token (they
+//     are public; cacheable for five minutes); without it that path is 404.
 //
 // # Auth
 //

@@ -32,6 +32,7 @@ type opFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, p 
 //	POST /v1/locks/acquire | release | extend | lookup
 //	GET  /v1/locks/status?key=K
 //	GET  /v1/audit?key=K&since=MS&limit=N
+//	GET  /v1/proof/keys (no token: public keys)
 //	GET  /healthz, /readyz, and /metrics when Options.Gatherer is set
 //
 // Other transports (the forward-auth endpoint) add their own routes to the
@@ -44,6 +45,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	route(wire.PathLookup, s.serveOp(OpLookup, http.MethodPost, s.httpLookup))
 	route(wire.PathStatus, s.serveOp(OpStatus, http.MethodGet, s.httpStatus))
 	route(wire.PathAudit, s.serveOp(OpAudit, http.MethodGet, s.httpAudit))
+	route(wire.PathProofKeys, http.HandlerFunc(s.proofKeys))
 	// Unknown lock API paths get a JSON 404 rather than the mux's text one.
 	route("/v1/locks/", http.HandlerFunc(notFound))
 	route("/healthz", http.HandlerFunc(s.healthz))
@@ -113,7 +115,7 @@ func (s *Server) httpAcquire(ctx context.Context, w http.ResponseWriter, r *http
 	if !res.OK {
 		return http.StatusConflict, wire.AcquireReply{OK: false, Reason: lockstore.ReasonLocked}, false, nil
 	}
-	return http.StatusOK, wire.AcquireReply{OK: true, LockID: res.LockID, Fence: res.Fence, ExpiresAtMs: res.ExpiresAtMs}, true, nil
+	return http.StatusOK, wire.AcquireReply{OK: true, LockID: res.LockID, Fence: res.Fence, ExpiresAtMs: res.ExpiresAtMs, Proof: res.Proof}, true, nil
 }
 
 func (s *Server) httpRelease(ctx context.Context, w http.ResponseWriter, r *http.Request, _ *Principal) (int, any, bool, error) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/writeproof"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -44,6 +45,9 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Logger receives access logs and errors. Nil means slog.Default().
 	Logger *slog.Logger
+	// Proofs signs a write proof for every acquired fence and serves its
+	// public keys at GET /v1/proof/keys; nil signs none.
+	Proofs *writeproof.Signer
 	// Ready is an extra readiness check for /readyz, run after the store's
 	// Ping (optional).
 	Ready func(ctx context.Context) error
@@ -63,6 +67,7 @@ type Server struct {
 	metrics   *metrics
 
 	fenceWarnings prometheus.Counter // fences issued past FenceWarn (fencemetric.go)
+	proofs        *writeproof.Signer
 }
 
 // New validates o and registers the metrics.
@@ -86,6 +91,7 @@ func New(o Options) (*Server, error) {
 		gatherer:  o.Gatherer,
 		log:       o.Logger,
 		ready:     o.Ready,
+		proofs:    o.Proofs,
 	}
 	if s.maxWait == 0 {
 		s.maxWait = DefaultMaxWait

@@ -81,7 +81,7 @@ func validLockID(id string) error {
 	return lockstore.ValidateLockID(id)
 }
 
-func (s *Server) acquire(ctx context.Context, p *Principal, key string, ttlMs, waitMs *int64) (lockstore.AcquireResult, error) {
+func (s *Server) acquireLock(ctx context.Context, p *Principal, key string, ttlMs, waitMs *int64) (lockstore.AcquireResult, error) {
 	ttl, err := ttlFrom(ttlMs, false)
 	if err != nil {
 		return lockstore.AcquireResult{}, err

@@ -45,8 +45,8 @@ type requestView struct {
 // Request and decides it. It is shared by the gRPC and HTTP transports so
 // that both read the same inputs the same way.
 type decider struct {
-	checker *fencecheck.Checker
-	log     *slog.Logger
+	checker     *fencecheck.Checker
+	log         *slog.Logger
 }
 
 func newDecider(c *fencecheck.Checker, o Options) decider {
@@ -79,6 +79,9 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 		Method: v.method,
 		Path:   path,
 		LockID: v.header(HeaderLockID),
+
+		ProofMode: fencecheck.ProofMode(ro.proof),
+		Proof:     v.header(HeaderProof),
 	}
 	barrier, maxWrite, berr := parseBarrier(ro.barrier, ro.maxWrite)
 	switch {
@@ -99,7 +102,7 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 
 	// A fence input sent twice is ambiguous: this check reads one copy, the
 	// upstream may read the other. Denied malformed (fencecheck).
-	inputs := []string{fenceHeader, HeaderLockID}
+	inputs := []string{fenceHeader, HeaderLockID, HeaderProof}
 	if ro.key == "" {
 		req.Key = v.header(HeaderKey)
 		inputs = append(inputs, HeaderKey)

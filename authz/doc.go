@@ -7,6 +7,8 @@
 //	lock key          x-fence-key         fence_key: a literal, or "orders/{2}" over path segments
 //	presented fence   x-fence-token       fence_header
 //	ownership proof   x-fence-lock-id     —
+//	write proof       x-fence-proof       —
+//	proof required    none                fence_proof: none | lockId | signed (fencecheck.ProofMode)
 //	policy            holder              fence_policy: holder | latest | off
 //	mode              enforce             fence_mode: enforce | dry-run | warn
 //	write methods     all but GET/HEAD/OPTIONS  fence_methods: "POST,PUT" | "PUT,+PROPFIND" | "*"
@@ -30,22 +32,25 @@
 //     that does not parse is denied 400 "malformed" before the store is
 //     read, with or without a fence; a bad template is logged at warn as
 //     a route misconfiguration.
-//   - A fence input header (x-fence-key, the fence header, x-fence-lock-id)
-//     sent more than once is 400 "malformed", whichever copy is current:
+//   - A fence input header (x-fence-key, the fence header, x-fence-lock-id,
+//     x-fence-proof) sent more than once is 400 "malformed", whichever copy is current:
 //     the upstream may read another copy than the check did. Proxies join
 //     duplicates with commas, so a key header holding a comma is treated
 //     the same (a key with a comma can still come from fence_key).
 //   - A fence_methods that does not parse, or names a non-standard method
 //     without the "+" opt-in ("PUTT", "PROPFIND"; "+PROPFIND" is fine),
 //     fails every request on the route 503 "unavailable", reads included
-//     and whatever its mode; an unknown fence_policy or fence_mode is a 503
-//     "unavailable" for writes.
+//     and whatever its mode; an unknown fence_policy, fence_mode or
+//     fence_proof is a 503 "unavailable" for writes.
 //   - The denial body's "key" is the raw key: it came from the caller's own
 //     header or path and goes back only to that caller. LockIds are never
 //     echoed, and audit events carry only the key's hash unless raw-key
 //     auditing is on.
 //   - Allowed: x-fence-verified is set (overwriting) only for a write whose
 //     fence was checked and is current; otherwise a client-sent
-//     x-fence-verified is removed. x-fence-lock-id is always removed.
+//     x-fence-verified is removed. x-fence-lock-id is always removed;
+//     x-fence-proof is not (it can only write, and the upstream may verify
+//     it itself).
+//   - fencecheck.Options.HideCurrentFence empties the denial body's "current".
 //     Dry-run would-denies reach upstream with x-fence-would-deny: <reason>.
 package authz

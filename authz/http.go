@@ -31,6 +31,7 @@ const (
 	// cannot keep: a route that sets it (or fence_barrier in the query)
 	// fails its writes closed.
 	HeaderRouteBarrier = "x-fence-route-barrier"
+	HeaderRouteProof   = "x-fence-route-proof"
 
 	// HeaderAuthRequest selects a proxy's status mapping. "nginx": nginx's
 	// auth_request passes only 2xx, 401 and 403, so every denial is answered
@@ -104,6 +105,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			methods: r.Header.Get(HeaderRouteMethods),
 			name:    r.Header.Get(HeaderRouteName),
 			barrier: r.Header.Get(HeaderRouteBarrier),
+			proof:   r.Header.Get(HeaderRouteProof),
 		}
 	}
 	trustedQuery := conv != convRequest
@@ -118,7 +120,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if trustedQuery {
 		q := r.URL.Query()
 		for name, dst := range map[string]*string{ExtKey: &ro.key, ExtHeader: &ro.header, ExtPolicy: &ro.policy,
-			ExtMode: &ro.mode, ExtMethods: &ro.methods, ExtRoute: &ro.name, ExtBarrier: &ro.barrier, ExtMaxWrite: &ro.maxWrite} {
+			ExtMode: &ro.mode, ExtMethods: &ro.methods, ExtRoute: &ro.name, ExtBarrier: &ro.barrier, ExtMaxWrite: &ro.maxWrite, ExtProof: &ro.proof} {
 			if val := q.Get(name); val != "" {
 				*dst = val
 			}

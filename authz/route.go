@@ -9,6 +9,7 @@ const (
 	HeaderKey      = fencecheck.HeaderKey      // the lock key, unless the route names it
 	HeaderToken    = fencecheck.HeaderToken    // the presented fence, unless the route names another header
 	HeaderLockID   = fencecheck.HeaderLockID   // the optional ownership proof; never reaches upstream
+	HeaderProof    = fencecheck.HeaderProof    // a signed write proof (package writeproof); reaches upstream, which may verify it too
 	HeaderVerified = fencecheck.HeaderVerified // set towards upstream: the fence that was verified
 
 	HeaderReason     = fencecheck.HeaderReason     // denials: the reason
@@ -32,17 +33,19 @@ const (
 	// ExtMaxWrite is the barrier's maxWrite ("30s"; default
 	// fencecheck.DefaultMaxWrite).
 	ExtMaxWrite = "fence_max_write"
+	ExtProof   = "fence_proof"   // none | lockId | signed: what a write must carry besides its fence (fencecheck.ProofMode)
 )
 
 // routeOptionNames lists every route option, for transports that look each
 // one up by name.
-var routeOptionNames = []string{ExtKey, ExtHeader, ExtPolicy, ExtMode, ExtMethods, ExtRoute, ExtBarrier, ExtMaxWrite}
+var routeOptionNames = []string{ExtKey, ExtHeader, ExtPolicy, ExtMode, ExtMethods, ExtRoute, ExtBarrier, ExtMaxWrite, ExtProof}
 
 // routeOptions are a route's settings, from context_extensions (gRPC) or
 // headers/query (HTTP). Empty fields take the defaults.
 type routeOptions struct {
 	key, header, policy, mode, methods, name string
 	barrier, maxWrite                        string
+	proof                                    string
 }
 
 func optionsFromMap(m map[string]string) routeOptions {
@@ -56,5 +59,6 @@ func optionsFromMap(m map[string]string) routeOptions {
 
 		barrier:  m[ExtBarrier],
 		maxWrite: m[ExtMaxWrite],
+		proof:    m[ExtProof],
 	}
 }

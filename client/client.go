@@ -134,7 +134,7 @@ func (c *Client) AcquireWait(ctx context.Context, key string, ttl, wait time.Dur
 	if status == http.StatusConflict {
 		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
 	}
-	return lockstore.AcquireResult{OK: out.OK, LockID: out.LockID, Fence: out.Fence, ExpiresAtMs: out.ExpiresAtMs}, nil
+	return lockstore.AcquireResult{OK: out.OK, LockID: out.LockID, Fence: out.Fence, ExpiresAtMs: out.ExpiresAtMs, Proof: out.Proof}, nil
 }
 
 // Release drops the lock lockID holds; OK is false if it was already gone.

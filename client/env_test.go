@@ -17,6 +17,7 @@ import (
 	"github.com/fencegate/fencegate/client"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
+	"github.com/fencegate/fencegate/writeproof"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
@@ -36,6 +37,7 @@ type gatewayConfig struct {
 	tls      *tls.Config                           // serve both listeners with TLS
 	wrap     func(lockstore.Store) lockstore.Store // what the server sees of the store
 	grpcOpts []grpc.ServerOption                   // e.g. a broken server's interceptor
+	proofs   *writeproof.Signer                    // signs write proofs at acquire
 }
 
 func gateway(t *testing.T) *gatewayEnv { return gatewayWith(t, gatewayConfig{}) }
@@ -58,7 +60,7 @@ func gatewayWith(t *testing.T, cfg gatewayConfig) *gatewayEnv {
 	if cfg.wrap != nil {
 		served = cfg.wrap(store)
 	}
-	srv, err := api.New(api.Options{Store: served, Audit: store, Auth: auth, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := api.New(api.Options{Store: served, Audit: store, Auth: auth, Proofs: cfg.proofs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,9 +107,7 @@ func (c *GRPCClient) AcquireWait(ctx context.Context, key string, ttl, wait time
 	if !r.GetOk() {
 		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
 	}
-	// The write proof, once AcquireResponse carries it, is copied here as
-	// the HTTP client copies wire.AcquireReply's.
-	return lockstore.AcquireResult{OK: true, LockID: r.GetLockId(), Fence: r.GetFence(), ExpiresAtMs: r.GetExpiresAtMs()}, nil
+	return lockstore.AcquireResult{OK: true, LockID: r.GetLockId(), Fence: r.GetFence(), ExpiresAtMs: r.GetExpiresAtMs(), Proof: r.GetProof()}, nil
 }
 
 // Release drops the lock lockID holds; OK is false if it was already gone.

@@ -12,30 +12,35 @@ const (
 	HeaderKey    = "X-Fence-Key"
 	HeaderToken  = "X-Fence-Token"
 	HeaderLockID = "X-Fence-Lock-Id"
+	HeaderProof  = "X-Fence-Proof"
 )
 
 // Fence is what a request to a protected API presents: the lock key, its
-// fence, and optionally the lockId as proof of ownership (the edge strips it
-// before the request goes upstream).
+// fence, the gateway's signed write proof for the fence (routes with
+// fence_proof=signed require it), and optionally the lockId as proof of
+// ownership (the edge strips it before the request goes upstream).
 type Fence struct {
 	Key    string
 	Token  string
+	Proof  string // sent only if non-empty
 	LockID string // sent only if non-empty
 }
 
 type fenceKey struct{}
 
-// WithFence returns a context carrying h's key and fence, which a Transport
-// stamps on every request made with it. The lockId is not included; use
+// WithFence returns a context carrying h's key, fence and signed write
+// proof (when the gateway gave one), which a Transport stamps on every
+// request made with it. The proof can only write under that fence, so it is
+// safe to send with every write. The lockId is not included; use
 // WithFenceProof for that.
 func WithFence(ctx context.Context, h lockstore.Held) context.Context {
-	return context.WithValue(ctx, fenceKey{}, Fence{Key: h.Key, Token: h.Fence})
+	return context.WithValue(ctx, fenceKey{}, Fence{Key: h.Key, Token: h.Fence, Proof: h.Proof})
 }
 
 // WithFenceProof is WithFence plus the lockId, for routes that require
-// ownership proof.
+// ownership proof by lockId (fence_proof=lockId).
 func WithFenceProof(ctx context.Context, h lockstore.Held) context.Context {
-	return context.WithValue(ctx, fenceKey{}, Fence{Key: h.Key, Token: h.Fence, LockID: h.LockID})
+	return context.WithValue(ctx, fenceKey{}, Fence{Key: h.Key, Token: h.Fence, Proof: h.Proof, LockID: h.LockID})
 }
 
 // Transport stamps the fence headers on requests to a protected API. The
@@ -74,6 +79,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.Header.Set(HeaderLockID, f.LockID)
 	} else {
 		r.Header.Del(HeaderLockID)
+	}
+	if f.Proof != "" {
+		r.Header.Set(HeaderProof, f.Proof)
+	} else {
+		r.Header.Del(HeaderProof)
 	}
 	return base.RoundTrip(r)
 }

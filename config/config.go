@@ -59,6 +59,9 @@ type Config struct {
 
 	// Proxy is the fencing reverse proxy (config/proxy.go).
 	Proxy Proxy `yaml:"proxy"`
+
+	// Proof signs and verifies write proofs (config/proof.go).
+	Proof Proof `yaml:"proof"`
 }
 
 // Listener is one network listener. Addr "off" disables it.
@@ -103,6 +106,8 @@ type Check struct {
 	Timeout Duration `yaml:"timeout"`
 	// AuditRawKeys stores raw keys in audit events (off: only keyHash).
 	AuditRawKeys bool `yaml:"auditRawKeys"`
+	// HideCurrentFence leaves the current fence out of edge denials.
+	HideCurrentFence bool `yaml:"hideCurrentFence"`
 }
 
 // Audit configures the audit trail. Zero fields take the defaults of
@@ -285,6 +290,7 @@ func (c *Config) Validate() error {
 	if len(c.Proxy.Routes) > 0 {
 		p = append(p, c.Proxy.problems()...)
 	}
+	c.validateProof(add)
 
 	if len(p) > 0 {
 		return p

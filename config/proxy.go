@@ -56,6 +56,9 @@ type ProxyRoute struct {
 	// Methods are the write methods ("POST,PUT" or "*"); default every
 	// method but GET, HEAD and OPTIONS.
 	Methods string `yaml:"methods"`
+	// Proof is what a write must carry besides its fence: none (default),
+	// lockId or signed (a write proof from acquire, x-fence-proof).
+	Proof string `yaml:"proof"`
 	// Barrier turns the write barrier on; MaxWrite bounds a barrier
 	// write (default 30 s).
 	Barrier      bool     `yaml:"barrier"`

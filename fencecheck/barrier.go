@@ -38,7 +38,7 @@ const (
 
 // admit is the barrier's step 3: Admit instead of Inspect, retried while
 // older writes drain, within the check's budget. key is normalised.
-func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string) (Decision, error) {
+func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string, pc proofCheck) (Decision, error) {
 	writeID, err := lockstore.NewLockID()
 	if err != nil {
 		d = c.unavailable(d)
@@ -68,8 +68,20 @@ func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string) 
 		res, aerr := c.store.Admit(actx, key, a)
 		cancel()
 		took := time.Since(t0)
+		if refusedInput(aerr) {
+			// As in check: a key the backend refuses as input is a bad
+			// request, not an outage.
+			c.observeWait(waited)
+			return c.negative(d, ReasonMalformed), nil
+		}
 		if aerr != nil {
 			c.observeWait(waited)
+			// The call may have registered the entry before it failed (a
+			// deadline that ran out after the store wrote it): take it back,
+			// best effort and briefly, or it would hold newer fences off as
+			// draining until its maxWrite. A store that is down fails this
+			// fast; the entry then expires on its own.
+			c.abandonFailedAdmit(ctx, key, writeID)
 			c.log.LogAttrs(ctx, slog.LevelWarn, "fencecheck: backend admit failed; failing closed",
 				slog.String("decisionId", d.DecisionID),
 				slog.String("keyHash", lockstore.HashKey(key)),
@@ -82,7 +94,7 @@ func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string) 
 			return d, fmt.Errorf("fencecheck: admit: %w", aerr)
 		}
 		d.Current = res.State.LatestFence
-		ev := c.evaluate(d, r, res.State)
+		ev := c.evaluate(d, r, pc, res.State)
 		if res.Admitted {
 			c.observeWait(waited)
 			if !ev.Allowed || ev.WouldDeny {
@@ -197,6 +209,21 @@ func (c *Checker) Abandon(ctx context.Context, d Decision) {
 	c.m.abandoned.Inc()
 	c.log.LogAttrs(ctx, slog.LevelInfo, "fencecheck: barrier write abandoned; newer fences wait until its maxWrite",
 		slog.String("decisionId", d.DecisionID))
+}
+
+// failedAdmitCleanup bounds taking back the entry of an Admit that failed:
+// it delays that request's fail-closed 503 by at most this much.
+const failedAdmitCleanup = 50 * time.Millisecond
+
+// abandonFailedAdmit removes writeID's entry, if the failed Admit left one.
+// Failure is expected (the store may be down) and only logged at debug.
+func (c *Checker) abandonFailedAdmit(ctx context.Context, key, writeID string) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), failedAdmitCleanup)
+	defer cancel()
+	if err := c.store.Finish(fctx, key, writeID); err != nil {
+		c.log.LogAttrs(ctx, slog.LevelDebug, "fencecheck: could not take back the entry of a failed admit; it expires at its maxWrite",
+			slog.String("keyHash", lockstore.HashKey(key)), slog.Any("error", err))
+	}
 }
 
 func (c *Checker) finishEntry(ctx context.Context, key, writeID, decisionID string) error {

@@ -232,6 +232,14 @@ func TestBarrierFailsClosed(t *testing.T) {
 		if err == nil || d.Allowed || d.Status != 503 {
 			t.Fatalf("%+v %v", d, err)
 		}
+		// The failed call may have registered the entry before it failed
+		// (its deadline ran out after the store wrote it): it is taken
+		// back, or it would hold newer fences off until its maxWrite.
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if len(b.admits) != 1 || len(b.finished) != 1 || b.finished[0] != b.admits[0].WriteID {
+			t.Fatalf("admits %+v, finished %v: want the failed admit's entry taken back", b.admits, b.finished)
+		}
 	})
 	t.Run("refused without blocking", func(t *testing.T) {
 		st := live(f5, idA)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/writeproof"
 )
 
 // DefaultTimeout bounds one check's backend read. Envoy's ext_authz timeout
@@ -43,6 +44,14 @@ type Options struct {
 	Now func() time.Time
 	// FinishTimeout bounds the store call of Finish (default 2 s).
 	FinishTimeout time.Duration
+	// Proofs verifies signed write proofs (ProofSigned routes); nil makes
+	// every write on such a route fail closed (503).
+	Proofs *writeproof.Verifier
+	// HideCurrentFence leaves the current fence out of the Decision of a
+	// denial (and so out of every transport's denial body, headers and
+	// admission message) for operators who do not want a denial to tell
+	// anyone the fence to replay. Audit events keep it.
+	HideCurrentFence bool
 }
 
 // Checker decides edge checks against one store. It is safe for concurrent
@@ -57,6 +66,8 @@ type Checker struct {
 	log           *slog.Logger
 	now           func() time.Time
 	m             *checkMetrics
+	proofs        *writeproof.Verifier
+	hideCurrent   bool
 }
 
 // New returns a Checker reading s.
@@ -69,6 +80,9 @@ func New(s lockstore.Store, o Options) *Checker {
 		log:     o.Logger,
 		now:     o.Now,
 		m:       newCheckMetrics(o.Registerer),
+		proofs:  o.Proofs,
+
+		hideCurrent: o.HideCurrentFence,
 
 		finishTimeout: o.FinishTimeout,
 	}
@@ -114,6 +128,9 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	if (!d.Allowed || d.WouldDeny) && !r.SkipAudit && c.audit != nil {
 		c.audit.Record(c.event(r, d))
 	}
+	if c.hideCurrent && !d.Allowed {
+		d.Current = "" // after the audit event took it; an allowed write's is the presented fence
+	}
 	if !d.Allowed || d.WouldDeny {
 		c.log.LogAttrs(ctx, slog.LevelDebug, "fencecheck: negative decision",
 			slog.String("decisionId", d.DecisionID),
@@ -152,11 +169,15 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 		}
 		return d, nil
 	}
+	var pc proofCheck
 	err := r.RouteError
 	if err == nil {
 		if d.Policy, err = ParsePolicy(string(r.Policy)); err == nil {
 			d.Mode, err = ParseMode(string(r.Mode))
 		}
+	}
+	if err == nil {
+		pc.mode, err = ParseProofMode(string(r.ProofMode))
 	}
 	if err != nil {
 		// The route is misconfigured: fail closed, loudly.
@@ -189,9 +210,20 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 	if r.LockID != "" && lockstore.ValidateLockID(r.LockID) != nil {
 		return c.negative(d, ReasonMalformed), nil
 	}
+	if reason, perr := c.checkProofInput(ctx, r, key, &pc); perr != nil {
+		d = c.unavailable(d)
+		c.log.LogAttrs(ctx, slog.LevelWarn, "fencecheck: route cannot be decided; failing closed",
+			slog.String("decisionId", d.DecisionID), slog.String("route", r.Route), slog.Any("error", perr))
+		if d.Allowed {
+			return d, nil
+		}
+		return d, perr
+	} else if reason != "" {
+		return c.negative(d, reason), nil
+	}
 
 	if r.Barrier {
-		return c.admit(ctx, d, r, key)
+		return c.admit(ctx, d, r, key, pc)
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -216,11 +248,15 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 		return d, fmt.Errorf("fencecheck: inspect: %w", ierr)
 	}
 	d.Current = st.LatestFence
-	return c.evaluate(d, r, st), nil
+	return c.evaluate(d, r, pc, st), nil
 }
 
-// evaluate applies the policy to a state read from the backend.
-func (c *Checker) evaluate(d Decision, r Request, st lockstore.KeyState) Decision {
+// evaluate applies the policy, and a signed proof's holder, to a state read
+// from the backend.
+func (c *Checker) evaluate(d Decision, r Request, pc proofCheck, st lockstore.KeyState) Decision {
+	if !proofHolds(pc, st.Live) {
+		return c.negative(d, ReasonWrongOwner)
+	}
 	// Both are exactly 15 digits (or latest is empty), so string order is
 	// numeric order.
 	switch latest := st.LatestFence; {

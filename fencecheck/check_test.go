@@ -366,14 +366,14 @@ func TestMetrics(t *testing.T) {
 
 func TestStatusOf(t *testing.T) {
 	want := map[Reason]int{ReasonMissing: 428, ReasonMalformed: 400, ReasonStale: 409, ReasonNotHeld: 409,
-		ReasonUnknown: 409, ReasonWrongOwner: 409, ReasonUnavailable: 503, ReasonDraining: 429, "": 200}
+		ReasonUnknown: 409, ReasonWrongOwner: 409, ReasonBadProof: 403, ReasonUnavailable: 503, ReasonDraining: 429, "": 200}
 	for r, s := range want {
 		if got := StatusOf(r); got != s {
 			t.Errorf("StatusOf(%q) = %d, want %d", r, got, s)
 		}
 	}
-	if len(Reasons) != 8 {
-		t.Fatalf("Reasons has %d entries", len(Reasons))
+	if len(Reasons) != len(want)-1 { // every reason has its status above ("" is not a reason)
+		t.Fatalf("Reasons has %d entries, the status table %d", len(Reasons), len(want)-1)
 	}
 }
 

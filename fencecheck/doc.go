@@ -19,6 +19,11 @@
 //  2. no fence: 428 "missing"; a fence that is not 15 digits, an empty or
 //     over-long key, or a lockId that is not 22 base64url characters: 400
 //     "malformed" — all without a backend read;
+//     Then the route's proof mode (ProofMode, proof.go): "lockId" without a
+//     lockId, or "signed" without a write proof that verifies (package
+//     writeproof) for this key and the presented fence: 403 "bad-proof",
+//     still without a backend read, so forged writes cost no store read
+//     and learn no current fence. "signed" with no keys configured: 503;
 //  3. exactly one Store.Inspect under the per-check deadline (no cache: a
 //     cached answer is exactly what would let a stale write through);
 //  4. presented < latest issued: 409 "stale"; presented > latest, or nothing
@@ -28,7 +33,8 @@
 //     that lock has expired (Kleppmann's rule);
 //  6. a presented lockId must match the live lock's lockId (constant-time);
 //     no live lock to match: 409 "not-held"; a different lockId: 409
-//     "wrong-owner".
+//     "wrong-owner". A verified write proof must have been issued to the
+//     live lock of its fence (the SHA-256 of its lockId): else "wrong-owner".
 //
 // The write barrier (Request.Barrier, set only by an edge that sees the
 // upstream's response: the proxy package and authz's ext_proc): step 3 is

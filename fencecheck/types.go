@@ -47,6 +47,7 @@ const (
 	ReasonNotHeld     Reason = "not-held"    // 409: presented == latest, but no live lock holds it
 	ReasonUnknown     Reason = "unknown"     // 409: presented > latest issued (never issued)
 	ReasonWrongOwner  Reason = "wrong-owner" // 409: the lockId proof does not match the live lock
+	ReasonBadProof    Reason = "bad-proof"   // 403: the route's required proof is missing, or not genuine for this key and fence (ProofMode)
 	ReasonUnavailable Reason = "unavailable" // 503: backend error or deadline; fail closed
 	// ReasonDraining: the fence is current, but on a barrier route a write
 	// under an older fence of the key has not finished, and did not finish
@@ -57,7 +58,7 @@ const (
 
 // Reasons lists every Reason in a stable order (for metrics and docs).
 var Reasons = []Reason{ReasonMissing, ReasonMalformed, ReasonStale, ReasonNotHeld,
-	ReasonUnknown, ReasonWrongOwner, ReasonUnavailable, ReasonDraining}
+	ReasonUnknown, ReasonWrongOwner, ReasonBadProof, ReasonUnavailable, ReasonDraining}
 
 // StatusOf returns the HTTP status a denial for reason r is answered with,
 // and 200 for the empty reason (allowed).
@@ -73,6 +74,10 @@ func StatusOf(r Reason) int {
 		return http.StatusConflict
 	case ReasonDraining:
 		return http.StatusTooManyRequests
+	case ReasonBadProof:
+		// Not a conflict with the lock's state: the sender has not shown
+		// it may write at all (and retrying with the same input is futile).
+		return http.StatusForbidden
 	default: // ReasonUnavailable, and anything unexpected fails closed
 		return http.StatusServiceUnavailable
 	}
@@ -117,6 +122,12 @@ type Request struct {
 
 	Policy Policy // "" is PolicyHolder
 	Mode   Mode   // "" is ModeEnforce
+
+	// ProofMode is what the write must carry besides its fence ("" is
+	// ProofNone; see ProofMode); Proof is the signed write proof presented
+	// ("" when none).
+	ProofMode ProofMode
+	Proof     string
 
 	// Audit context; none of it changes the decision.
 	Route  string // the route's name, as configured at the proxy

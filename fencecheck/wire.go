@@ -13,6 +13,7 @@ const (
 	HeaderKey      = "x-fence-key"      // the lock key, unless the route names it
 	HeaderToken    = "x-fence-token"    // the presented fence, unless the route names another header
 	HeaderLockID   = "x-fence-lock-id"  // the optional ownership proof; never reaches upstream
+	HeaderProof    = "x-fence-proof"    // a signed write proof (package writeproof); reaches upstream, which may verify it too
 	HeaderVerified = "x-fence-verified" // set towards upstream: the fence that was verified
 
 	HeaderReason     = "x-fence-reason"      // denials: the reason

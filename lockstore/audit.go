@@ -67,7 +67,8 @@ const (
 	// (unavailable).
 	AuditDecision AuditClass = iota
 	// AuditInput: a denial decided from the request alone, without a
-	// backend read (missing, malformed): any client can send these.
+	// backend read (missing, malformed, bad-proof): any client can send
+	// these.
 	AuditInput
 )
 
@@ -82,7 +83,7 @@ func (c AuditClass) String() string {
 // Class returns ev's retention class, from its reason.
 func (ev AuditEvent) Class() AuditClass {
 	switch ev.Reason {
-	case "missing", "malformed":
+	case "missing", "malformed", "bad-proof":
 		return AuditInput
 	}
 	return AuditDecision

@@ -97,6 +97,7 @@ type Held struct {
 	Key    string // the key as the caller gave it
 	LockID string // the holder's secret handle; never log it
 	Fence  string // the fence the acquire issued
+	Proof  string // the gateway's signed write proof for Fence, when it gave one (AcquireResult.Proof)
 	state  *heldState
 }
 
@@ -115,7 +116,7 @@ func NewHeld(key string, r AcquireResult, sentAt time.Time, ttl time.Duration) H
 	if !sentAt.IsZero() && ttl > 0 {
 		st.validUntil = sentAt.Add(ttl)
 	}
-	return Held{Key: key, LockID: r.LockID, Fence: r.Fence, state: st}
+	return Held{Key: key, LockID: r.LockID, Fence: r.Fence, Proof: r.Proof, state: st}
 }
 
 // ExpiresAtMs is the current authoritative expiry (the backend's clock),

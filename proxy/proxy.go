@@ -61,6 +61,9 @@ type Route struct {
 	// Methods are the write methods, as fencecheck.WriteMethods reads them
 	// ("POST,PUT" or "*"); "" is everything but GET, HEAD and OPTIONS.
 	Methods string
+	// Proof is what a write must carry besides its fence (x-fence-lock-id
+	// for lockId, x-fence-proof for signed); "" is none.
+	Proof fencecheck.ProofMode
 	// Barrier turns the write barrier on: a write under a newer fence of a
 	// key is admitted only once every write under an older fence has
 	// finished (this proxy has its complete response) or MaxWrite has
@@ -88,6 +91,9 @@ func (r Route) Validate() error {
 		errs = append(errs, errors.New("upstream must be an http:// or https:// URL with a host"))
 	}
 	if _, err := fencecheck.ParsePolicy(string(r.Policy)); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := fencecheck.ParseProofMode(string(r.Proof)); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := fencecheck.ParseMode(string(r.Mode)); err != nil {
@@ -325,6 +331,9 @@ func (p *Proxy) request(r *http.Request, rt *route) fencecheck.Request {
 		LockID:   h.Get(fencecheck.HeaderLockID),
 		Barrier:  rt.Barrier,
 		MaxWrite: rt.MaxWrite,
+
+		ProofMode: rt.Proof,
+		Proof:     h.Get(fencecheck.HeaderProof),
 	}
 	fenceHeader := rt.FenceHeader
 	if fenceHeader == "" {
@@ -333,7 +342,7 @@ func (p *Proxy) request(r *http.Request, rt *route) fencecheck.Request {
 	req.Fence = h.Get(fenceHeader)
 	// A fence input sent twice is ambiguous: the check reads one copy, the
 	// upstream may read the other (fencecheck denies it 400 malformed).
-	inputs := []string{fenceHeader, fencecheck.HeaderLockID}
+	inputs := []string{fenceHeader, fencecheck.HeaderLockID, fencecheck.HeaderProof}
 	if rt.Key == "" {
 		keyHeader := rt.KeyHeader
 		if keyHeader == "" {

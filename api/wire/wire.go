@@ -21,6 +21,9 @@ const (
 	PathLookup  = "/v1/locks/lookup"
 	PathStatus  = "/v1/locks/status" // GET ?key=K
 	PathAudit   = "/v1/audit"        // GET ?key=K&since=MS&limit=N
+	// PathProofKeys serves the public keys that verify write proofs (a
+	// writeproof.KeySet), without auth: they are public.
+	PathProofKeys = "/v1/proof/keys"
 )
 
 // Request and reply bodies. Optional request fields are pointers so that
@@ -41,6 +44,9 @@ type (
 		LockID      string `json:"lockId,omitempty"`
 		Fence       string `json:"fence,omitempty"`
 		ExpiresAtMs int64  `json:"expiresAtMs,omitempty"`
+		// Proof is a signed write proof for Fence (package writeproof),
+		// when the gateway has proof keys: send it as x-fence-proof.
+		Proof string `json:"proof,omitempty"`
 	}
 	// ReleaseRequest is the body of POST PathRelease.
 	ReleaseRequest struct {

@@ -15,7 +15,7 @@ import (
 
 const lockUsage = `usage: fencegate lock <subcommand> [flags]
 
-  acquire --key K [--ttl 30s] [--wait 0s]   take a lock; prints {"ok","lockId","fence","expiresAtMs"}
+  acquire --key K [--ttl 30s] [--wait 0s]   take a lock; prints {"ok","lockId","fence","expiresAtMs"[,"proof"]}
   release --lock-id ID                      release it; prints {"ok"}
   extend  --lock-id ID [--ttl 30s]          reset its expiry to now+ttl; prints {"ok","expiresAtMs"}
   status  --key K                           prints {"locked"}
@@ -80,7 +80,11 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			printJSON(stdout, map[string]any{"ok": false, "reason": r.Reason})
 			return exitNo
 		}
-		printJSON(stdout, map[string]any{"ok": true, "lockId": r.LockID, "fence": r.Fence, "expiresAtMs": r.ExpiresAtMs})
+		out := map[string]any{"ok": true, "lockId": r.LockID, "fence": r.Fence, "expiresAtMs": r.ExpiresAtMs}
+		if r.Proof != "" {
+			out["proof"] = r.Proof
+		}
+		printJSON(stdout, out)
 	case "release":
 		if !need("lock-id", *lockID) {
 			return exitUsage

@@ -47,6 +47,7 @@ func commands() []command {
 		{"check", "ask a gateway whether a fence is current for a key", runCheck},
 		{"migrate", "create the PostgreSQL tables and indexes", runMigrate},
 		{"token", "generate a bearer token and its config entry", runToken},
+		{"proofkey", "generate a write-proof signing key and its config entry", runProofKey},
 		{"version", "print the version", runVersion},
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/writeproof"
 )
 
 // proxyReadyTimeout bounds the store ping of the standalone proxy's /readyz.
@@ -50,7 +51,7 @@ func runProxy(ctx context.Context, args []string, _, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fencegate proxy: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	cfg, su, routes, err := proxyConfig(*configPath, os.Getenv, func(c *config.Config) {
+	cfg, set, err := proxyConfig(*configPath, os.Getenv, func(c *config.Config) {
 		set := func(dst *string, v string) {
 			if v != "" {
 				*dst = v
@@ -68,7 +69,7 @@ func runProxy(ctx context.Context, args []string, _, stderr io.Writer) int {
 	}
 	log := newLogger(cfg.Log, stderr)
 	routeRedisLogs(log)
-	if err := serveProxy(ctx, cfg, su, routes, log); err != nil {
+	if err := serveProxy(ctx, cfg, set, log); err != nil {
 		log.Error("fencegate proxy stopped", "err", err)
 		return exitFailure
 	}
@@ -78,16 +79,16 @@ func runProxy(ctx context.Context, args []string, _, stderr io.Writer) int {
 // proxyConfig builds and validates the proxy's configuration: defaults, the
 // file, FENCEGATE_STORE, then the flags. Every problem is listed, the
 // routes' included.
-func proxyConfig(path string, getenv func(string) string, flags func(*config.Config)) (config.Config, storeURL, []proxy.Route, error) {
+func proxyConfig(path string, getenv func(string) string, flags func(*config.Config)) (config.Config, proxySettings, error) {
 	c := config.Default()
 	if path == "" {
 		path = getenv("FENCEGATE_CONFIG")
 	}
 	if path == "" {
-		return c, storeURL{}, nil, errors.New("a config file with proxy.routes is required (--config or FENCEGATE_CONFIG)")
+		return c, proxySettings{}, errors.New("a config file with proxy.routes is required (--config or FENCEGATE_CONFIG)")
 	}
 	if err := c.LoadFile(path); err != nil {
-		return c, storeURL{}, nil, err
+		return c, proxySettings{}, err
 	}
 	if v := getenv("FENCEGATE_STORE"); v != "" {
 		c.Store = v
@@ -97,22 +98,37 @@ func proxyConfig(path string, getenv func(string) string, flags func(*config.Con
 	if err := c.ValidateProxy(); err != nil {
 		p = append(p, err.(config.Problems)...)
 	}
-	su, err := parseStoreURL(c.Store)
-	if err != nil {
+	var set proxySettings
+	var err error
+	if set.store, err = parseStoreURL(c.Store); err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			p = append(p, "store: "+line)
 		}
 	}
-	routes, err := proxyRoutes(c.Proxy)
-	if err != nil {
+	if set.routes, err = proxyRoutes(c.Proxy); err != nil {
 		for _, e := range unjoin(err) {
 			p = append(p, "proxy.routes: "+strings.ReplaceAll(e.Error(), "\n", "; "))
 		}
 	}
-	if len(p) > 0 {
-		return c, su, routes, p
+	// The proxy only verifies proofs; it reads the same keys as serve (the
+	// public halves would do, but one config serves both commands).
+	if signer, err := proofSigner(c.Proof); err != nil {
+		p = append(p, "proof: "+err.Error())
+	} else {
+		set.proofs = signer.Verifier()
 	}
-	return c, su, routes, nil
+	if len(p) > 0 {
+		return c, set, p
+	}
+	return c, set, nil
+}
+
+// proxySettings is what `fencegate proxy` derives from its configuration
+// before it opens anything.
+type proxySettings struct {
+	store  storeURL
+	routes []proxy.Route
+	proofs *writeproof.Verifier // nil: no proof keys configured
 }
 
 // unjoin flattens errors.Join trees into their leaves' parents, one per
@@ -136,7 +152,7 @@ func proxyRoutes(c config.Proxy) ([]proxy.Route, error) {
 		}
 		rt := proxy.Route{
 			Name: r.Name, Prefix: r.Prefix, Upstream: u, Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader,
-			Policy: fencecheck.Policy(r.Policy), Mode: fencecheck.Mode(r.Mode), Methods: r.Methods,
+			Policy: fencecheck.Policy(r.Policy), Mode: fencecheck.Mode(r.Mode), Methods: r.Methods, Proof: fencecheck.ProofMode(r.Proof),
 			Barrier: r.Barrier, MaxWrite: r.MaxWrite.Std(), PreserveHost: r.PreserveHost,
 		}
 		if err := rt.Validate(); err != nil {
@@ -175,10 +191,10 @@ func newProxyRunner(c config.Proxy, routes []proxy.Route, checker *fencecheck.Ch
 // serveProxy runs the standalone proxy until ctx ends, then drains: every
 // in-flight write finishes (and deregisters from the barrier) or the drain
 // deadline passes.
-func serveProxy(ctx context.Context, cfg config.Config, su storeURL, routes []proxy.Route, log *slog.Logger) error {
+func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *slog.Logger) error {
 	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxInputEvents: cfg.Audit.MaxInputEvents, MaxAge: cfg.Audit.MaxAge.Std()}
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
-	store, err := su.Open(octx, retention, log)
+	store, err := set.store.Open(octx, retention, log)
 	cancel()
 	if err != nil {
 		return err
@@ -202,8 +218,9 @@ func serveProxy(ctx context.Context, cfg config.Config, su storeURL, routes []pr
 	}
 	checker := fencecheck.New(store, fencecheck.Options{
 		Timeout: cfg.Check.Timeout.Std(), Audit: auditor, AuditRawKeys: cfg.Check.AuditRawKeys, Registerer: reg, Logger: log,
+		Proofs: set.proofs, HideCurrentFence: cfg.Check.HideCurrentFence,
 	})
-	pr, p, err := newProxyRunner(cfg.Proxy, routes, checker, log, goBG)
+	pr, p, err := newProxyRunner(cfg.Proxy, set.routes, checker, log, goBG)
 	if err != nil {
 		return err
 	}
@@ -228,7 +245,7 @@ func serveProxy(ctx context.Context, cfg config.Config, su storeURL, routes []pr
 		}
 		ls.add("metrics", mr)
 	}
-	err = ls.run(ctx, log, "store", store.Capabilities().Backend, "store_url", config.RedactURL(cfg.Store), "routes", len(routes))
+	err = ls.run(ctx, log, "store", store.Capabilities().Backend, "store_url", config.RedactURL(cfg.Store), "routes", len(set.routes))
 	if n := p.InFlight(); n > 0 {
 		log.Warn("drain deadline passed with barrier writes in flight; their entries expire at maxWrite", "count", n)
 	}

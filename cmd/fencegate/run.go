@@ -29,7 +29,8 @@ const runUsage = `usage: fencegate lock run --key K [--ttl 30s] [--wait 0s] [--g
 
 Runs CMD while holding the lock on K, the way 'etcdctl lock' and 'consul lock' do:
   - waits up to --wait for the lock (default: don't wait);
-  - exports FENCE_KEY, FENCE_TOKEN (the fence) and FENCE_LOCK_ID to CMD;
+  - exports FENCE_KEY, FENCE_TOKEN (the fence), FENCE_LOCK_ID and FENCE_PROOF
+    (the signed write proof; empty when the gateway has no proof keys) to CMD;
   - extends the lock in the background (at half the TTL);
   - if the lock is lost, sends CMD's process group SIGTERM, then SIGKILL after --grace;
   - forwards SIGINT/SIGTERM it receives to CMD;
@@ -93,7 +94,7 @@ func runLockRun(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	defer lease.Stop()
 
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "FENCE_KEY="+*key, "FENCE_TOKEN="+held.Fence, "FENCE_LOCK_ID="+held.LockID)
+	cmd.Env = append(os.Environ(), "FENCE_KEY="+*key, "FENCE_TOKEN="+held.Fence, "FENCE_LOCK_ID="+held.LockID, "FENCE_PROOF="+held.Proof)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	// Its own process group, so a lost lock stops CMD's children too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -27,6 +27,7 @@ import (
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/writeproof"
 )
 
 // Timeouts of the serving process.
@@ -69,6 +70,9 @@ type serveSettings struct {
 	// proxyRoutes are the fencing reverse proxy's routes (proxy.routes),
 	// served on their own listener when any are configured.
 	proxyRoutes []proxy.Route
+	// proofs signs write proofs at acquire (nil: none configured); its
+	// Verifier checks them at the edge.
+	proofs *writeproof.Signer
 }
 
 // loadServeConfig loads the configuration and parses what the packages own
@@ -103,6 +107,9 @@ func loadServeConfig(build func(func(string) string) (config.Config, error), get
 		if set.proxyRoutes, err = proxyRoutes(cfg.Proxy); err != nil {
 			add("proxy", err)
 		}
+	}
+	if set.proofs, err = proofSigner(cfg.Proof); err != nil {
+		add("proof", err)
 	}
 	if len(p) > 0 {
 		return cfg, set, p
@@ -162,7 +169,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 
 	checker := fencecheck.New(store, fencecheck.Options{
 		Timeout: cfg.Check.Timeout.Std(), Audit: auditor, AuditRawKeys: cfg.Check.AuditRawKeys,
-		Registerer: reg, Logger: log,
+		Registerer: reg, Logger: log, Proofs: set.proofs.Verifier(), HideCurrentFence: cfg.Check.HideCurrentFence,
 	})
 
 	// The webhook is built first so that /readyz also covers its
@@ -184,7 +191,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	}
 	srv, err := api.New(api.Options{
 		Store: store, Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
-		Registerer: reg, Gatherer: reg, Logger: log, Ready: ready,
+		Registerer: reg, Gatherer: reg, Logger: log, Ready: ready, Proofs: set.proofs,
 	})
 	if err != nil {
 		return err

@@ -154,6 +154,7 @@ func TestFrontProxyShape(t *testing.T) {
 		`"disabled":true`,
 		`"fence_key":"orders/{2}"`,
 		`"fence_mode":"dry-run"`,
+		`"fence_proof":"signed"`,
 		`"requestHeadersToRemove":["x-fence-lock-id"]`,
 	} {
 		if !strings.Contains(s, want) {

@@ -105,8 +105,12 @@ type AcquireResponse struct {
 	// The holder's secret handle (22 base64url characters). Keep it secret.
 	LockId string `protobuf:"bytes,3,opt,name=lock_id,json=lockId,proto3" json:"lock_id,omitempty"`
 	// 15-digit fence, strictly greater than every earlier fence of the key.
-	Fence         string `protobuf:"bytes,4,opt,name=fence,proto3" json:"fence,omitempty"`
-	ExpiresAtMs   int64  `protobuf:"varint,5,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	Fence       string `protobuf:"bytes,4,opt,name=fence,proto3" json:"fence,omitempty"`
+	ExpiresAtMs int64  `protobuf:"varint,5,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	// A signed write proof for fence, when the gateway has proof keys: send
+	// it as the x-fence-proof header on writes. It can write under this
+	// fence and nothing else (it cannot release or extend).
+	Proof         string `protobuf:"bytes,6,opt,name=proof,proto3" json:"proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -174,6 +178,13 @@ func (x *AcquireResponse) GetExpiresAtMs() int64 {
 		return x.ExpiresAtMs
 	}
 	return 0
+}
+
+func (x *AcquireResponse) GetProof() string {
+	if x != nil {
+		return x.Proof
+	}
+	return ""
 }
 
 type ReleaseRequest struct {
@@ -639,13 +650,14 @@ const file_fencegate_v1_locks_proto_rawDesc = "" +
 	"\await_ms\x18\x03 \x01(\x03H\x01R\x06waitMs\x88\x01\x01B\t\n" +
 	"\a_ttl_msB\n" +
 	"\n" +
-	"\b_wait_ms\"\x8c\x01\n" +
+	"\b_wait_ms\"\xa2\x01\n" +
 	"\x0fAcquireResponse\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x17\n" +
 	"\alock_id\x18\x03 \x01(\tR\x06lockId\x12\x14\n" +
 	"\x05fence\x18\x04 \x01(\tR\x05fence\x12\"\n" +
-	"\rexpires_at_ms\x18\x05 \x01(\x03R\vexpiresAtMs\")\n" +
+	"\rexpires_at_ms\x18\x05 \x01(\x03R\vexpiresAtMs\x12\x14\n" +
+	"\x05proof\x18\x06 \x01(\tR\x05proof\")\n" +
 	"\x0eReleaseRequest\x12\x17\n" +
 	"\alock_id\x18\x01 \x01(\tR\x06lockId\"!\n" +
 	"\x0fReleaseResponse\x12\x0e\n" +
