@@ -45,8 +45,8 @@ type requestView struct {
 // Request and decides it. It is shared by the gRPC and HTTP transports so
 // that both read the same inputs the same way.
 type decider struct {
-	checker     *fencecheck.Checker
-	log         *slog.Logger
+	checker *fencecheck.Checker
+	log     *slog.Logger
 }
 
 func newDecider(c *fencecheck.Checker, o Options) decider {

@@ -33,7 +33,7 @@ const (
 	// ExtMaxWrite is the barrier's maxWrite ("30s"; default
 	// fencecheck.DefaultMaxWrite).
 	ExtMaxWrite = "fence_max_write"
-	ExtProof   = "fence_proof"   // none | lockId | signed: what a write must carry besides its fence (fencecheck.ProofMode)
+	ExtProof    = "fence_proof" // none | lockId | signed: what a write must carry besides its fence (fencecheck.ProofMode)
 )
 
 // routeOptionNames lists every route option, for transports that look each
