@@ -52,6 +52,18 @@ func (b boundedStore) LookupKey(ctx context.Context, key string) (*lockstore.Loc
 	return b.Store.LookupKey(ctx, key)
 }
 
+func (b boundedStore) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.d)
+	defer cancel()
+	return b.Store.Admit(ctx, key, a)
+}
+
+func (b boundedStore) Finish(ctx context.Context, key, writeID string) error {
+	ctx, cancel := context.WithTimeout(ctx, b.d)
+	defer cancel()
+	return b.Store.Finish(ctx, key, writeID)
+}
+
 func (b boundedStore) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.d)
 	defer cancel()

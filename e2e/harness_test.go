@@ -189,6 +189,7 @@ func RedisURL(t testing.TB, ns string) string {
 func PostgresURL(t testing.TB, ns string) string {
 	return withParams(t, need(t, "DATABASE_URL"), url.Values{
 		"table": {ns + "_locks"}, "fenceTable": {ns + "_fences"}, "auditTable": {ns + "_audit"},
+		"barrierTable": {ns + "_writes"},
 	})
 }
 

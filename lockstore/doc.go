@@ -1,7 +1,8 @@
 // Package lockstore is fencegate's lock contract: the Store interface every
 // backend implements, and the pieces of SyncGuard's semantics that must be
 // identical on every backend — key normalisation, storage-key derivation,
-// hashKey, lockIds, fence formatting and the liveness predicate.
+// hashKey, lockIds, fence formatting and the liveness predicate. The
+// write barrier's store side (WriteBarrier, barrier.go) is part of Store.
 //
 // Domain outcomes (contention, an absent lock) are results with OK=false.
 // System failures are *Error values carrying a Code; use CodeOf or errors.As

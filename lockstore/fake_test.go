@@ -15,6 +15,7 @@ type memStore struct {
 	locks    map[string]memLock // by key
 	byID     map[string]string  // lockId -> key
 	fences   map[string]int64
+	writes   map[string]map[string]WriteEntry // barrier entries by key
 	closed   int
 	acquires []time.Time // when each Acquire was called
 	extends  []time.Time
@@ -203,6 +204,47 @@ func (m *memStore) Inspect(ctx context.Context, key string) (KeyState, error) {
 		st.LatestFence, _ = FormatFence(n)
 	}
 	return st, nil
+}
+
+func (m *memStore) Admit(ctx context.Context, key string, a WriteAdmission) (WriteAdmitResult, error) {
+	k, err := NormalizeKey(key)
+	if err != nil {
+		return WriteAdmitResult{}, err
+	}
+	ms, err := a.Validate()
+	if err != nil {
+		return WriteAdmitResult{}, err
+	}
+	st, err := m.Inspect(ctx, key)
+	if err != nil {
+		return WriteAdmitResult{}, err
+	}
+	// Not atomic with the Inspect above: the helpers under test never
+	// race an acquire against an admission.
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.writes == nil {
+		m.writes = map[string]map[string]WriteEntry{}
+	}
+	if m.writes[k] == nil {
+		m.writes[k] = map[string]WriteEntry{}
+	}
+	r, _ := a.Apply(m.writes[k], st, ms)
+	return r, nil
+}
+
+func (m *memStore) Finish(ctx context.Context, key, writeID string) error {
+	k, err := NormalizeKey(key)
+	if err != nil {
+		return err
+	}
+	if err := ValidateWriteID(writeID); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.writes[k], writeID)
+	return nil
 }
 
 func (m *memStore) Capabilities() Capabilities {

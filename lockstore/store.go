@@ -106,6 +106,8 @@ type Locker interface {
 // returns *Error for system failures.
 type Store interface {
 	Locker
+	// WriteBarrier registers and finishes in-flight writes (barrier.go).
+	WriteBarrier
 
 	// IsLocked reports whether key has a live lock. It is read-only.
 	IsLocked(ctx context.Context, key string) (bool, error)

@@ -285,6 +285,16 @@ func (t *telemetryStore) Inspect(ctx context.Context, key string) (KeyState, err
 	return t.inner.Inspect(ctx, key)
 }
 
+// Admit and Finish are the write barrier's, on the edge's hot path like
+// Inspect: they pass through without events.
+func (t *telemetryStore) Admit(ctx context.Context, key string, a WriteAdmission) (WriteAdmitResult, error) {
+	return t.inner.Admit(ctx, key, a)
+}
+
+func (t *telemetryStore) Finish(ctx context.Context, key, writeID string) error {
+	return t.inner.Finish(ctx, key, writeID)
+}
+
 func (t *telemetryStore) Capabilities() Capabilities { return t.inner.Capabilities() }
 
 func (t *telemetryStore) Ping(ctx context.Context) error { return t.inner.Ping(ctx) }

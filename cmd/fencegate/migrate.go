@@ -36,7 +36,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "fencegate migrate %s: %v\n", config.RedactURL(*store), err)
 		return exitFailure
 	}
-	fmt.Fprintf(stdout, "schema ready: tables %s, %s, %s\n", orDefault(cfg.Table, postgres.DefaultTable), orDefault(cfg.FenceTable, postgres.DefaultFenceTable), orDefault(cfg.AuditTable, postgres.DefaultAuditTable))
+	fmt.Fprintf(stdout, "schema ready: tables %s, %s, %s, %s\n", orDefault(cfg.Table, postgres.DefaultTable), orDefault(cfg.FenceTable, postgres.DefaultFenceTable), orDefault(cfg.AuditTable, postgres.DefaultAuditTable), orDefault(cfg.BarrierTable, postgres.DefaultBarrierTable))
 	return exitOK
 }
 

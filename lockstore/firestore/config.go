@@ -23,6 +23,9 @@ const (
 	DefaultCollection      = "locks"
 	DefaultFenceCollection = "fence_counters"
 	DefaultAuditCollection = "fencegate_audit"
+	// DefaultBarrierCollection holds the write barrier's in-flight writes,
+	// one document per key; fencegate's own (SyncGuard has no barrier).
+	DefaultBarrierCollection = "fencegate_write_barrier"
 	// DefaultMaxAttempts bounds how often the client library runs one
 	// transaction when commits conflict (ABORTED). Each attempt is cheap,
 	// but on the emulator, which locks pessimistically, a high bound turns
@@ -55,6 +58,10 @@ type Config struct {
 	FenceCollection string
 	// AuditCollection holds audit events (default "fencegate_audit").
 	AuditCollection string
+	// BarrierCollection holds the write barrier's in-flight writes
+	// (default "fencegate_write_barrier"). It must differ from the other
+	// three.
+	BarrierCollection string
 	// AuditRetention bounds the audit collection; zero fields take the
 	// lockstore defaults. Trimming is best effort, on append.
 	AuditRetention lockstore.AuditRetention
@@ -88,6 +95,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AuditCollection == "" {
 		c.AuditCollection = DefaultAuditCollection
+	}
+	if c.BarrierCollection == "" {
+		c.BarrierCollection = DefaultBarrierCollection
 	}
 	if c.DatabaseID == "(default)" {
 		c.DatabaseID = ""
@@ -126,6 +136,7 @@ func (c Config) Validate() error {
 		{"collection", c.Collection},
 		{"fenceCollection", c.FenceCollection},
 		{"auditCollection", c.AuditCollection},
+		{"barrierCollection", c.BarrierCollection},
 	} {
 		if err := validCollectionID(f.v); err != "" {
 			probs = append(probs, fmt.Sprintf("%s %q: %s", f.name, f.v, err))
@@ -142,6 +153,9 @@ func (c Config) Validate() error {
 	}
 	if c.AuditCollection == c.Collection {
 		probs = append(probs, "auditCollection must differ from collection: audit documents are not locks")
+	}
+	if c.BarrierCollection == c.Collection || c.BarrierCollection == c.FenceCollection || c.BarrierCollection == c.AuditCollection {
+		probs = append(probs, "barrierCollection must differ from collection, fenceCollection and auditCollection")
 	}
 	if len(probs) > 0 {
 		return lockstore.Errorf(lockstore.InvalidArgument, "config", "firestore store: %s", strings.Join(probs, "; "))
@@ -189,7 +203,7 @@ func validDatabaseID(id string) bool {
 // ParseURL parses a store URL:
 //
 //	firestore://PROJECT?database=D&collection=C&fenceCollection=F&auditCollection=A
-//	    &auditMaxEvents=N&auditMaxAge=168h&maxAttempts=N
+//	    &barrierCollection=B&auditMaxEvents=N&auditMaxAge=168h&maxAttempts=N
 //
 // Every query parameter is optional; unknown parameters are an error (a
 // typo must not silently select a default collection). The result is
@@ -228,6 +242,8 @@ func ParseURL(raw string) (Config, error) {
 			c.FenceCollection = v
 		case "auditCollection":
 			c.AuditCollection = v
+		case "barrierCollection":
+			c.BarrierCollection = v
 		case "auditMaxEvents":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -247,7 +263,7 @@ func ParseURL(raw string) (Config, error) {
 			}
 			c.MaxAttempts = n
 		default:
-			probs = append(probs, fmt.Sprintf("unknown parameter %q (known: database, collection, fenceCollection, auditCollection, auditMaxEvents, auditMaxAge, maxAttempts)", name))
+			probs = append(probs, fmt.Sprintf("unknown parameter %q (known: database, collection, fenceCollection, auditCollection, barrierCollection, auditMaxEvents, auditMaxAge, maxAttempts)", name))
 		}
 	}
 	if len(probs) > 0 {

@@ -19,6 +19,7 @@ func TestParseURL(t *testing.T) {
 		{"firestore://proj?database=(default)", Config{ProjectID: "proj", DatabaseID: "(default)"}},
 		{"firestore://proj?collection=l&fenceCollection=f&auditCollection=a&maxAttempts=3",
 			Config{ProjectID: "proj", Collection: "l", FenceCollection: "f", AuditCollection: "a", MaxAttempts: 3}},
+		{"firestore://proj?barrierCollection=w", Config{ProjectID: "proj", BarrierCollection: "w"}},
 		{"firestore://proj?auditMaxEvents=50&auditMaxAge=36h",
 			Config{ProjectID: "proj", AuditRetention: lockstore.AuditRetention{MaxEvents: 50, MaxAge: 36 * time.Hour}}},
 	}
@@ -30,6 +31,7 @@ func TestParseURL(t *testing.T) {
 		}
 		if got.ProjectID != g.want.ProjectID || got.DatabaseID != g.want.DatabaseID || got.Collection != g.want.Collection ||
 			got.FenceCollection != g.want.FenceCollection || got.AuditCollection != g.want.AuditCollection || got.MaxAttempts != g.want.MaxAttempts ||
+			got.BarrierCollection != g.want.BarrierCollection ||
 			got.AuditRetention != g.want.AuditRetention {
 			t.Errorf("ParseURL(%q) = %+v, want %+v", g.url, got, g.want)
 		}
@@ -49,6 +51,9 @@ func TestParseURL(t *testing.T) {
 		{"firestore://proj?collection=fence_counters", "fenceCollection must differ from collection"},
 		{"firestore://proj?auditCollection=fence_counters", "fenceCollection must differ from auditCollection"},
 		{"firestore://proj?auditCollection=locks", "auditCollection must differ from collection"},
+		{"firestore://proj?barrierCollection=locks", "barrierCollection must differ"},
+		{"firestore://proj?barrierCollection=fencegate_audit", "barrierCollection must differ"},
+		{"firestore://proj?barrierCollection=__w__", "reserved"},
 		{"firestore://proj?collection=a%2Fb", "must not contain '/'"},
 		{"firestore://proj?collection=__locks__", "reserved"},
 		{"firestore://proj?fenceCollection=..", "'..'"},
@@ -70,7 +75,8 @@ func TestValidateDefaults(t *testing.T) {
 		t.Fatalf("defaults must validate: %v", err)
 	}
 	c := Config{ProjectID: "p"}.withDefaults()
-	if c.Collection != "locks" || c.FenceCollection != "fence_counters" || c.AuditCollection != "fencegate_audit" {
+	if c.Collection != "locks" || c.FenceCollection != "fence_counters" || c.AuditCollection != "fencegate_audit" ||
+		c.BarrierCollection != "fencegate_write_barrier" {
 		t.Fatalf("defaults are not SyncGuard's layout: %+v", c)
 	}
 	if c.MaxAttempts != DefaultMaxAttempts || c.Now == nil || c.Logger == nil {

@@ -12,7 +12,11 @@
 //     {lockId, expiresAtMs, acquiredAtMs, key, fence};
 //   - collection "fence_counters" (Config.FenceCollection): one document
 //     per key, ID makeStorageKey("", "fence:"+lockDocID, 1500, 0), fields
-//     {fence, keyDebug}. Counters are never deleted, by anything.
+//     {fence, keyDebug}. Counters are never deleted, by anything;
+//   - collection "fencegate_write_barrier" (Config.BarrierCollection),
+//     fencegate's own: the write barrier's in-flight writes, one document
+//     per key under the lock document's ID, fields {key, writes: {writeId:
+//     {fence, deadlineMs}}}, deleted when its last write finishes.
 //
 // Keys that are not legal document IDs (containing '/', equal to "." or
 // "..", or of the reserved form __.*__) use the hashed storage-key form instead,
@@ -68,7 +72,7 @@
 // # Store URL
 //
 //	firestore://PROJECT?database=D&collection=C&fenceCollection=F&auditCollection=A
-//	    &auditMaxEvents=N&auditMaxAge=168h&maxAttempts=N
+//	    &barrierCollection=B&auditMaxEvents=N&auditMaxAge=168h&maxAttempts=N
 //
 // Credentials are Application Default Credentials; with
 // FIRESTORE_EMULATOR_HOST set, the client library talks to that emulator.

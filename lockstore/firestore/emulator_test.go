@@ -68,11 +68,12 @@ func needEmulator(t testing.TB) string {
 // never share documents.
 func nsConfig(t testing.TB, ns string) Config {
 	return Config{
-		ProjectID:       testProject,
-		Collection:      "locks_" + ns,
-		FenceCollection: "fence_counters_" + ns,
-		AuditCollection: "audit_" + ns,
-		Logger:          testLogger(t),
+		ProjectID:         testProject,
+		Collection:        "locks_" + ns,
+		FenceCollection:   "fence_counters_" + ns,
+		AuditCollection:   "audit_" + ns,
+		BarrierCollection: "writes_" + ns,
+		Logger:            testLogger(t),
 		// The emulator resolves conflicting transactions with a ~2 s lock
 		// timeout; on a loaded machine a contended acquire can pass the 4 s
 		// production bound. Tests of that bound set their own.

@@ -18,6 +18,9 @@ const (
 	DefaultTable      = "syncguard_locks"
 	DefaultFenceTable = "syncguard_fence_counters"
 	DefaultAuditTable = "syncguard_audit"
+	// DefaultBarrierTable holds the write barrier's in-flight entries. It
+	// is fencegate's own (SyncGuard has no barrier), hence the name.
+	DefaultBarrierTable = "fencegate_write_barrier"
 )
 
 // DefaultMaxConns is the pool size when neither Config.MaxConns nor the DSN's
@@ -55,6 +58,9 @@ type Config struct {
 	FenceTable string
 	// AuditTable holds audit events; default "syncguard_audit".
 	AuditTable string
+	// BarrierTable holds the write barrier's in-flight writes; default
+	// "fencegate_write_barrier".
+	BarrierTable string
 	// DisableAutoMigrate stops Open from creating missing tables and indexes,
 	// for teams that create schema ahead of time (fencegate migrate).
 	DisableAutoMigrate bool
@@ -79,6 +85,9 @@ func (c Config) withDefaults() Config {
 	if c.AuditTable == "" {
 		c.AuditTable = DefaultAuditTable
 	}
+	if c.BarrierTable == "" {
+		c.BarrierTable = DefaultBarrierTable
+	}
 	c.Audit = c.Audit.WithDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -96,6 +105,7 @@ func (c Config) validate() error {
 	}
 	for _, t := range []struct{ what, name string }{
 		{"table", c.Table}, {"fenceTable", c.FenceTable}, {"auditTable", c.AuditTable},
+		{"barrierTable", c.BarrierTable},
 	} {
 		if err := validateTableName(t.name); err != nil {
 			return lockstore.Errorf(lockstore.InvalidArgument, "config", "postgres: %s: %v", t.what, err)
@@ -108,6 +118,10 @@ func (c Config) validate() error {
 	if c.AuditTable == c.Table || c.AuditTable == c.FenceTable {
 		return lockstore.Errorf(lockstore.InvalidArgument, "config",
 			"postgres: audit table %q must differ from the lock and fence tables", c.AuditTable)
+	}
+	if c.BarrierTable == c.Table || c.BarrierTable == c.FenceTable || c.BarrierTable == c.AuditTable {
+		return lockstore.Errorf(lockstore.InvalidArgument, "config",
+			"postgres: barrier table %q must differ from the lock, fence and audit tables", c.BarrierTable)
 	}
 	if c.MaxConns < 0 {
 		return lockstore.Errorf(lockstore.InvalidArgument, "config", "postgres: MaxConns must not be negative")
@@ -136,6 +150,7 @@ const (
 	paramTable          = "table"
 	paramFenceTable     = "fenceTable"
 	paramAuditTable     = "auditTable"
+	paramBarrierTable   = "barrierTable"
 	paramAutoMigrate    = "autoMigrate"
 	paramAuditMaxEvents = "auditMaxEvents"
 	paramAuditMaxAge    = "auditMaxAge"
@@ -147,6 +162,7 @@ const (
 //	table=NAME          lock table (default syncguard_locks)
 //	fenceTable=NAME     fence counter table (default syncguard_fence_counters)
 //	auditTable=NAME     audit table (default syncguard_audit)
+//	barrierTable=NAME   write barrier table (default fencegate_write_barrier)
 //	autoMigrate=BOOL    create missing tables on Open (default true)
 //	auditMaxEvents=N    audit retention by count
 //	auditMaxAge=DUR     audit retention by age (Go duration, e.g. 168h)
@@ -181,6 +197,9 @@ func ParseURL(raw string) (Config, error) {
 	}
 	if v, ok := take(paramAuditTable); ok {
 		c.AuditTable = v
+	}
+	if v, ok := take(paramBarrierTable); ok {
+		c.BarrierTable = v
 	}
 	if v, ok := take(paramAutoMigrate); ok {
 		b, err := strconv.ParseBool(v)

@@ -52,6 +52,9 @@ func TestConfigValidate(t *testing.T) {
 		{"bad lock table", func(c *Config) { c.Table = "x;y" }, false},
 		{"bad fence table", func(c *Config) { c.FenceTable = "X" }, false},
 		{"bad audit table", func(c *Config) { c.AuditTable = "a b" }, false},
+		{"barrier equals locks", func(c *Config) { c.BarrierTable = DefaultTable }, false},
+		{"barrier equals audit", func(c *Config) { c.BarrierTable = DefaultAuditTable }, false},
+		{"bad barrier table", func(c *Config) { c.BarrierTable = "W" }, false},
 		{"negative pool", func(c *Config) { c.MaxConns = -1 }, false},
 	} {
 		cfg := base
@@ -73,9 +76,9 @@ func TestParseURL(t *testing.T) {
 	}{
 		{"postgres://u:p@h:5432/db?sslmode=disable",
 			Config{DSN: "postgres://u:p@h:5432/db?sslmode=disable"}},
-		{"postgresql://h/db?table=my_locks&fenceTable=my_fences&auditTable=my_audit&autoMigrate=false&pool_max_conns=3",
+		{"postgresql://h/db?table=my_locks&fenceTable=my_fences&auditTable=my_audit&barrierTable=my_writes&autoMigrate=false&pool_max_conns=3",
 			Config{DSN: "postgresql://h/db?pool_max_conns=3", Table: "my_locks", FenceTable: "my_fences",
-				AuditTable: "my_audit", DisableAutoMigrate: true}},
+				AuditTable: "my_audit", BarrierTable: "my_writes", DisableAutoMigrate: true}},
 		{"postgres://h/db?autoMigrate=true&auditMaxEvents=50&auditMaxAge=1h",
 			Config{DSN: "postgres://h/db", Audit: lockstore.AuditRetention{MaxEvents: 50, MaxAge: time.Hour}}},
 	} {

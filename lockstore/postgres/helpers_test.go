@@ -30,7 +30,10 @@ func nsConfig(t testing.TB, ns string) Config {
 		Table:      ns + "_locks",
 		FenceTable: ns + "_fences",
 		AuditTable: ns + "_audit",
-		MaxConns:   4,
+		// The barrier table too, so namespaces never see each other's
+		// in-flight writes.
+		BarrierTable: ns + "_writes",
+		MaxConns:     4,
 	}
 }
 
@@ -53,7 +56,7 @@ func dropTablesAtEnd(t testing.TB, cfg Config) {
 			return
 		}
 		defer conn.Close(ctx)
-		for _, tbl := range []string{cfg.Table, cfg.FenceTable, cfg.AuditTable} {
+		for _, tbl := range []string{cfg.Table, cfg.FenceTable, cfg.AuditTable, cfg.BarrierTable} {
 			if _, err := conn.Exec(ctx, `DROP TABLE IF EXISTS `+ident(tbl)); err != nil {
 				t.Errorf("drop %s: %v", tbl, err)
 			}

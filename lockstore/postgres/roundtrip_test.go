@@ -57,14 +57,14 @@ func TestRoundTrips(t *testing.T) {
 	defer s.Close()
 	ctx := tctx(t)
 
-	var lockID string
+	var lockID, fence, writeID string
 	ops := []struct {
 		name string
 		do   func() error
 	}{
 		{"Acquire", func() error {
 			r, err := s.Acquire(ctx, "rt", time.Minute)
-			lockID = r.LockID
+			lockID, fence = r.LockID, r.Fence
 			return err
 		}},
 		{"Acquire (contended)", func() error { _, err := s.Acquire(ctx, "rt", time.Minute); return err }},
@@ -73,6 +73,12 @@ func TestRoundTrips(t *testing.T) {
 		{"LookupKey", func() error { _, err := s.LookupKey(ctx, "rt"); return err }},
 		{"LookupLockID", func() error { _, err := s.LookupLockID(ctx, lockID); return err }},
 		{"Inspect", func() error { _, err := s.Inspect(ctx, "rt"); return err }},
+		{"Admit", func() error {
+			writeID, _ = lockstore.NewLockID()
+			_, err := s.Admit(ctx, "rt", lockstore.WriteAdmission{Fence: fence, RequireLive: true, WriteID: writeID, MaxWrite: time.Minute})
+			return err
+		}},
+		{"Finish", func() error { return s.Finish(ctx, "rt", writeID) }},
 		{"CountHeld", func() error { _, err := s.CountHeld(ctx); return err }},
 		{"Release", func() error { _, err := s.Release(ctx, lockID); return err }},
 		{"AppendAudit", func() error {

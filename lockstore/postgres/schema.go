@@ -28,6 +28,7 @@ func schemaStatements(cfg Config) []string {
 	locks := ident(cfg.Table)
 	fences := ident(cfg.FenceTable)
 	audit := ident(cfg.AuditTable)
+	barrier := ident(cfg.BarrierTable)
 	return []string{
 		`CREATE TABLE IF NOT EXISTS ` + locks + ` (
 			key TEXT PRIMARY KEY,
@@ -54,6 +55,14 @@ func schemaStatements(cfg Config) []string {
 		`CREATE INDEX IF NOT EXISTS ` + ident("idx_"+cfg.AuditTable+"_key_time") + ` ON ` + audit + ` (key_hash, time_ms)`,
 		// Unfiltered audit queries and age-based retention.
 		`CREATE INDEX IF NOT EXISTS ` + ident("idx_"+cfg.AuditTable+"_time") + ` ON ` + audit + ` (time_ms)`,
+		// The write barrier's in-flight writes (barrier.go); fencegate's own.
+		`CREATE TABLE IF NOT EXISTS ` + barrier + ` (
+			key TEXT NOT NULL,
+			write_id TEXT NOT NULL,
+			fence TEXT NOT NULL,
+			deadline_ms BIGINT NOT NULL,
+			PRIMARY KEY (key, write_id)
+		)`,
 	}
 }
 

@@ -69,6 +69,8 @@ func TestSchema(t *testing.T) {
 		{s.cfg.AuditTable, []string{
 			"id bigint NO nextval('" + s.cfg.AuditTable + "_id_seq'::regclass)",
 			"time_ms bigint NO -", "key_hash text NO -", "event jsonb NO -"}},
+		{s.cfg.BarrierTable, []string{
+			"key text NO -", "write_id text NO -", "fence text NO -", "deadline_ms bigint NO -"}},
 	} {
 		if got := columns(c.table); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("columns of %s =\n  %q\nwant\n  %q", c.table, got, c.want)
@@ -77,7 +79,7 @@ func TestSchema(t *testing.T) {
 
 	rows, _ := conn.Query(tctx(t), `SELECT indexname || ': ' || regexp_replace(indexdef, '^.* USING ', '')
 		FROM pg_indexes WHERE schemaname = current_schema() AND tablename = ANY($1)`,
-		[]string{s.cfg.Table, s.cfg.FenceTable, s.cfg.AuditTable})
+		[]string{s.cfg.Table, s.cfg.FenceTable, s.cfg.AuditTable, s.cfg.BarrierTable})
 	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +91,7 @@ func TestSchema(t *testing.T) {
 		"idx_" + s.cfg.Table + "_expires: btree (expires_at_ms)",
 		"idx_" + s.cfg.Table + "_lock_id: btree (lock_id)",
 		s.cfg.AuditTable + "_pkey: btree (id)",
+		s.cfg.BarrierTable + "_pkey: btree (key, write_id)",
 		s.cfg.FenceTable + "_pkey: btree (fence_key)",
 		s.cfg.Table + "_pkey: btree (key)",
 	}

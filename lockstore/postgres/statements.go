@@ -21,6 +21,7 @@ type statements struct {
 	auditInsert, auditPruneAge        string
 	auditPruneCount                   string
 	auditQuery, auditQueryKey         string
+	barrier                           barrierStatements // barrier.go
 }
 
 func buildStatements(cfg Config) statements {
@@ -143,5 +144,6 @@ func buildStatements(cfg Config) statements {
 			ORDER BY time_ms DESC, id DESC LIMIT $2`),
 		auditQueryKey: r.Replace(`SELECT event FROM {audit} WHERE key_hash = $3 AND time_ms >= $1
 			ORDER BY time_ms DESC, id DESC LIMIT $2`),
+		barrier: buildBarrierStatements(cfg),
 	}
 }

@@ -231,4 +231,5 @@ func newScript(src string) script { return script{Script: goredis.NewScript(src)
 var allScripts = []script{
 	acquireScript, releaseScript, extendScript, readKeyScript,
 	readLockIDScript, inspectScript, appendAuditScript,
+	admitScript, // barrier.go
 }

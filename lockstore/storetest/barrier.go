@@ -34,12 +34,6 @@ type TB interface {
 	Cleanup(func())
 }
 
-// barrierStore is a Store with the write barrier.
-type barrierStore interface {
-	lockstore.Store
-	lockstore.WriteBarrier
-}
-
 // barrierEnv is what a barrier case gets besides its TB: the suite (for
 // margins and scale) and a way to open a store over a namespace that is
 // closed when the case ends.
@@ -190,24 +184,20 @@ func (r *recorder) messages() []string {
 
 // ---- helpers over TB ----
 
-// fresh opens a store with the write barrier over a new namespace.
-func (e *barrierEnv) fresh(t TB) (barrierStore, string) {
+// fresh opens a store over a new namespace.
+func (e *barrierEnv) fresh(t TB) (lockstore.Store, string) {
 	t.Helper()
 	ns := barrierNS(t)
 	return e.openNS(t, ns), ns
 }
 
-func (e *barrierEnv) openNS(t TB, ns string) barrierStore {
+func (e *barrierEnv) openNS(t TB, ns string) lockstore.Store {
 	t.Helper()
 	st := e.open(ns)
 	if st == nil {
 		t.Fatalf("Harness.Open(%q) returned nil", ns)
 	}
-	bs, ok := st.(barrierStore)
-	if !ok {
-		t.Fatalf("%T does not implement lockstore.WriteBarrier", st)
-	}
-	return bs
+	return st
 }
 
 // barrierNS is newNS for a TB.
@@ -320,7 +310,7 @@ func adm(t TB, fence string, requireLive bool, maxWrite time.Duration) lockstore
 	return lockstore.WriteAdmission{Fence: fence, RequireLive: requireLive, WriteID: writeID(t), MaxWrite: maxWrite}
 }
 
-func admit(t TB, st barrierStore, key string, a lockstore.WriteAdmission) lockstore.WriteAdmitResult {
+func admit(t TB, st lockstore.Store, key string, a lockstore.WriteAdmission) lockstore.WriteAdmitResult {
 	t.Helper()
 	r, err := st.Admit(tctx(t), key, a)
 	if err != nil {
@@ -368,7 +358,7 @@ func liveFence(ks lockstore.KeyState) string {
 	return ks.Live.Fence
 }
 
-func finish(t TB, st barrierStore, key, id string) {
+func finish(t TB, st lockstore.Store, key, id string) {
 	t.Helper()
 	if err := st.Finish(tctx(t), key, id); err != nil {
 		t.Fatalf("Finish: %v", err)

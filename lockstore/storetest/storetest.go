@@ -83,7 +83,7 @@ func Run(t *testing.T, h Harness) {
 	s.margin = (baseClockMargin + h.ExtraClockMargin).Milliseconds()
 
 	t.Run("conformance", func(t *testing.T) {
-		for _, c := range s.cases() {
+		for _, c := range append(s.cases(), s.barrierCases()...) {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
 				c.fn(t)

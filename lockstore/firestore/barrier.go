@@ -1,0 +1,213 @@
+package firestore
+
+import (
+	"context"
+
+	"cloud.google.com/go/firestore"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// The write barrier keeps, per key, one document in Config.BarrierCollection
+// under the lock document's ID: {key, writes: {writeId: {fence,
+// deadlineMs}}}. Locks and counters are other collections; the barrier's
+// transactions only read them.
+
+// barrierDoc is a key's in-flight writes.
+type barrierDoc struct {
+	Key    string                  `firestore:"key"`
+	Writes map[string]barrierEntry `firestore:"writes"`
+}
+
+type barrierEntry struct {
+	Fence      string `firestore:"fence"`
+	DeadlineMs int64  `firestore:"deadlineMs"`
+}
+
+var _ lockstore.WriteBarrier = (*Store)(nil)
+
+func (s *Store) barrierRef(docID string) *firestore.DocumentRef {
+	return s.client.Collection(s.cfg.BarrierCollection).Doc(docID)
+}
+
+// decodeWrites returns a barrier snapshot's entries (empty if absent).
+func decodeWrites(snap *firestore.DocumentSnapshot, op string) (map[string]lockstore.WriteEntry, error) {
+	entries := map[string]lockstore.WriteEntry{}
+	if snap == nil || !snap.Exists() {
+		return entries, nil
+	}
+	var d barrierDoc
+	if err := snap.DataTo(&d); err != nil {
+		return nil, &lockstore.Error{Code: lockstore.Internal, Op: op, Msg: "write barrier document does not decode", Err: err}
+	}
+	for id, e := range d.Writes {
+		entries[id] = lockstore.WriteEntry{Fence: e.Fence, DeadlineMs: e.DeadlineMs}
+	}
+	return entries, nil
+}
+
+// putWrites writes a key's entries in tx, deleting the document when none
+// is left.
+func putWrites(tx *firestore.Transaction, ref *firestore.DocumentRef, nk string, entries map[string]lockstore.WriteEntry) error {
+	if len(entries) == 0 {
+		return tx.Delete(ref)
+	}
+	d := barrierDoc{Key: nk, Writes: make(map[string]barrierEntry, len(entries))}
+	for id, e := range entries {
+		d.Writes[id] = barrierEntry{Fence: e.Fence, DeadlineMs: e.DeadlineMs}
+	}
+	return tx.Set(ref, d)
+}
+
+// keyState derives a key's state from its lock and counter snapshots at
+// nowMs, exactly as Inspect does.
+func keyState(lockSnap, counterSnap *firestore.DocumentSnapshot, nk string, nowMs int64, op string) (lockstore.KeyState, error) {
+	st := lockstore.KeyState{NowMs: nowMs}
+	l, held, err := decodeLock(lockSnap, op)
+	if err != nil {
+		return st, err
+	}
+	latest, err := decodeCounter(counterSnap, op)
+	if err != nil {
+		return st, err
+	}
+	if held && keyIs(l, nk) {
+		if n, err := lockstore.ParseFence(l.Fence); err == nil && n > latest {
+			latest = n
+		}
+		if lockstore.IsLive(l.ExpiresAtMs, nowMs) {
+			st.Live = &lockstore.HeldLock{LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}
+		}
+	}
+	if latest > 0 {
+		if st.LatestFence, err = lockstore.FormatFence(latest); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// Admit applies the write barrier in one transaction that reads the lock,
+// the counter and the key's barrier document and writes only the last:
+// Firestore's serializable transactions keep any acquire or release of the
+// key from committing between the read and the registration.
+func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
+	const op = "admit"
+	nk, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	maxMs, err := a.Validate()
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	lockID, fenceID, err := docIDs(nk)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	ctx, cancel, err := s.begin(ctx, op)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	defer cancel()
+	// Our own transactions on the key take turns (see keyLocks): two
+	// admissions both reading and then writing the barrier document would
+	// otherwise deadlock until Firestore aborts one.
+	unlock, err := s.inflight.lock(ctx, op, lockID)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, lockstore.WithContext(err, nk, "")
+	}
+	defer unlock()
+	lockRef, fenceRef, wRef := s.locks.Doc(lockID), s.fences.Doc(fenceID), s.barrierRef(lockID)
+	var res lockstore.WriteAdmitResult
+	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		res = lockstore.WriteAdmitResult{} // the library may run us more than once
+		if err := checkpoint(ctx, op); err != nil {
+			return err
+		}
+		snaps, err := tx.GetAll([]*firestore.DocumentRef{lockRef, fenceRef, wRef})
+		if err != nil {
+			return err
+		}
+		if err := checkpoint(ctx, op); err != nil {
+			return err
+		}
+		// The clock after the reads, as Inspect reads it.
+		ks, err := keyState(snaps[0], snaps[1], nk, s.nowMs(), op)
+		if err != nil {
+			return err
+		}
+		entries, err := decodeWrites(snaps[2], op)
+		if err != nil {
+			return err
+		}
+		var changed bool
+		res, changed = a.Apply(entries, ks, maxMs)
+		if !changed {
+			return nil
+		}
+		return putWrites(tx, wRef, nk, entries)
+	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, lockstore.WithContext(classify(ctx, op, err), nk, "")
+	}
+	return res, nil
+}
+
+// Finish removes entry writeID of key (and any expired ones) in one
+// transaction over the key's barrier document; an absent entry is not an
+// error and writes nothing.
+func (s *Store) Finish(ctx context.Context, key, writeID string) error {
+	const op = "finish"
+	nk, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return err
+	}
+	if err := lockstore.ValidateWriteID(writeID); err != nil {
+		return err
+	}
+	lockID, _, err := docIDs(nk)
+	if err != nil {
+		return err
+	}
+	ctx, cancel, err := s.begin(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	unlock, err := s.inflight.lock(ctx, op, lockID)
+	if err != nil {
+		return lockstore.WithContext(err, nk, "")
+	}
+	defer unlock()
+	wRef := s.barrierRef(lockID)
+	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		if err := checkpoint(ctx, op); err != nil {
+			return err
+		}
+		// GetAll reports an absent document as a snapshot, not an error.
+		snaps, err := tx.GetAll([]*firestore.DocumentRef{wRef})
+		if err != nil {
+			return err
+		}
+		entries, err := decodeWrites(snaps[0], op)
+		if err != nil {
+			return err
+		}
+		if _, ok := entries[writeID]; !ok {
+			return nil
+		}
+		delete(entries, writeID)
+		now := s.nowMs()
+		for id, e := range entries {
+			if e.DeadlineMs <= now {
+				delete(entries, id)
+			}
+		}
+		return putWrites(tx, wRef, nk, entries)
+	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
+	if err != nil {
+		return lockstore.WithContext(classify(ctx, op, err), nk, "")
+	}
+	return nil
+}

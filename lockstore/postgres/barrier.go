@@ -1,0 +1,177 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// The write barrier keeps one row per in-flight write in the barrier table
+// (Config.BarrierTable): (key, write_id) → fence, deadline_ms, keyed by the
+// lock's storage key. Locks and counters are other tables; nothing here
+// writes them.
+
+// barrierStatements is the barrier's SQL with the table names quoted.
+type barrierStatements struct {
+	admit, finish string
+}
+
+func buildBarrierStatements(cfg Config) barrierStatements {
+	r := strings.NewReplacer(
+		"{locks}", ident(cfg.Table),
+		"{fences}", ident(cfg.FenceTable),
+		"{barrier}", ident(cfg.BarrierTable),
+		"{now_ms}", nowMsSQL,
+	)
+	return barrierStatements{
+		// Runs after the acquire's advisory lock on the storage key ($1),
+		// in the same implicit transaction, so no acquire of the key can
+		// commit between this statement's read and its insert; admissions
+		// of one key serialise on the same lock.
+		//   state   - what inspect reads, at one clock reading;
+		//   derived - the live fence and the latest fence as Inspect derives
+		//             them in Go (the counter, raised to a live fence above
+		//             it), and whether $3 matches under policy $4;
+		//   pruned  - expired entries of the key, deleted (except this write
+		//             id's own, which the upsert may rewrite: one statement
+		//             must not touch a row twice);
+		//   blockers- unexpired entries under a lower fence;
+		//   ins     - the registration, only when matched and unblocked.
+		// Fences are 15 digits; COLLATE "C" makes text order byte order.
+		admit: r.Replace(`WITH clock AS (
+				SELECT {now_ms} AS now_ms
+			), state AS MATERIALIZED (
+				SELECT c.now_ms, l.lock_id, l.expires_at_ms, l.acquired_at_ms, l.fence AS lock_fence,
+					(SELECT f.fence FROM {fences} f WHERE f.fence_key = $2) AS counter
+				FROM clock c LEFT JOIN {locks} l ON l.key = $1
+			), live AS (
+				SELECT s.*,
+					CASE WHEN s.expires_at_ms > s.now_ms - 1000 THEN s.lock_fence END AS live_fence,
+					CASE WHEN s.counter > 0
+						THEN lpad(s.counter::text, greatest(15, length(s.counter::text)), '0') END AS counted
+				FROM state s
+			), derived AS (
+				SELECT v.*,
+					coalesce(CASE WHEN $4::boolean THEN v.live_fence = $3::text
+						ELSE (CASE WHEN v.live_fence COLLATE "C" > coalesce(v.counted, '') COLLATE "C"
+							THEN v.live_fence ELSE v.counted END) = $3::text END, false) AS matched
+				FROM live v
+			), pruned AS (
+				DELETE FROM {barrier} b USING clock c
+				WHERE b.key = $1 AND b.deadline_ms <= c.now_ms AND b.write_id <> $5
+				RETURNING b.write_id
+			), blockers AS (
+				SELECT count(*) AS n, coalesce(max(b.deadline_ms), 0) AS until
+				FROM {barrier} b, clock c
+				WHERE b.key = $1 AND b.deadline_ms > c.now_ms AND b.fence COLLATE "C" < $3::text COLLATE "C"
+			), ins AS (
+				INSERT INTO {barrier} (key, write_id, fence, deadline_ms)
+				SELECT $1, $5, $3::text, d.now_ms + $6::bigint FROM derived d, blockers b
+				WHERE d.matched AND b.n = 0
+				ON CONFLICT (key, write_id) DO UPDATE SET fence = EXCLUDED.fence, deadline_ms = EXCLUDED.deadline_ms
+				RETURNING 1
+			)
+			SELECT d.now_ms, d.lock_id, d.expires_at_ms, d.acquired_at_ms, d.lock_fence, d.counter,
+				d.matched, b.n, b.until, EXISTS (SELECT 1 FROM ins)
+			FROM derived d, blockers b`),
+
+		finish: r.Replace(`DELETE FROM {barrier} WHERE key = $1 AND write_id = $2`),
+	}
+}
+
+var _ lockstore.WriteBarrier = (*Store)(nil)
+
+// Admit applies the write barrier in one round trip: the acquire's advisory
+// lock on the storage key and the admit statement, sent as one pipeline
+// that PostgreSQL runs as one implicit transaction, by the server's now().
+func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
+	const op = "admit"
+	nk, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	maxMs, err := a.Validate()
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	lockKey, fenceKey, err := storageKeys(nk)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, lockstore.WithContext(err, key, "")
+	}
+	if err := s.begin(ctx, op); err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	var (
+		r                lockRow
+		counter          *int64
+		matched, created bool
+		blocking, until  int64
+	)
+	dest := append(r.dest()[:5], &counter, &matched, &blocking, &until, &created)
+	b := &pgx.Batch{}
+	b.Queue(s.sql.acquireLock, lockKey)
+	b.Queue(s.sql.barrier.admit, lockKey, fenceKey, a.Fence, a.RequireLive, a.WriteID, maxMs).
+		QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return lockstore.WriteAdmitResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")
+	}
+
+	// The state exactly as Inspect derives it from the same columns.
+	ks := lockstore.KeyState{NowMs: r.nowMs}
+	if r.live() {
+		ks.Live = &lockstore.HeldLock{LockID: *r.lockID, Fence: *r.fence,
+			ExpiresAtMs: *r.expiresAt, AcquiredAtMs: *r.acquiredAt}
+	}
+	if counter != nil && *counter > 0 {
+		ks.LatestFence = fmt.Sprintf("%0*d", lockstore.FenceDigits, *counter)
+	}
+	if ks.Live != nil && ks.Live.Fence > ks.LatestFence {
+		ks.LatestFence = ks.Live.Fence
+	}
+	// SQL and Go must agree on the match; if they ever do not, the
+	// decision cannot be trusted (an entry it wrote is left to expire).
+	if matched != a.Matches(ks) {
+		return lockstore.WriteAdmitResult{}, lockstore.Errorf(lockstore.Internal, op,
+			"postgres: the admit statement and the store disagree whether fence %s matches (statement %v)", a.Fence, matched)
+	}
+	res := lockstore.WriteAdmitResult{State: ks}
+	switch {
+	case created:
+		res.Admitted = true
+	case matched:
+		res.Blocking, res.BlockedUntilMs = int(blocking), until
+		if blocking == 0 {
+			return lockstore.WriteAdmitResult{}, lockstore.Errorf(lockstore.Internal, op,
+				"postgres: a matching, unblocked write was not registered")
+		}
+	}
+	return res, nil
+}
+
+// Finish deletes the entry in one statement; an absent entry is not an
+// error. Expired entries are left to the next Admit of the key.
+func (s *Store) Finish(ctx context.Context, key, writeID string) error {
+	const op = "finish"
+	nk, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return err
+	}
+	if err := lockstore.ValidateWriteID(writeID); err != nil {
+		return err
+	}
+	lockKey, _, err := storageKeys(nk)
+	if err != nil {
+		return lockstore.WithContext(err, key, "")
+	}
+	if err := s.begin(ctx, op); err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, s.sql.barrier.finish, lockKey, writeID); err != nil {
+		return lockstore.WithContext(classify(ctx, op, err), key, "")
+	}
+	return nil
+}

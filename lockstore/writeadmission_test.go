@@ -1,0 +1,106 @@
+package lockstore
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWriteAdmissionValidate(t *testing.T) {
+	good := WriteAdmission{Fence: "000000000000007", WriteID: strings.Repeat("A", 22), MaxWrite: 1500 * time.Millisecond}
+	if ms, err := good.Validate(); err != nil || ms != 1500 {
+		t.Fatalf("Validate(good) = %d, %v; want 1500, nil", ms, err)
+	}
+	sub := good
+	sub.MaxWrite = 2*time.Millisecond + 999*time.Microsecond
+	if ms, err := sub.Validate(); err != nil || ms != 2 {
+		t.Errorf("Validate(2.999ms) = %d, %v; want 2 (truncated), nil", ms, err)
+	}
+	for _, c := range []struct {
+		name string
+		mod  func(*WriteAdmission)
+	}{
+		{"short fence", func(a *WriteAdmission) { a.Fence = "7" }},
+		{"fence with sign", func(a *WriteAdmission) { a.Fence = "+00000000000007" }},
+		{"empty write id", func(a *WriteAdmission) { a.WriteID = "" }},
+		{"write id with '+'", func(a *WriteAdmission) { a.WriteID = strings.Repeat("A", 21) + "+" }},
+		{"zero maxWrite", func(a *WriteAdmission) { a.MaxWrite = 0 }},
+		{"sub-millisecond maxWrite", func(a *WriteAdmission) { a.MaxWrite = 999 * time.Microsecond }},
+		{"negative maxWrite", func(a *WriteAdmission) { a.MaxWrite = -time.Second }},
+		{"maxWrite over the limit", func(a *WriteAdmission) { a.MaxWrite = MaxWriteLimit + time.Millisecond }},
+	} {
+		a := good
+		c.mod(&a)
+		if _, err := a.Validate(); CodeOf(err) != InvalidArgument {
+			t.Errorf("%s: Validate = %v, want InvalidArgument", c.name, err)
+		}
+	}
+	if err := ValidateWriteID(strings.Repeat("x", 21) + "\u0430"); err == nil || strings.Contains(err.Error(), "x") {
+		t.Errorf("ValidateWriteID error %v must exist and not echo the input", err)
+	}
+}
+
+func TestWriteAdmissionApply(t *testing.T) {
+	const f1, f2, f3 = "000000000000001", "000000000000002", "000000000000003"
+	live := func(f string) KeyState { return KeyState{Live: &HeldLock{Fence: f}, LatestFence: f, NowMs: 1000} }
+	released := KeyState{LatestFence: f2, NowMs: 1000}
+	id := func(c byte) string { return strings.Repeat(string(c), 22) }
+	for _, c := range []struct {
+		name         string
+		a            WriteAdmission
+		ks           KeyState
+		entries      map[string]WriteEntry
+		admitted     bool
+		blocking     int
+		until        int64
+		wantEntries  []string // ids left afterwards
+		wantDeadline int64    // of the new entry, when admitted
+	}{
+		{name: "current holder, no entries", a: WriteAdmission{Fence: f2, RequireLive: true, WriteID: id('a')},
+			ks: live(f2), admitted: true, wantEntries: []string{id('a')}, wantDeadline: 1000 + 500},
+		{name: "same fence never blocks", a: WriteAdmission{Fence: f2, RequireLive: true, WriteID: id('a')},
+			ks: live(f2), entries: map[string]WriteEntry{id('b'): {f2, 5000}}, admitted: true,
+			wantEntries: []string{id('a'), id('b')}, wantDeadline: 1500},
+		{name: "older entries block", a: WriteAdmission{Fence: f3, RequireLive: true, WriteID: id('a')},
+			ks: live(f3), entries: map[string]WriteEntry{id('b'): {f1, 4000}, id('c'): {f2, 7000}, id('d'): {f3, 9000}},
+			blocking: 2, until: 7000, wantEntries: []string{id('b'), id('c'), id('d')}},
+		{name: "expired entries neither block nor stay", a: WriteAdmission{Fence: f3, RequireLive: true, WriteID: id('a')},
+			ks: live(f3), entries: map[string]WriteEntry{id('b'): {f1, 1000}, id('c'): {f2, 999}},
+			admitted: true, wantEntries: []string{id('a')}, wantDeadline: 1500},
+		{name: "holder policy, released", a: WriteAdmission{Fence: f2, RequireLive: true, WriteID: id('a')},
+			ks: released, entries: map[string]WriteEntry{id('b'): {f1, 900}}, wantEntries: nil},
+		{name: "latest policy, released", a: WriteAdmission{Fence: f2, WriteID: id('a')},
+			ks: released, admitted: true, wantEntries: []string{id('a')}, wantDeadline: 1500},
+		{name: "stale fence registers nothing", a: WriteAdmission{Fence: f1, WriteID: id('a')},
+			ks: live(f2), entries: map[string]WriteEntry{}, wantEntries: nil},
+		{name: "unknown key", a: WriteAdmission{Fence: f1, WriteID: id('a')}, ks: KeyState{NowMs: 1000}},
+		{name: "re-registering replaces", a: WriteAdmission{Fence: f2, WriteID: id('a')},
+			ks: live(f2), entries: map[string]WriteEntry{id('a'): {f2, 1200}}, admitted: true,
+			wantEntries: []string{id('a')}, wantDeadline: 1500},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			entries := map[string]WriteEntry{}
+			for k, v := range c.entries {
+				entries[k] = v
+			}
+			r, _ := c.a.Apply(entries, c.ks, 500)
+			if r.Admitted != c.admitted || r.Blocking != c.blocking || r.BlockedUntilMs != c.until {
+				t.Fatalf("Apply = admitted %v blocking %d until %d; want %v %d %d",
+					r.Admitted, r.Blocking, r.BlockedUntilMs, c.admitted, c.blocking, c.until)
+			}
+			if len(entries) != len(c.wantEntries) {
+				t.Fatalf("entries after Apply = %v, want ids %v", entries, c.wantEntries)
+			}
+			for _, id := range c.wantEntries {
+				if _, ok := entries[id]; !ok {
+					t.Fatalf("entry %s missing after Apply: %v", id, entries)
+				}
+			}
+			if c.admitted {
+				if e := entries[c.a.WriteID]; e.Fence != c.a.Fence || e.DeadlineMs != c.wantDeadline {
+					t.Errorf("new entry = %+v, want fence %s deadline %d", e, c.a.Fence, c.wantDeadline)
+				}
+			}
+		})
+	}
+}
