@@ -33,15 +33,30 @@ func TestSuites(t *testing.T) {
 		}},
 		{"authz", authzSuite, []string{"authz/noop", "authz/fencegate-redis"}},
 		{"peer", peerSuite, []string{"peer/redislock", "peer/fencegate-redis"}},
+		{"proxy", proxySuite, []string{"proxy/floor", "proxy/fencegate", "proxy/fencegate-barrier", "proxy/nginx-forward-auth"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			subs := tc.suite(t, nw)
 			var ids []string
 			for _, s := range subs {
 				ids = append(ids, s.id)
+				var stop func(int) map[string]float64
+				if s.meter != nil {
+					stop = s.meter()
+				}
 				smp, err := measureN(t.Context(), nw, n, s.op)
 				if err != nil {
 					t.Fatalf("%s: %v", s.id, err)
+				}
+				if stop != nil {
+					// Other packages' tests share Redis under `make test`:
+					// the values are not asserted, only that they exist.
+					ex := stop(smp.n)
+					for _, k := range []string{extraCPU, extraTrips} {
+						if v, ok := ex[k]; !ok || v < 0 {
+							t.Errorf("%s: extra metric %s = %v (present %v)", s.id, k, v, ok)
+						}
+					}
 				}
 				if smp.n != n || len(smp.lat) != n || smp.elapsed <= 0 {
 					t.Errorf("%s: sample n=%d latencies=%d elapsed=%v, want %d calls timed", s.id, smp.n, len(smp.lat), smp.elapsed, n)
