@@ -219,8 +219,8 @@ func (c *Config) Validate() error {
 		}
 		checkTLS(add, l.name+".tls", l.l.TLS)
 	}
-	if !c.HTTP.Enabled() && !c.GRPC.Enabled() && !c.Authz.Enabled() && !c.Admission.Enabled() {
-		add("every listener is off: enable at least one of http, grpc, authz, admission")
+	if !c.HTTP.Enabled() && !c.GRPC.Enabled() && !c.Authz.Enabled() && !c.Admission.Enabled() && len(c.Proxy.Routes) == 0 {
+		add("every listener is off: enable at least one of http, grpc, authz, admission, or set proxy.routes")
 	}
 
 	if c.Admission.Addr != Off && c.Admission.Addr != "" {

@@ -36,24 +36,9 @@ const (
 	drainBackoffMax = 40 * time.Millisecond
 )
 
-// ErrNoBarrier is returned (with the fail-closed Decision) when a request
-// asks for the barrier and the store does not implement
-// lockstore.WriteBarrier.
-var ErrNoBarrier = errors.New("fencecheck: the store has no write barrier")
-
 // admit is the barrier's step 3: Admit instead of Inspect, retried while
 // older writes drain, within the check's budget. key is normalised.
 func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string) (Decision, error) {
-	wb, ok := c.store.(lockstore.WriteBarrier)
-	if !ok {
-		c.log.LogAttrs(ctx, slog.LevelWarn, "fencecheck: the route asks for the write barrier but the store has none; failing closed",
-			slog.String("decisionId", d.DecisionID), slog.String("route", r.Route))
-		d = c.unavailable(d)
-		if d.Allowed {
-			return d, nil
-		}
-		return d, ErrNoBarrier
-	}
 	writeID, err := lockstore.NewLockID()
 	if err != nil {
 		d = c.unavailable(d)
@@ -80,7 +65,7 @@ func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string) 
 	for attempt := 0; ; attempt++ {
 		t0 := time.Now()
 		actx, cancel := context.WithTimeout(ctx, c.timeout)
-		res, aerr := wb.Admit(actx, key, a)
+		res, aerr := c.store.Admit(actx, key, a)
 		cancel()
 		took := time.Since(t0)
 		if aerr != nil {
@@ -215,12 +200,8 @@ func (c *Checker) Abandon(ctx context.Context, d Decision) {
 }
 
 func (c *Checker) finishEntry(ctx context.Context, key, writeID, decisionID string) error {
-	wb, ok := c.store.(lockstore.WriteBarrier)
-	if !ok {
-		return ErrNoBarrier
-	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.finishTimeout)
-	err := wb.Finish(fctx, key, writeID)
+	err := c.store.Finish(fctx, key, writeID)
 	cancel()
 	if err != nil {
 		c.m.finishErrors.Inc()

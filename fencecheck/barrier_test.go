@@ -226,13 +226,6 @@ func TestBarrierDryRunDoesNotWait(t *testing.T) {
 }
 
 func TestBarrierFailsClosed(t *testing.T) {
-	t.Run("store without barrier", func(t *testing.T) {
-		c := New(&stateStore{state: live(f5, idA)}, Options{})
-		d, err := c.Check(t.Context(), Request{Key: "k", Write: true, Fence: f5, Barrier: true})
-		if !errors.Is(err, ErrNoBarrier) || d.Allowed || d.Reason != ReasonUnavailable {
-			t.Fatalf("%+v %v", d, err)
-		}
-	})
 	t.Run("admit error", func(t *testing.T) {
 		b := &barrierStore{admitErr: errors.New("store down")}
 		d, err := New(b, Options{}).Check(t.Context(), Request{Key: "k", Write: true, Fence: f5, Barrier: true})
@@ -276,5 +269,26 @@ func TestBarrierAbandon(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(c.m.inflight); got != 0 {
 		t.Errorf("inflight = %v", got)
+	}
+}
+
+// TestBarrierSkippedWithoutStoreWork: reads, policy off and input denials
+// never reach Admit, barrier or not.
+func TestBarrierSkippedWithoutStoreWork(t *testing.T) {
+	b := &barrierStore{}
+	c := New(b, Options{})
+	for _, r := range []Request{
+		{Key: "k", Write: false, Barrier: true},
+		{Key: "k", Write: true, Policy: PolicyOff, Barrier: true},
+		{Key: "k", Write: true, Barrier: true},
+		{Key: "k", Write: true, Fence: "5", Barrier: true},
+	} {
+		d, err := c.Check(t.Context(), r)
+		if err != nil || d.WriteID != "" {
+			t.Fatalf("%+v: %+v %v", r, d, err)
+		}
+	}
+	if n, _ := b.counts(); n != 0 {
+		t.Fatalf("%d Admit calls, want 0", n)
 	}
 }

@@ -43,8 +43,7 @@
 // transport calls Finish once the upstream's response is complete, or
 // Abandon when the exchange failed (the entry then expires MaxWrite after
 // admission). An admitted write whose lockId proof fails is denied and its
-// entry removed at once. A store without WriteBarrier fails the check closed
-// (ErrNoBarrier). In dry-run and warn a positive evaluation still registers
+// entry removed at once. In dry-run and warn a positive evaluation still registers
 // the write (so the metrics and the store show what enforce would do), but a
 // write that would wait is not held back: it passes at once as a would-deny
 // "draining".

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/redis"
 )
 
 // heldUpstream answers every request at once, except one carrying
@@ -367,5 +370,58 @@ func TestRouteValidation(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
+	}
+}
+
+// openRedis opens a Redis store on REDIS_URL under a prefix of the test's
+// own; two calls with the same prefix are two gateway replicas on one
+// store.
+func openRedis(t *testing.T, prefix string) lockstore.Store {
+	t.Helper()
+	u := os.Getenv("REDIS_URL")
+	if u == "" {
+		t.Fatal("REDIS_URL is not set; run the tests with `make test` (scripts/testenv starts a throwaway Redis), or export REDIS_URL=redis://127.0.0.1:PORT/0")
+	}
+	cfg, err := redis.ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Prefix = prefix
+	s, err := redis.Open(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// TestProxyBarrierAcrossReplicas: two proxies, each with its own checker
+// and its own connection to one Redis store (two replicas). W1 is in
+// flight through replica A; W2 under a newer fence through replica B is
+// refused draining, and admitted once W1 has finished at A.
+func TestProxyBarrierAcrossReplicas(t *testing.T) {
+	prefix := fmt.Sprintf("proxytest%d", time.Now().UnixNano())
+	sa, sb := openRedis(t, prefix), openRedis(t, prefix)
+	h := newHeldUpstream(t)
+	route := []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true, MaxWrite: time.Minute}}
+	_, a := serveProxy(t, fencecheck.New(sa, fencecheck.Options{Timeout: 100 * time.Millisecond}), route, Options{})
+	_, b := serveProxy(t, fencecheck.New(sb, fencecheck.Options{Timeout: 100 * time.Millisecond}), route, Options{})
+	l1 := acquire(t, sa, "acct")
+	w1 := startHeldWrite(t, h, a.URL+"/w", l1.Fence)
+	l2 := newerFence(t, sb, l1, "acct")
+	res, body, err := post(t.Context(), t, b.URL+"/w", l2.Fence, false)
+	if err != nil || res.StatusCode != 429 {
+		t.Fatalf("W2 at replica B while W1 is in flight at A: %v %q %v, want 429 draining", res, body, err)
+	}
+	h.unblock()
+	if st := <-w1; st != 200 {
+		t.Fatalf("W1 %d", st)
+	}
+	waitFor(t, "W2 at replica B after W1 finished", func() bool {
+		res, _, err := post(t.Context(), t, b.URL+"/w", l2.Fence, false)
+		return err == nil && res.StatusCode == 200
+	})
+	if h.sawOthersWhileHeld.Load() != 0 {
+		t.Fatal("W2 reached the upstream while W1 was in flight")
 	}
 }

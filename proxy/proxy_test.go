@@ -395,3 +395,31 @@ func metric(t *testing.T, g prometheus.Gatherer, name string) float64 {
 	}
 	return v
 }
+
+// TestProxyAudit: a denial through the proxy is an audit event with the
+// proxy as its source, the route's name and the client's address, and the
+// key's hash only.
+func TestProxyAudit(t *testing.T) {
+	s := openBolt(t)
+	old := acquire(t, s, "k")
+	release(t, s, old.LockID)
+	cur := acquire(t, s, "k")
+	up, _ := recorder(t)
+	a := fencecheck.NewAuditor(s, fencecheck.AuditorOptions{})
+	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{Audit: a}), []Route{{Name: "orders-write", Prefix: "/", Upstream: mustURL(t, up.URL), Key: "k"}}, Options{})
+	res, _ := do(t, "PUT", srv.URL+"/k?q=1", map[string]string{"X-Fence-Token": old.Fence}, "x")
+	if res.StatusCode != 409 {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	_ = a.Close() // flush
+	evs, err := s.QueryAudit(t.Context(), lockstore.AuditQuery{KeyHash: lockstore.HashKey("k")})
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("audit: %v %v", evs, err)
+	}
+	ev := evs[0]
+	if ev.Source != Source || ev.Route != "orders-write" || ev.Reason != "stale" || ev.Presented != old.Fence || ev.Current != cur.Fence ||
+		ev.Method != "PUT" || !strings.HasPrefix(ev.Peer, "127.0.0.1:") || ev.Key != "" || ev.Path != "" ||
+		ev.DecisionID != res.Header.Get("X-Fence-Decision-Id") {
+		t.Fatalf("event %+v", ev)
+	}
+}

@@ -164,3 +164,74 @@ proxy:
 		t.Fatal("did not drain")
 	}
 }
+
+// TestServeMountsProxy: `fencegate serve` with proxy.routes runs the proxy
+// listener (here the only one), and refuses bad route options with exit 2.
+func TestServeMountsProxy(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "fence.db")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "verified=%s", r.Header.Get("X-Fence-Verified"))
+	}))
+	t.Cleanup(up.Close)
+
+	bad := writeConfig(t, fmt.Sprintf(`
+store: bolt://%s
+proxy:
+  routes:
+    - {prefix: /o, upstream: %s, policy: newest}
+`, dbPath, up.URL))
+	var stderr bytes.Buffer
+	if code := runServe(t.Context(), []string{"--config", bad}, io.Discard, &stderr); code != exitUsage || !strings.Contains(stderr.String(), "newest") {
+		t.Fatalf("bad route: exit %d: %s", code, stderr.String())
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`
+store: bolt://%s
+http: {addr: "off"}
+grpc: {addr: "off"}
+authz: {addr: "off"}
+admission: {addr: "off"}
+proxy:
+  addr: %s
+  routes:
+    - {prefix: /, upstream: %s, key: "k", barrier: true}
+`, dbPath, addr, up.URL))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errOut := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- runServe(ctx, []string{"--config", cfg}, io.Discard, errOut) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(errOut.String(), "fencegate ready") {
+		select {
+		case code := <-done:
+			t.Fatalf("exited %d: %s", code, errOut.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready: %s", errOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+addr+"/x", nil)
+	req.Header.Set("X-Fence-Token", "000000000000001")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 409 || !strings.Contains(string(b), `"error":"unknown"`) {
+		t.Fatalf("write on a never-locked key: %d %s", res.StatusCode, b)
+	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+}
