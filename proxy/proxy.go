@@ -164,7 +164,7 @@ func NewTransport() *http.Transport {
 	t.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
 	t.IdleConnTimeout = DefaultIdleConnTimeout
 	t.ExpectContinueTimeout = DefaultExpectContinueTimeout
-	t.MaxIdleConnsPerHost = t.MaxIdleConns // a route has one upstream host; net/http's 2 would redial per request beyond 2 concurrent
+	t.MaxIdleConnsPerHost = t.MaxIdleConns // few upstream hosts; net/http's 2 per host redials beyond 2 concurrent requests
 	return t
 }
 
