@@ -235,6 +235,12 @@ func TestRender(t *testing.T) {
 			{PerSec: 4000, P50: us(200), P99: us(800)},
 		},
 		"peer/fencegate-redis": {{PerSec: 100, P50: us(1), P99: us(2)}},
+		// extra metrics: medians over the runs, absolute
+		"proxy/floor": {{PerSec: 1000, P50: us(10), P99: us(20), Extra: map[string]float64{extraCPU: 50, extraTrips: 0}}},
+		"proxy/fencegate-barrier": {
+			{PerSec: 500, P50: us(20), P99: us(40), Extra: map[string]float64{extraCPU: 90, extraTrips: 2}},
+			{PerSec: 500, P50: us(20), P99: us(40), Extra: map[string]float64{extraCPU: 110, extraTrips: 2}},
+		},
 	}
 	var sb strings.Builder
 	render(&sb, runInfo{Commit: "abc1234", Command: "go test -bench ."}, runs)
@@ -247,6 +253,8 @@ func TestRender(t *testing.T) {
 		// the peer is missing: absolute numbers, no ratios
 		"| peer/fencegate-redis | 100 | 1 | 2 | peer/redislock | — | — | — | — | 1 |",
 		"`go test -bench .`",
+		"| runs | cpu-µs/req | redis-trips/req |",
+		"| proxy/fencegate-barrier | 500 | 20 | 40 | proxy/floor | 0.50 | 2.00 | 2.00 | +10 | 2 | 100.00 | 2.00 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
