@@ -323,7 +323,9 @@ func proxySuite(tb testing.TB, nw int) []subject {
 	storeURL.RawQuery = q.Encode()
 
 	cfg := filepath.Join(tb.TempDir(), "proxy.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`proxy:
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`check:
+  timeout: %[2]s
+proxy:
   addr: 127.0.0.1:0
   routes:
     - name: off
@@ -333,14 +335,18 @@ func proxySuite(tb testing.TB, nw int) []subject {
       prefix: /barrier
       upstream: %[1]s
       barrier: true
-`, app.URL)), 0o600); err != nil {
+`, app.URL, benchCheckTimeout)), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	jsonInfo := []string{"--log-format", "json", "--log-level", "info"}
 	fp := startProc(tb, []string{"FENCEGATE_CONFIG="}, readyJSON("fencegate proxy ready"), bin,
 		append([]string{"proxy", "--config", cfg, "--store", storeURL.String()}, jsonInfo...)...)
+	serveCfg := filepath.Join(tb.TempDir(), "serve.yaml")
+	if err := os.WriteFile(serveCfg, []byte(fmt.Sprintf("check:\n  timeout: %s\n", benchCheckTimeout)), 0o600); err != nil {
+		tb.Fatal(err)
+	}
 	gw := startProc(tb, []string{"FENCEGATE_CONFIG="}, readyJSON("fencegate ready"), bin,
-		append([]string{"serve", "--store", storeURL.String(), "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--authz-addr", "127.0.0.1:0"}, jsonInfo...)...)
+		append([]string{"serve", "--config", serveCfg, "--store", storeURL.String(), "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--authz-addr", "127.0.0.1:0"}, jsonInfo...)...)
 	edge := nginxtest.Start(tb, gw.addr["http"], strings.TrimPrefix(app.URL, "http://"))
 	floor := startProc(tb, []string{floorEnv + "=" + app.URL}, func(line string) map[string]string {
 		if a, ok := strings.CutPrefix(line, "floor ready "); ok {
