@@ -238,7 +238,7 @@ const (
 // workloadStats counts what the writers and holders saw.
 type workloadStats struct {
 	ok, stale, draining, unavailable, other atomic.Int64
-	issued, stalls, stalledWrites           atomic.Int64
+	issued, stalledWrites                   atomic.Int64
 	stalledAdmitted                         atomic.Int64
 	elapsed                                 time.Duration
 }
