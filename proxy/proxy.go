@@ -277,7 +277,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if dec.WriteID == "" {
-		rt.rp.ServeHTTP(w, withDecision(r, r.Context(), dec, nil))
+		rt.rp.ServeHTTP(w, withDecision(r.Context(), r, dec, nil))
 		return
 	}
 
@@ -298,10 +298,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// that went away), a write not finished by its response body is
 	// abandoned: the entry expires at MaxWrite.
 	defer bw.abandon(ctx)
-	rt.rp.ServeHTTP(w, withDecision(r, ctx, dec, bw))
+	rt.rp.ServeHTTP(w, withDecision(ctx, r, dec, bw))
 }
 
-func withDecision(r *http.Request, ctx context.Context, dec fencecheck.Decision, bw *barrierWrite) *http.Request {
+func withDecision(ctx context.Context, r *http.Request, dec fencecheck.Decision, bw *barrierWrite) *http.Request {
 	return r.WithContext(context.WithValue(ctx, ctxKey{}, &exchange{dec: dec, bw: bw}))
 }
 
