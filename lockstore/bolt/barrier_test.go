@@ -195,7 +195,7 @@ func (b *brokenBarrier) admitNotAtomic(ctx context.Context, key string, a lockst
 	if err != nil || !res.Admitted {
 		return res, err
 	}
-	time.Sleep(30 * time.Millisecond) // the window a real implementation would leave by accident
+	time.Sleep(150 * time.Millisecond) // the window a real implementation would leave by accident
 	return res, b.update(ctx, "admit", func(tx *bbolt.Tx) error {
 		entries, err := getWrites(tx, k)
 		if err != nil {

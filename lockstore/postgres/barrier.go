@@ -105,49 +105,64 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 	if err := s.begin(ctx, op); err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
-	var (
-		r                lockRow
-		counter          *int64
-		matched, created bool
-		blocking, until  int64
-	)
-	dest := append(r.dest()[:5], &counter, &matched, &blocking, &until, &created)
+	var row admitRow
 	b := &pgx.Batch{}
 	b.Queue(s.sql.acquireLock, lockKey)
 	b.Queue(s.sql.barrier.admit, lockKey, fenceKey, a.Fence, a.RequireLive, a.WriteID, maxMs).
-		QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
+		QueryRow(func(r pgx.Row) error { return r.Scan(row.dest()...) })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return lockstore.WriteAdmitResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
-
-	// The state exactly as Inspect derives it from the same columns.
-	ks := lockstore.KeyState{NowMs: r.nowMs}
-	if r.live() {
-		ks.Live = &lockstore.HeldLock{LockID: *r.lockID, Fence: *r.fence,
-			ExpiresAtMs: *r.expiresAt, AcquiredAtMs: *r.acquiredAt}
+	res, err := row.result(a)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, lockstore.WithContext(err, key, "")
 	}
-	if counter != nil && *counter > 0 {
-		ks.LatestFence = fmt.Sprintf("%0*d", lockstore.FenceDigits, *counter)
+	return res, nil
+}
+
+// admitRow is the admit statement's row.
+type admitRow struct {
+	lock             lockRow
+	counter          *int64
+	matched, created bool
+	blocking, until  int64
+}
+
+func (r *admitRow) dest() []any {
+	return append(r.lock.dest()[:5], &r.counter, &r.matched, &r.blocking, &r.until, &r.created)
+}
+
+// result derives the state exactly as Inspect does from the same columns
+// and turns the row into Admit's result.
+func (r *admitRow) result(a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
+	const op = "admit"
+	ks := lockstore.KeyState{NowMs: r.lock.nowMs}
+	if l := r.lock; l.live() {
+		ks.Live = &lockstore.HeldLock{LockID: *l.lockID, Fence: *l.fence,
+			ExpiresAtMs: *l.expiresAt, AcquiredAtMs: *l.acquiredAt}
+	}
+	if r.counter != nil && *r.counter > 0 {
+		ks.LatestFence = fmt.Sprintf("%0*d", lockstore.FenceDigits, *r.counter)
 	}
 	if ks.Live != nil && ks.Live.Fence > ks.LatestFence {
 		ks.LatestFence = ks.Live.Fence
 	}
 	// SQL and Go must agree on the match; if they ever do not, the
 	// decision cannot be trusted (an entry it wrote is left to expire).
-	if matched != a.Matches(ks) {
+	if r.matched != a.Matches(ks) {
 		return lockstore.WriteAdmitResult{}, lockstore.Errorf(lockstore.Internal, op,
-			"postgres: the admit statement and the store disagree whether fence %s matches (statement %v)", a.Fence, matched)
+			"postgres: the admit statement and the store disagree whether fence %s matches (statement %v)", a.Fence, r.matched)
 	}
 	res := lockstore.WriteAdmitResult{State: ks}
 	switch {
-	case created:
+	case r.created:
 		res.Admitted = true
-	case matched:
-		res.Blocking, res.BlockedUntilMs = int(blocking), until
-		if blocking == 0 {
+	case r.matched:
+		if r.blocking == 0 {
 			return lockstore.WriteAdmitResult{}, lockstore.Errorf(lockstore.Internal, op,
 				"postgres: a matching, unblocked write was not registered")
 		}
+		res.Blocking, res.BlockedUntilMs = int(r.blocking), r.until
 	}
 	return res, nil
 }

@@ -310,6 +310,17 @@ func adm(t TB, fence string, requireLive bool, maxWrite time.Duration) lockstore
 	return lockstore.WriteAdmission{Fence: fence, RequireLive: requireLive, WriteID: writeID(t), MaxWrite: maxWrite}
 }
 
+// admitFresh admits a write with a fresh id, for goroutines other than the
+// case's own (which must not call Fatalf).
+func admitFresh(ctx context.Context, st lockstore.Store, key, fence string, requireLive bool) (lockstore.WriteAdmitResult, string, error) {
+	id, err := lockstore.NewLockID()
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, "", err
+	}
+	r, err := st.Admit(ctx, key, lockstore.WriteAdmission{Fence: fence, RequireLive: requireLive, WriteID: id, MaxWrite: time.Minute})
+	return r, id, err
+}
+
 func admit(t TB, st lockstore.Store, key string, a lockstore.WriteAdmission) lockstore.WriteAdmitResult {
 	t.Helper()
 	r, err := st.Admit(tctx(t), key, a)
@@ -592,15 +603,14 @@ func (s *suite) barrierRaceHandover(t TB, e *barrierEnv) {
 			wg.Go(func() {
 				<-start
 				for range attempts {
-					w := adm(t, a.Fence, true, time.Minute)
-					r, err := st.Admit(t.Context(), key, w)
+					r, id, err := admitFresh(t.Context(), st, key, a.Fence, true)
 					if err != nil {
 						errs <- fmt.Sprintf("Admit(older): %v", err)
 						return
 					}
 					if r.Admitted {
 						mu.Lock()
-						olderIDs = append(olderIDs, w.WriteID)
+						olderIDs = append(olderIDs, id)
 						mu.Unlock()
 						continue
 					}
@@ -626,7 +636,7 @@ func (s *suite) barrierRaceHandover(t TB, e *barrierEnv) {
 			wg.Go(func() {
 				<-handedOff
 				for range attempts {
-					r, err := st.Admit(t.Context(), key, adm(t, f1, true, time.Minute))
+					r, _, err := admitFresh(t.Context(), st, key, f1, true)
 					if err != nil {
 						errs <- fmt.Sprintf("Admit(newer): %v", err)
 						return
@@ -674,7 +684,7 @@ func (s *suite) barrierAcquireKeepsEntries(t TB, e *barrierEnv) {
 	for range writers {
 		wg.Go(func() {
 			<-start
-			r, err := st.Admit(t.Context(), key, adm(t, a.Fence, false, time.Minute))
+			r, _, err := admitFresh(t.Context(), st, key, a.Fence, false)
 			if err != nil {
 				errs <- fmt.Sprintf("Admit: %v", err)
 				return

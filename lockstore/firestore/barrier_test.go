@@ -1,0 +1,97 @@
+package firestore
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+
+	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/storetest"
+)
+
+// outsideReadStore decides outside the transaction that registers the
+// write (a plain batched read of lock, counter and entries, then a pause,
+// then a transaction over the barrier document only): a handover and a
+// newer fence's admission can commit in between. The suite's barrier cases
+// must catch it.
+type outsideReadStore struct{ *Store }
+
+func (s outsideReadStore) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
+	const op = "admit"
+	nk, err := lockstore.NormalizeKey(key)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	maxMs, err := a.Validate()
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	lockID, fenceID, err := docIDs(nk)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	if ce := lockstore.ContextError(ctx, op); ce != nil {
+		return lockstore.WriteAdmitResult{}, ce
+	}
+	wRef := s.barrierRef(lockID)
+	snaps, err := s.client.GetAll(ctx, []*firestore.DocumentRef{s.locks.Doc(lockID), s.fences.Doc(fenceID), wRef})
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, classify(ctx, op, err)
+	}
+	ks, err := keyState(snaps[0], snaps[1], nk, s.nowMs(), op)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	entries, err := decodeWrites(snaps[2], op)
+	if err != nil {
+		return lockstore.WriteAdmitResult{}, err
+	}
+	res, _ := a.Apply(entries, ks, maxMs)
+	if !res.Admitted {
+		return res, nil
+	}
+	// The pause stands for a slow client between its decision and its
+	// commit; the registration then merges into whatever is stored now.
+	time.Sleep(400 * time.Millisecond)
+	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		ws, err := tx.GetAll([]*firestore.DocumentRef{wRef})
+		if err != nil {
+			return err
+		}
+		cur, err := decodeWrites(ws[0], op)
+		if err != nil {
+			return err
+		}
+		cur[a.WriteID] = lockstore.WriteEntry{Fence: a.Fence, DeadlineMs: ks.NowMs + maxMs}
+		return putWrites(tx, wRef, nk, cur)
+	})
+	return res, classify(ctx, op, err)
+}
+
+// TestBarrierReadOutsideTransactionIsCaught: the lock must be read in the
+// registering transaction; the suite catches a store that reads it before.
+func TestBarrierReadOutsideTransactionIsCaught(t *testing.T) {
+	needEmulator(t)
+	failed := storetest.BarrierFailures(t, storetest.Harness{
+		Open: func(t *testing.T, ns string) lockstore.Store {
+			s, err := Open(context.Background(), nsConfig(t, ns))
+			if err != nil {
+				t.Fatalf("Open(%s): %v", ns, err)
+			}
+			return outsideReadStore{s}
+		},
+		SetFence: func(t *testing.T, _ lockstore.Store, _, _ string, _ int64) { t.Fatal("not used by the barrier cases") },
+	})
+	names := make([]string, 0, len(failed))
+	for n := range failed {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	t.Logf("cases that caught the read outside the transaction: %v", names)
+	if _, ok := failed["race_handover"]; !ok {
+		t.Errorf("race_handover passed against a store that reads the lock outside its transaction")
+	}
+}
