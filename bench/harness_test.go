@@ -36,6 +36,10 @@ type subject struct {
 	id   string
 	unit string
 	op   op
+	// meter, if set, is started right before each measured run; what it
+	// returns is called with the run's number of calls right after, and
+	// gives the run's extra metrics (report.go's section.extras).
+	meter func() func(n int) map[string]float64
 }
 
 // A suite sets up the subjects of one comparison for nw workers, floor or
@@ -128,16 +132,27 @@ func runSuite(b *testing.B, s suite) {
 			// A name run again gets the framework's "#01" suffix.
 			b.Run(subName(sub.id), func(b *testing.B) {
 				b.ReportAllocs()
+				var stop func(int) map[string]float64
+				if sub.meter != nil {
+					stop = sub.meter()
+				}
 				b.ResetTimer()
 				smp, err := measureN(b.Context(), nw, b.N, sub.op)
 				b.StopTimer()
 				if err != nil {
 					b.Fatalf("%s: %v", sub.id, err)
 				}
+				r := smp.result()
+				if stop != nil {
+					r.Extra = stop(smp.n)
+				}
 				b.ReportMetric(smp.perSec(), sub.unit)
 				b.ReportMetric(micros(smp.pct(50)), "p50-µs")
 				b.ReportMetric(micros(smp.pct(99)), "p99-µs")
-				board.set(sub.id, smp.result())
+				for k, v := range r.Extra {
+					b.ReportMetric(v, k)
+				}
+				board.set(sub.id, r)
 			})
 			// b.Run returns once the sub-benchmark is done with every b.N
 			// it tried; what set saw last is the run it reported.

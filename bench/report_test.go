@@ -23,6 +23,8 @@ type result struct {
 	PerSec   float64
 	P50, P99 time.Duration
 	N        int
+	// Extra holds a run's extra metrics by name (subject.meter).
+	Extra map[string]float64
 }
 
 // scoreboard keeps, per subject id, the final run of each -count round.
@@ -136,6 +138,9 @@ func ratioOf(f func(result) float64) func(s, b result) float64 {
 type section struct {
 	title, unit, note string
 	rows              []row
+	// extras are extra metrics (result.Extra) shown as more columns:
+	// the median over the runs, absolute (not a ratio).
+	extras []string
 }
 
 type row struct{ id, baseline string }
@@ -173,6 +178,29 @@ var sections = []section{
 			{"peer/fencegate-redis", "peer/redislock"},
 		},
 	},
+	{
+		title: "4. fencegate proxy (barrier off, on) and nginx + forward-auth vs a plain httputil.ReverseProxy (floor)",
+		unit:  "writes/s",
+		note: "A PUT carrying the current fence of a lock its worker holds, to an upstream that answers at once. floor: httputil.ReverseProxy in its own process; fencegate: the `fencegate proxy` binary on Redis, route without and with the barrier; nginx-forward-auth: the shipped nginx.conf in front of `fencegate serve` on Redis (peer). " +
+			"cpu-µs/req: user+system CPU of the edge's processes (/proc/<pid>/stat: the floor; fencegate proxy; nginx master and worker + fencegate serve) plus Redis's own (INFO cpu), per request. " +
+			"redis-trips/req: EVALSHA+EVAL+HDEL calls (INFO commandstats) per request: the check (or the barrier's admit) and the barrier's completion (one HDEL); allowed writes are not audited.",
+		rows: []row{
+			{"proxy/floor", "proxy/floor"},
+			{"proxy/fencegate", "proxy/floor"},
+			{"proxy/fencegate-barrier", "proxy/floor"},
+			{"proxy/nginx-forward-auth", "proxy/floor"},
+		},
+		extras: []string{"cpu-µs/req", "redis-trips/req"},
+	},
+}
+
+// extraHeads is the header cells of a section's extra columns.
+func extraHeads(extras []string) string {
+	var b strings.Builder
+	for _, k := range extras {
+		b.WriteString(" " + k + " |")
+	}
+	return b.String()
 }
 
 // runInfo is what the report's header says about the run.
@@ -226,16 +254,20 @@ func render(w io.Writer, info runInfo, runs map[string][]result) {
 			if d := paired(sub, base, func(s, b result) float64 { return p50(s) - p50(b) }); len(d) > 0 {
 				added = fmt.Sprintf("%+.0f", median(d)/1e3)
 			}
-			lines = append(lines, fmt.Sprintf("| %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %d |",
+			extra := ""
+			for _, k := range s.extras {
+				extra += fmt.Sprintf(" %.2f |", median(each(sub, func(r result) float64 { return r.Extra[k] })))
+			}
+			lines = append(lines, fmt.Sprintf("| %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %d |%s",
 				r.id, median(each(sub, perSec)), median(each(sub, p50))/1e3, median(each(sub, p99))/1e3, r.baseline,
-				ratio(perSec, true), ratio(p50, true), ratio(p99, false), added, len(sub)))
+				ratio(perSec, true), ratio(p50, true), ratio(p99, false), added, len(sub), extra))
 		}
 		if len(lines) == 0 {
 			continue
 		}
 		fmt.Fprintf(w, "\n## %s\n\n%s\n\n", s.title, s.note)
-		fmt.Fprintf(w, "| benchmark | %s | p50 µs | p99 µs | baseline | %s ratio | p50 ratio | p99 ratio | added p50 µs | runs |\n", s.unit, s.unit)
-		fmt.Fprintf(w, "|---|--:|--:|--:|---|--:|--:|--:|--:|--:|\n")
+		fmt.Fprintf(w, "| benchmark | %s | p50 µs | p99 µs | baseline | %s ratio | p50 ratio | p99 ratio | added p50 µs | runs |%s\n", s.unit, s.unit, extraHeads(s.extras))
+		fmt.Fprintf(w, "|---|--:|--:|--:|---|--:|--:|--:|--:|--:|%s\n", strings.Repeat("--:|", len(s.extras)))
 		for _, l := range lines {
 			fmt.Fprintln(w, l)
 		}
@@ -245,6 +277,9 @@ func render(w io.Writer, info runInfo, runs map[string][]result) {
 // TestMain runs the tests and benchmarks, then, if any benchmark produced a
 // result, prints the comparison table and writes it to -results.
 func TestMain(m *testing.M) {
+	if u := os.Getenv(floorEnv); u != "" {
+		runFloorProxy(u) // the floor of BenchmarkProxy, in its own process
+	}
 	flag.Parse()
 	start := time.Now()
 	loadStart := loadAvg()

@@ -33,15 +33,30 @@ func TestSuites(t *testing.T) {
 		}},
 		{"authz", authzSuite, []string{"authz/noop", "authz/fencegate-redis"}},
 		{"peer", peerSuite, []string{"peer/redislock", "peer/fencegate-redis"}},
+		{"proxy", proxySuite, []string{"proxy/floor", "proxy/fencegate", "proxy/fencegate-barrier", "proxy/nginx-forward-auth"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			subs := tc.suite(t, nw)
 			var ids []string
 			for _, s := range subs {
 				ids = append(ids, s.id)
+				var stop func(int) map[string]float64
+				if s.meter != nil {
+					stop = s.meter()
+				}
 				smp, err := measureN(t.Context(), nw, n, s.op)
 				if err != nil {
 					t.Fatalf("%s: %v", s.id, err)
+				}
+				if stop != nil {
+					// Other packages' tests share Redis under `make test`:
+					// the values are not asserted, only that they exist.
+					ex := stop(smp.n)
+					for _, k := range []string{extraCPU, extraTrips} {
+						if v, ok := ex[k]; !ok || v < 0 {
+							t.Errorf("%s: extra metric %s = %v (present %v)", s.id, k, v, ok)
+						}
+					}
 				}
 				if smp.n != n || len(smp.lat) != n || smp.elapsed <= 0 {
 					t.Errorf("%s: sample n=%d latencies=%d elapsed=%v, want %d calls timed", s.id, smp.n, len(smp.lat), smp.elapsed, n)
@@ -220,6 +235,12 @@ func TestRender(t *testing.T) {
 			{PerSec: 4000, P50: us(200), P99: us(800)},
 		},
 		"peer/fencegate-redis": {{PerSec: 100, P50: us(1), P99: us(2)}},
+		// extra metrics: medians over the runs, absolute
+		"proxy/floor": {{PerSec: 1000, P50: us(10), P99: us(20), Extra: map[string]float64{extraCPU: 50, extraTrips: 0}}},
+		"proxy/fencegate-barrier": {
+			{PerSec: 500, P50: us(20), P99: us(40), Extra: map[string]float64{extraCPU: 90, extraTrips: 2}},
+			{PerSec: 500, P50: us(20), P99: us(40), Extra: map[string]float64{extraCPU: 110, extraTrips: 2}},
+		},
 	}
 	var sb strings.Builder
 	render(&sb, runInfo{Commit: "abc1234", Command: "go test -bench ."}, runs)
@@ -232,6 +253,8 @@ func TestRender(t *testing.T) {
 		// the peer is missing: absolute numbers, no ratios
 		"| peer/fencegate-redis | 100 | 1 | 2 | peer/redislock | — | — | — | — | 1 |",
 		"`go test -bench .`",
+		"| runs | cpu-µs/req | redis-trips/req |",
+		"| proxy/fencegate-barrier | 500 | 20 | 40 | proxy/floor | 0.50 | 2.00 | 2.00 | +10 | 2 | 100.00 | 2.00 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)

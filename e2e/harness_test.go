@@ -55,6 +55,8 @@ type Gateway struct {
 	GRPC      string
 	Authz     string
 	Admission string
+	Proxy     string // the fencing reverse proxy's listener ("" without proxy routes)
+	Metrics   string // a standalone proxy's metrics listener ("" without --metrics-addr)
 
 	cmd  *exec.Cmd
 	logs *syncBuffer
@@ -86,6 +88,18 @@ func (g *Gateway) Stop(t testing.TB) {
 	}
 }
 
+// Kill ends the process with SIGKILL (kill -9: no drain, no deregistering)
+// and waits until it is gone.
+func (g *Gateway) Kill(t testing.TB) {
+	t.Helper()
+	_ = g.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-g.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("process %d still running 30s after SIGKILL", g.cmd.Process.Pid)
+	}
+}
+
 // StartGateway runs `fencegate serve --store storeURL args...` with every
 // listener on a free loopback port (unless args set them) and waits until
 // it logs that it is ready. The gateway is stopped when the test ends; its
@@ -102,6 +116,26 @@ func StartGateway(t testing.TB, storeURL string, args ...string) *Gateway {
 		}
 	}
 	full = append(full, args...)
+	return startServer(t, full, "fencegate ready")
+}
+
+// StartProxy runs `fencegate proxy --store storeURL --config config args...`
+// (the standalone fencing reverse proxy) and waits until it logs that it is
+// ready; Gateway.Proxy is its listener. Routes and the listener address
+// come from the config file.
+func StartProxy(t testing.TB, storeURL, config string, args ...string) *Gateway {
+	t.Helper()
+	full := []string{"proxy", "--store", storeURL, "--config", config, "--log-format", "json"}
+	if !hasFlag(args, "--log-level") {
+		full = append(full, "--log-level", "debug")
+	}
+	return startServer(t, append(full, args...), "fencegate proxy ready")
+}
+
+// startServer runs the binary with args until it logs a line whose msg
+// starts with readyMsg, and reads the listeners' addresses from that line.
+func startServer(t testing.TB, full []string, readyMsg string) *Gateway {
+	t.Helper()
 	cmd := exec.Command(binary, full...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), "FENCEGATE_CONFIG=") // no stray config from the environment
@@ -131,7 +165,7 @@ func StartGateway(t testing.TB, storeURL string, args ...string) *Gateway {
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			var line map[string]any
-			if json.Unmarshal(sc.Bytes(), &line) == nil && strings.HasPrefix(fmt.Sprint(line["msg"]), "fencegate ready") {
+			if json.Unmarshal(sc.Bytes(), &line) == nil && strings.HasPrefix(fmt.Sprint(line["msg"]), readyMsg) {
 				ready <- line
 				break
 			}
@@ -141,7 +175,7 @@ func StartGateway(t testing.TB, storeURL string, args ...string) *Gateway {
 	select {
 	case line := <-ready:
 		str := func(k string) string { s, _ := line[k].(string); return s }
-		g.HTTP, g.GRPC, g.Authz, g.Admission = str("http"), str("grpc"), str("authz"), str("admission")
+		g.HTTP, g.GRPC, g.Authz, g.Admission, g.Proxy, g.Metrics = str("http"), str("grpc"), str("authz"), str("admission"), str("proxy"), str("metrics")
 	case <-g.done:
 		t.Fatalf("fencegate exited before it was ready (%v):\n%s", g.err, g.Logs())
 	case <-time.After(60 * time.Second):

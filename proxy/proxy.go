@@ -170,6 +170,7 @@ func NewTransport() *http.Transport {
 	t.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
 	t.IdleConnTimeout = DefaultIdleConnTimeout
 	t.ExpectContinueTimeout = DefaultExpectContinueTimeout
+	t.MaxIdleConnsPerHost = t.MaxIdleConns // few upstream hosts; net/http's 2 per host redials beyond 2 concurrent requests
 	return t
 }
 
