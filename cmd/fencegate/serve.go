@@ -113,6 +113,11 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 
 // serve runs the gateway until ctx ends, then drains and stops.
 func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.Logger) error {
+	stopTracing, err := setupTracing(ctx, set.store.backend, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the listeners drained: their last spans are flushed
 	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxAge: cfg.Audit.MaxAge.Std()}
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	store, err := set.store.Open(octx, retention, log)
