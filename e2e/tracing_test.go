@@ -1,11 +1,16 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +25,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/certwatch/certtest"
 )
 
 // otlpReceiver is an OTLP/gRPC trace collector: the real
@@ -134,6 +140,28 @@ func setTracingEnv(t *testing.T, rec *otlpReceiver, extra ...string) {
 	}
 }
 
+// tracedGateway is a gateway on a bolt store with every listener on,
+// the admission webhook's included, and a client trusting its certificate.
+type tracedGateway struct {
+	*Gateway
+	hc *http.Client
+}
+
+func startTracedGateway(t *testing.T) tracedGateway {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "tls"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ca := certtest.NewCA(t, "webhook-ca")
+	cert, key := ca.Server(t, "fencegate-webhook", "127.0.0.1").Write(t, filepath.Join(dir, "tls"))
+	g := StartGateway(t, "bolt://"+filepath.Join(dir, "fg.db"),
+		"--admission-addr", "127.0.0.1:0", "--admission-tls-cert", cert, "--admission-tls-key", key)
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}}}
+	return tracedGateway{g, hc}
+}
+
 // tracedTraffic is one of each traced request, with the secrets they carry
 // (key, lockId, fence) and the trace context each was sent with.
 type tracedTraffic struct {
@@ -144,13 +172,15 @@ type tracedTraffic struct {
 	extHdr  traceParent // the same Check: traceparent in the checked request's headers (loses to metadata)
 	extOnly traceParent // ext_authz Check with the checked request's header only
 	release traceParent // gRPC release, traceparent metadata
+	review  traceParent // AdmissionReview with a stale fence, traceparent header
 }
 
-func sendTracedTraffic(t *testing.T, g *Gateway) tracedTraffic {
+func sendTracedTraffic(t *testing.T, g tracedGateway) tracedTraffic {
 	t.Helper()
 	tr := tracedTraffic{acquire: newTraceParent(), check: newTraceParent(), extMD: newTraceParent(),
-		extHdr: newTraceParent(), extOnly: newTraceParent(), release: newTraceParent()}
+		extHdr: newTraceParent(), extOnly: newTraceParent(), release: newTraceParent(), review: newTraceParent()}
 	key := "orders/secret-" + randHex(8)
+	objName, objNS := "obj-"+randHex(6), "ns-"+randHex(6)
 
 	h := http.Header{}
 	h.Set("traceparent", tr.acquire.String())
@@ -160,7 +190,7 @@ func sendTracedTraffic(t *testing.T, g *Gateway) tracedTraffic {
 	if r.Status != 200 || lockID == "" || fence == "" {
 		t.Fatalf("acquire: %d %s", r.Status, r.Body)
 	}
-	tr.secrets = []string{key, lockID, fence}
+	tr.secrets = []string{key, lockID, fence, objName, objNS}
 
 	h = http.Header{}
 	h.Set("traceparent", tr.check.String())
@@ -193,6 +223,32 @@ func sendTracedTraffic(t *testing.T, g *Gateway) tracedTraffic {
 		t.Fatalf("ext_authz Check (headers): %v %v", resp, err)
 	}
 
+	// Before the release: the fence is current, a lower one stale.
+	obj := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{
+		"name": objName, "namespace": objNS,
+		"annotations": map[string]string{"fencegate.io/key": key, "fencegate.io/fence": fmt.Sprintf("%015d", 0)}}}
+	body, _ := json.Marshal(map[string]any{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+		"request": map[string]any{"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "operation": "UPDATE",
+			"kind":     map[string]any{"group": "", "version": "v1", "kind": "ConfigMap"},
+			"resource": map[string]any{"group": "", "version": "v1", "resource": "configmaps"},
+			"name":     objName, "namespace": objNS, "userInfo": map[string]any{"username": "u"},
+			"object": obj, "oldObject": obj}})
+	hreq, err := http.NewRequestWithContext(rpcCtx(t), "POST", "https://"+g.Admission+"/admission/validate", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("traceparent", tr.review.String())
+	hresp, err := g.hc.Do(hreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(hresp.Body)
+	hresp.Body.Close()
+	if hresp.StatusCode != 200 || !bytes.Contains(raw, []byte(`"allowed":false`)) {
+		t.Fatalf("stale review: %d %s", hresp.StatusCode, raw)
+	}
+
 	ctx = metadata.AppendToOutgoingContext(rpcCtx(t), "traceparent", tr.release.String())
 	rel, err := fencegatev1.NewLocksClient(dialGRPC(t, g.GRPC)).Release(ctx, &fencegatev1.ReleaseRequest{LockId: lockID})
 	if err != nil || !rel.GetOk() {
@@ -210,7 +266,7 @@ func sendTracedTraffic(t *testing.T, g *Gateway) tracedTraffic {
 func TestTracingSpans(t *testing.T) {
 	rec := startOTLPReceiver(t)
 	setTracingEnv(t, rec)
-	g := StartGateway(t, "bolt://"+filepath.Join(t.TempDir(), "fg.db"))
+	g := startTracedGateway(t)
 	tr := sendTracedTraffic(t, g)
 
 	type want struct {
@@ -245,6 +301,30 @@ func TestTracingSpans(t *testing.T) {
 			t.Errorf("%s: decision_id %q, want the 12-character decision id", w.name, got["fencegate.decision_id"])
 		}
 	}
+	// The review is a server span under the API server's context; its
+	// check an internal span under the review.
+	review := rec.waitFor(t, "fencegate.admission.review", tr.review.traceID)
+	check := rec.waitFor(t, "fencegate.check", tr.review.traceID)
+	if string(review.GetParentSpanId()) != string(tr.review.spanID) || review.GetKind() != tracepb.Span_SPAN_KIND_SERVER {
+		t.Errorf("review span: parent %x kind %v, want %x server", review.GetParentSpanId(), review.GetKind(), tr.review.spanID)
+	}
+	if string(check.GetParentSpanId()) != string(review.GetSpanId()) || check.GetKind() != tracepb.Span_SPAN_KIND_INTERNAL {
+		t.Errorf("review's check span: parent %x kind %v, want the review %x, internal", check.GetParentSpanId(), check.GetKind(), review.GetSpanId())
+	}
+	for s, want := range map[*tracepb.Span]map[string]string{
+		review: {"fencegate.admission.operation": "UPDATE", "fencegate.admission.resource": "configmaps",
+			"fencegate.admission.allowed": "false", "fencegate.admission.dry_run": "false", "fencegate.status": "409", "fencegate.store": "bolt"},
+		check: {"fencegate.decision": "deny", "fencegate.reason": "stale", "fencegate.status": "409",
+			"fencegate.source": "admission", "fencegate.route": "configmaps", "fencegate.store": "bolt"},
+	} {
+		got := attrMap(s.GetAttributes())
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s: attribute %s = %q, want %q (all: %v)", s.GetName(), k, got[k], v, got)
+			}
+		}
+	}
+
 	// The checked request's traceparent lost to the call's metadata.
 	g.Stop(t) // flushes every queued span
 	spans, res := rec.snapshot()
@@ -284,7 +364,7 @@ func TestTracingOffByDefault(t *testing.T) {
 				env = nil
 			}
 			setTracingEnv(t, env, tc.extra...)
-			g := StartGateway(t, "bolt://"+filepath.Join(t.TempDir(), "fg.db"))
+			g := startTracedGateway(t)
 			sendTracedTraffic(t, g)
 			g.Stop(t)
 			if spans, _ := rec.snapshot(); len(spans) > 0 {
