@@ -3,7 +3,8 @@
 // gRPC metadata. It uses the OpenTelemetry API only: the packages that
 // start spans (fencecheck, api, authz, admission) import it, and whether
 // any span is recorded and exported is decided once, in cmd/fencegate, by
-// tracing/otelenv. Without it every span is the API's no-op span.
+// tracing/otelenv, which calls Enable. Until then every span is the API's
+// no-op span and nothing is extracted.
 //
 // Span attributes never carry a raw key, lockId, token or fence: a span
 // leaves the process for whatever trace backend the operator runs.
@@ -12,6 +13,7 @@ package tracing
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -62,10 +64,27 @@ const InstrumentationName = "github.com/fencegate/fencegate"
 // this package was initialised.
 var tracer = otel.Tracer(InstrumentationName)
 
+// enabled is set once a TracerProvider that records was installed.
+var enabled atomic.Bool
+
+// Enable turns span starts and trace context extraction on; until then they
+// return at once, without allocating (a check's hot path pays nothing for
+// tracing it does not use). tracing/otelenv calls it after installing the
+// global TracerProvider and propagator; a program that installs its own
+// calls it too.
+func Enable() { enabled.Store(true) }
+
+// Enabled reports whether Enable was called.
+func Enabled() bool { return enabled.Load() }
+
 // Start starts span name under ctx. It is a server span when ctx holds no
 // span of this process (the request's entry point, its parent, if any,
-// being the caller's), else an internal one.
+// being the caller's), else an internal one. Before Enable it returns ctx
+// and the no-op span it holds.
 func Start(ctx context.Context, name string) (context.Context, trace.Span) {
+	if !enabled.Load() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
 	kind := trace.SpanKindInternal
 	if sc := trace.SpanContextFromContext(ctx); !sc.IsValid() || sc.IsRemote() {
 		kind = trace.SpanKindServer
@@ -75,12 +94,18 @@ func Start(ctx context.Context, name string) (context.Context, trace.Span) {
 
 // FromHTTP returns ctx with the trace context of h, if any.
 func FromHTTP(ctx context.Context, h http.Header) context.Context {
+	if !enabled.Load() {
+		return ctx
+	}
 	return otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(h))
 }
 
 // FromGRPC returns ctx with the trace context of its incoming gRPC
 // metadata, if any.
 func FromGRPC(ctx context.Context) context.Context {
+	if !enabled.Load() {
+		return ctx
+	}
 	md, ok := metadata.FromIncomingContext(ctx)
 	if !ok {
 		return ctx
@@ -91,6 +116,9 @@ func FromGRPC(ctx context.Context) context.Context {
 // FromMap returns ctx with the trace context of headers, a map with
 // lower-case names (as in an ext_authz CheckRequest), if any.
 func FromMap(ctx context.Context, headers map[string]string) context.Context {
+	if !enabled.Load() {
+		return ctx
+	}
 	return otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(headers))
 }
 

@@ -168,8 +168,9 @@ func Setup(ctx context.Context, c Config, o Options) (shutdown func(context.Cont
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagatorOf(c.Propagators))
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-		log.Warn("otelenv: export failed", "err", err)
+		log.Warn("tracing: export failed", "err", err)
 	}))
+	tracing.Enable()
 	return tp.Shutdown, nil
 }
 

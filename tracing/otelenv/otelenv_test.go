@@ -119,8 +119,8 @@ func TestTracingOffSetsNothingUp(t *testing.T) {
 	if g := sdkGoroutines(t); g != "" {
 		t.Errorf("tracing off started SDK goroutines:\n%s", g)
 	}
-	if installed() {
-		t.Errorf("tracing off installed a global provider or propagator")
+	if installed() || tracing.Enabled() {
+		t.Errorf("tracing off installed a global provider or propagator, or enabled spans")
 	}
 	if recording() {
 		t.Errorf("tracing off: a started span records")
@@ -152,7 +152,7 @@ func TestTracingOffSetsNothingUp(t *testing.T) {
 	if sdkGoroutines(t) == "" {
 		t.Errorf("an enabled setup shows no SDK goroutine: the check above proves nothing")
 	}
-	if !installed() || !recording() {
+	if !installed() || !recording() || !tracing.Enabled() {
 		t.Errorf("an enabled setup installed nothing: the checks above prove nothing")
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -165,6 +165,7 @@ func TestTracingOffSetsNothingUp(t *testing.T) {
 // multi header (Zipkin); with both, W3C's context wins. The same carriers
 // reach tracing.FromGRPC and tracing.FromMap.
 func TestTracingDefaultPropagators(t *testing.T) {
+	tracing.Enable() // what Setup does after installing the propagator
 	prev := otel.GetTextMapPropagator()
 	otel.SetTextMapPropagator(propagatorOf(defaultPropagators))
 	t.Cleanup(func() { otel.SetTextMapPropagator(prev) })
