@@ -42,7 +42,9 @@ func checkAttributes(r Request, d Decision) []attribute.KeyValue {
 		attribute.String(tracing.AttrMode, modeLabel(d.Mode)),
 		attribute.Int(tracing.AttrStatus, d.Status),
 		attribute.Bool(tracing.AttrWrite, r.Write),
-		attribute.String(tracing.AttrSource, r.Source),
+	}
+	if r.Source != "" {
+		as = append(as, attribute.String(tracing.AttrSource, r.Source))
 	}
 	if d.Reason != "" {
 		as = append(as, attribute.String(tracing.AttrReason, string(d.Reason)))
