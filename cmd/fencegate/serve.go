@@ -26,6 +26,7 @@ import (
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/tracing/otelenv"
 )
 
 // Timeouts of the serving process.
@@ -65,11 +66,13 @@ type serveSettings struct {
 	store     storeURL
 	auth      *api.Authenticator // nil: auth off
 	admission admission.Options  // listener-dependent fields filled at start
+	tracing   otelenv.Config     // from the OTEL_* variables
 }
 
 // loadServeConfig loads the configuration and parses what the packages own
-// (the store URL, token scopes, admission settings): every problem is in
-// one config.Problems, found before the store is opened, and exits 2.
+// (the store URL, token scopes, admission settings, the OTEL_* tracing
+// variables): every problem is in one config.Problems, found before the
+// store is opened, and exits 2.
 func loadServeConfig(build func(func(string) string) (config.Config, error), getenv func(string) string) (config.Config, serveSettings, error) {
 	var p config.Problems
 	cfg, err := build(getenv)
@@ -95,6 +98,9 @@ func loadServeConfig(build func(func(string) string) (config.Config, error), get
 			add("admission", err)
 		}
 	}
+	if set.tracing, err = otelenv.ConfigFromEnv(getenv); err != nil {
+		add("tracing", err)
+	}
 	if len(p) > 0 {
 		return cfg, set, p
 	}
@@ -113,7 +119,7 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 
 // serve runs the gateway until ctx ends, then drains and stops.
 func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.Logger) error {
-	stopTracing, err := setupTracing(ctx, set.store.backend, log)
+	stopTracing, err := setupTracing(ctx, set.tracing, set.store.backend, log)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/fencegate/fencegate/tracing/otelenv"
@@ -12,15 +11,12 @@ import (
 // tracingFlushTimeout bounds the flush of queued spans at exit.
 const tracingFlushTimeout = 5 * time.Second
 
-// setupTracing installs the OTLP trace exporter when the OTEL_* environment
-// asks for one (tracing/otelenv; off by default) and returns the function
-// that flushes and stops it, to be deferred so that it runs after the
-// listeners have drained. store names the backend on every span.
-func setupTracing(ctx context.Context, store string, log *slog.Logger) (stop func(), err error) {
-	c, err := otelenv.ConfigFromEnv(os.Getenv)
-	if err != nil {
-		return nil, err
-	}
+// setupTracing installs the OTLP trace exporter when c (read from the
+// OTEL_* environment by otelenv.ConfigFromEnv; off by default) asks for one
+// and returns the function that flushes and stops it, to be deferred so
+// that it runs after the listeners have drained. store names the backend on
+// every span.
+func setupTracing(ctx context.Context, c otelenv.Config, store string, log *slog.Logger) (stop func(), err error) {
 	shutdown, err := otelenv.Setup(ctx, c, otelenv.Options{ServiceVersion: version, Store: store, Logger: log})
 	if err != nil {
 		return nil, err
