@@ -114,7 +114,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	op = operationLabel(in.Request.Operation)
 
-	resp := h.Review(r.Context(), in.Request)
+	resp := h.tracedReview(r, in.Request)
 	out := admissionv1.AdmissionReview{TypeMeta: in.TypeMeta, Response: resp}
 	out.APIVersion, out.Kind = gvk.GroupVersion().String(), gvk.Kind
 	// The API server matches the answer to its request by uid; never trust

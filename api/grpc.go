@@ -7,6 +7,7 @@ import (
 
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/tracing"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -79,6 +80,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	if !known {
 		return h(ctx, req)
 	}
+	ctx, span := startOpSpan(tracing.FromGRPC(ctx), op)
 	var p *Principal
 	panicking := true
 	defer func() {
@@ -86,6 +88,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 			resp, err = nil, &apiError{code: lockstore.Internal, msg: "internal error"}
 		}
 		s.metrics.observe(op, resultOf(replyOK(resp), err), start)
+		endOpSpan(span, op, transportGRPC, replyOK(resp), err)
 		var st *status.Status
 		if err != nil {
 			ae := asAPIError(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/api/wire"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/tracing"
 )
 
 // The error body under short local names (middleware renders it too);
@@ -81,6 +82,7 @@ func (s *Server) serveOp(op Operation, method string, fn opFunc) http.Handler {
 			return
 		}
 		start := time.Now()
+		ctx, span := startOpSpan(tracing.FromHTTP(r.Context(), r.Header), op)
 		p, err := s.authenticate(r.Header.Get("Authorization"))
 		if err == nil {
 			setPrincipal(r.Context(), p)
@@ -92,9 +94,10 @@ func (s *Server) serveOp(op Operation, method string, fn opFunc) http.Handler {
 			ok     bool
 		)
 		if err == nil {
-			status, body, ok, err = fn(r.Context(), w, r, p)
+			status, body, ok, err = fn(ctx, w, r, p)
 		}
 		s.metrics.observe(op, resultOf(ok, err), start)
+		endOpSpan(span, op, transportHTTP, ok, err)
 		if err != nil {
 			s.writeError(w, r, err)
 			return

@@ -88,7 +88,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 		peer:   peerAddr(attrs.GetSource()),
 		source: SourceGRPC,
 	}
-	dec, _ := s.d.decide(ctx, v, optionsFromMap(attrs.GetContextExtensions()))
+	dec, _ := s.d.decide(grpcTraceContext(ctx, headers), v, optionsFromMap(attrs.GetContextExtensions()))
 	return checkResponse(dec), nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/tracing"
 )
 
 // HTTPPath is where the forward-auth handler is mounted, with every path
@@ -126,7 +127,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	dec, _ := h.d.decide(r.Context(), v, ro)
+	dec, _ := h.d.decide(tracing.FromHTTP(r.Context(), r.Header), v, ro)
 
 	hd := w.Header()
 	hd.Set("Cache-Control", "no-store") // an auth answer is for this request only

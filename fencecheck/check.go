@@ -109,7 +109,7 @@ func New(s lockstore.Store, o Options) *Checker {
 // (see the package doc).
 func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	start := time.Now()
-	d, err := c.check(ctx, r)
+	d, err := c.tracedCheck(ctx, r)
 	c.m.duration.Observe(time.Since(start).Seconds())
 
 	label := decisionAllow

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/tracing"
 )
 
 // Source names the proxy in audit events.
@@ -277,7 +278,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	start := time.Now()
 	req := p.request(r, rt)
-	dec, _ := p.checker.Check(r.Context(), req)
+	// The check's span joins the client's trace (W3C or b3 headers); the
+	// headers themselves go upstream unchanged.
+	dec, _ := p.checker.Check(tracing.FromHTTP(r.Context(), r.Header), req)
 	if !dec.Allowed {
 		writeDenial(w, dec)
 		return

@@ -22,6 +22,7 @@ import (
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/tracing/otelenv"
 	"github.com/fencegate/fencegate/writeproof"
 )
 
@@ -117,6 +118,9 @@ func proxyConfig(path string, getenv func(string) string, flags func(*config.Con
 	} else {
 		set.proofs = signer.Verifier()
 	}
+	if set.tracing, err = otelenv.ConfigFromEnv(getenv); err != nil {
+		p = append(p, "tracing: "+err.Error())
+	}
 	if len(p) > 0 {
 		return c, set, p
 	}
@@ -126,9 +130,10 @@ func proxyConfig(path string, getenv func(string) string, flags func(*config.Con
 // proxySettings is what `fencegate proxy` derives from its configuration
 // before it opens anything.
 type proxySettings struct {
-	store  storeURL
-	routes []proxy.Route
-	proofs *writeproof.Verifier // nil: no proof keys configured
+	store   storeURL
+	routes  []proxy.Route
+	proofs  *writeproof.Verifier // nil: no proof keys configured
+	tracing otelenv.Config       // from the OTEL_* variables
 }
 
 // unjoin flattens errors.Join trees into their leaves' parents, one per
@@ -192,6 +197,11 @@ func newProxyRunner(c config.Proxy, routes []proxy.Route, checker *fencecheck.Ch
 // in-flight write finishes (and deregisters from the barrier) or the drain
 // deadline passes.
 func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *slog.Logger) error {
+	stopTracing, err := setupTracing(ctx, set.tracing, set.store.backend, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the listener drained: its last spans are flushed
 	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxInputEvents: cfg.Audit.MaxInputEvents, MaxAge: cfg.Audit.MaxAge.Std()}
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	store, err := set.store.Open(octx, retention, log)

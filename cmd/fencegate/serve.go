@@ -27,6 +27,7 @@ import (
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/tracing/otelenv"
 	"github.com/fencegate/fencegate/writeproof"
 )
 
@@ -72,12 +73,14 @@ type serveSettings struct {
 	proxyRoutes []proxy.Route
 	// proofs signs write proofs at acquire (nil: none configured); its
 	// Verifier checks them at the edge.
-	proofs *writeproof.Signer
+	proofs  *writeproof.Signer
+	tracing otelenv.Config // from the OTEL_* variables
 }
 
 // loadServeConfig loads the configuration and parses what the packages own
-// (the store URL, token scopes, admission settings): every problem is in
-// one config.Problems, found before the store is opened, and exits 2.
+// (the store URL, token scopes, admission settings, the OTEL_* tracing
+// variables): every problem is in one config.Problems, found before the
+// store is opened, and exits 2.
 func loadServeConfig(build func(func(string) string) (config.Config, error), getenv func(string) string) (config.Config, serveSettings, error) {
 	var p config.Problems
 	cfg, err := build(getenv)
@@ -111,6 +114,9 @@ func loadServeConfig(build func(func(string) string) (config.Config, error), get
 	if set.proofs, err = proofSigner(cfg.Proof); err != nil {
 		add("proof", err)
 	}
+	if set.tracing, err = otelenv.ConfigFromEnv(getenv); err != nil {
+		add("tracing", err)
+	}
 	if len(p) > 0 {
 		return cfg, set, p
 	}
@@ -129,6 +135,11 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 
 // serve runs the gateway until ctx ends, then drains and stops.
 func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.Logger) error {
+	stopTracing, err := setupTracing(ctx, set.tracing, set.store.backend, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the listeners drained: their last spans are flushed
 	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxInputEvents: cfg.Audit.MaxInputEvents, MaxAge: cfg.Audit.MaxAge.Std()}
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	store, err := set.store.Open(octx, retention, log)

@@ -1,0 +1,43 @@
+package api
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fencegate/fencegate/tracing"
+)
+
+// Transports, for the span's tracing.AttrTransport.
+const (
+	transportHTTP = "http"
+	transportGRPC = "grpc"
+)
+
+// startOpSpan starts the span of one lock operation under ctx, which holds
+// the caller's trace context (tracing.FromHTTP, tracing.FromGRPC).
+func startOpSpan(ctx context.Context, op Operation) (context.Context, trace.Span) {
+	return tracing.Start(ctx, tracing.SpanLockPrefix+string(op))
+}
+
+// endOpSpan records the outcome and ends sp: the operation, the transport
+// and the metric result (ok, fail, or the LockError code), never the key,
+// lockId or token. Only failures the server answers 5xx for mark the span
+// an error; the caller's mistakes and contention are outcomes.
+func endOpSpan(sp trace.Span, op Operation, transport string, ok bool, err error) {
+	if sp.IsRecording() {
+		sp.SetAttributes(
+			attribute.String(tracing.AttrOp, string(op)),
+			attribute.String(tracing.AttrTransport, transport),
+			attribute.String(tracing.AttrResult, resultOf(ok, err)),
+		)
+		if err != nil {
+			if ae := asAPIError(err); ae.httpStatusCode() >= 500 {
+				sp.SetStatus(codes.Error, string(ae.code))
+			}
+		}
+	}
+	sp.End()
+}
