@@ -121,6 +121,7 @@ func (s *suite) cases() []testCase {
 		{"inspect", s.inspect},
 		{"audit", s.audit},
 		{"held_counter", s.heldCounter},
+		{"list_held", s.listHeld},
 		{"close_idempotent", s.closeIdempotent},
 		{"internal_keys", s.internalKeys},
 		{"many_keys", s.manyKeys},
