@@ -312,7 +312,7 @@ func (c *Config) Validate() error {
 }
 
 // OperationNames are the operations a token can be granted.
-var OperationNames = []string{"acquire", "release", "extend", "lookup", "status", "audit"}
+var OperationNames = []string{"acquire", "release", "extend", "lookup", "status", "audit", "ui"}
 
 var validOps = func() map[string]bool {
 	m := map[string]bool{}
