@@ -162,7 +162,7 @@ func NewAuthenticator(tokens []Token) (*Authenticator, error) {
 		}
 		for _, o := range t.Operations {
 			if o == "*" {
-				for _, op := range allOps {
+				for _, op := range grantOps {
 					p.ops[op] = true
 				}
 				continue
