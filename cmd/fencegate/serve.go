@@ -30,6 +30,7 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/certwatch"
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/console"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -168,8 +169,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return nil
 		}
 	}
+	ui := console.New(ctx, console.Options{Store: store, Audit: auditLog, Auth: auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
 	srv, err := api.New(api.Options{
-		Store: store, Audit: auditLog, Auth: auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
+		Store: ui.Record(store), Audit: auditLog, Auth: auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
 		Registerer: reg, Gatherer: reg, Logger: log, Ready: ready,
 	})
 	if err != nil {
@@ -182,6 +184,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if cfg.HTTP.Enabled() {
 		mux := http.NewServeMux()
 		srv.Register(mux)
+		ui.Register(mux, srv.Middleware)
 		fwd := authz.NewHTTPHandler(checker, authz.Options{Logger: log})
 		mux.Handle(authz.HTTPPath, srv.Middleware(fwd))
 		mux.Handle(authz.HTTPPath+"/", srv.Middleware(fwd))
