@@ -110,11 +110,11 @@ func leaks(body string, secrets ...string) []string {
 	return out
 }
 
-// TestHashesUnlessRawKeys: with raw keys off, no page and no event shows a
+// TestConsoleHashesUnlessRawKeys: with raw keys off, no page and no event shows a
 // raw key, from a lock or from an audit event that carries one; a lockId
 // is never shown. The same check against a console with raw keys on must
 // find the keys (it can fail).
-func TestHashesUnlessRawKeys(t *testing.T) {
+func TestConsoleHashesUnlessRawKeys(t *testing.T) {
 	const key, other = "orders/secret-1", "orders/secret-2"
 	check := func(t *testing.T, rawKeys bool) []string {
 		f := newFixture(t, rawKeys, nil)
@@ -194,9 +194,9 @@ func readEvents(t *testing.T, f *fixture, path string, want ...string) string {
 	return b.String()
 }
 
-// TestTokenScopes: the ui operation opens the console, lookup and audit
+// TestConsoleTokenScopes: the ui operation opens the console, lookup and audit
 // decide what it shows, and prefixes limit which keys.
-func TestTokenScopes(t *testing.T) {
+func TestConsoleTokenScopes(t *testing.T) {
 	f := newFixture(t, true, []api.Token{
 		{Name: "ops", SHA256: api.HashToken("t-ops"), Operations: []string{"ui", "lookup", "audit"}},
 		{Name: "orders", SHA256: api.HashToken("t-orders"), Prefixes: []string{"orders/"}, Operations: []string{"ui", "lookup", "audit"}},

@@ -27,10 +27,10 @@ func (f *fixture) postForm(t *testing.T, path string, form url.Values, hdr ...st
 	return do(t, req)
 }
 
-// TestLoginSession: the login form trades a token for a session cookie
+// TestConsoleLoginSession: the login form trades a token for a session cookie
 // that scripts cannot read, other sites cannot send, and only the console
 // receives; logout ends the session on the server.
-func TestLoginSession(t *testing.T) {
+func TestConsoleLoginSession(t *testing.T) {
 	f := newFixture(t, false, []api.Token{
 		{Name: "ops", SHA256: api.HashToken("t-ops"), Operations: []string{"*"}},
 		{Name: "worker", SHA256: api.HashToken("t-worker")},
@@ -84,10 +84,10 @@ var (
 	externalRefs  = regexp.MustCompile(`(?i)(?:src|href)="(?:https?:)?//`)
 )
 
-// TestCSPAndNoInlineCode: every reply carries a CSP that forbids inline
+// TestConsoleCSPAndNoInlineCode: every reply carries a CSP that forbids inline
 // code and other origins, and no page needs either: no inline script or
 // style, no event handler attribute, no external resource.
-func TestCSPAndNoInlineCode(t *testing.T) {
+func TestConsoleCSPAndNoInlineCode(t *testing.T) {
 	f := newFixture(t, true, nil)
 	f.acquire(t, `orders/<script>alert(1)</script>`)
 	f.deny(t, lockstore.AuditEvent{DecisionID: "d1", KeyHash: lockstore.HashKey("x"), Key: `x" onmouseover="alert(1)`})
@@ -125,10 +125,10 @@ func TestCSPAndNoInlineCode(t *testing.T) {
 	}
 }
 
-// TestEventsStream: a denial appended to the audit log (as any gateway's
+// TestConsoleEventsStream: a denial appended to the audit log (as any gateway's
 // auditor would) reaches an open stream; shutting the console down ends
 // every stream, so a graceful HTTP shutdown is not held by them.
-func TestEventsStream(t *testing.T) {
+func TestConsoleEventsStream(t *testing.T) {
 	f := newFixture(t, false, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -179,10 +179,10 @@ func TestEventsStream(t *testing.T) {
 	}
 }
 
-// TestTimelineEntries: the timeline merges this gateway's operations and
+// TestConsoleTimelineEntries: the timeline merges this gateway's operations and
 // the denials, newest first, and infers an expiry for a lock that was
 // neither released nor extended past now.
-func TestTimelineEntries(t *testing.T) {
+func TestConsoleTimelineEntries(t *testing.T) {
 	ops := []lockOp{
 		{TimeMs: 1000, Kind: opAcquire, KeyHash: "h", LockIDHash: "a", Fence: "000000000000001", ExpiresAtMs: 2000},
 		{TimeMs: 4000, Kind: opAcquire, KeyHash: "h", LockIDHash: "b", Fence: "000000000000002", ExpiresAtMs: 9000},
@@ -203,9 +203,9 @@ func TestTimelineEntries(t *testing.T) {
 	}
 }
 
-// TestRecorder: the recorded store remembers successful operations only,
+// TestConsoleRecorder: the recorded store remembers successful operations only,
 // attributes a release to its key, and keeps the optional interfaces.
-func TestRecorder(t *testing.T) {
+func TestConsoleRecorder(t *testing.T) {
 	f := newFixture(t, false, nil)
 	if _, ok := f.api.(lockstore.HeldCounter); !ok {
 		t.Error("the recorded store lost lockstore.HeldCounter")

@@ -130,7 +130,15 @@ check: {auditRawKeys: true}
 	}
 
 	// A stale write through the forward-auth endpoint: its denial appears
-	// on the open page.
+	// on the open page. Before it, the page shows no denial, so the wait
+	// below cannot pass on what was already there.
+	denials := func() int {
+		n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#denials tbody tr").length`))
+		return n
+	}
+	if n := denials(); n != 0 {
+		t.Fatalf("the page shows %d denials before any write was denied", n)
+	}
 	h := http.Header{}
 	h.Set("X-Forwarded-Method", "PUT")
 	h.Set("X-Forwarded-Uri", "/orders/42")
