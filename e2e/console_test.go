@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
@@ -81,11 +82,18 @@ check: {auditRawKeys: true}
 	}
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
+		// A navigation can replace the node between the query and the
+		// read ("No node with given id"): read again.
+		var err error
+		for range 10 {
+			var s string
+			if s, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel))); err == nil {
+				return s
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		return s
+		t.Fatalf("text of %s: %v", sel, err)
+		return ""
 	}
 
 	// Not logged in: the login form; a wrong token is refused on the page.
@@ -191,6 +199,46 @@ check: {auditRawKeys: true}
 		t.Errorf("latest fence = %q, want %s", got, f2)
 	}
 	shot("console-timeline.png")
+
+	// Without JavaScript the pages show the same data, rendered on the
+	// server, and a new denial arrives only with a reload. This is also
+	// the broken variant of the live-feed check above: with the script off,
+	// the same wait must not see the denial, so that check proves the feed.
+	staleWrite := func() string {
+		t.Helper()
+		r := Do(t, base, Call{Method: "GET", Path: "/v1/authz/check?fence_route=orders-api", Header: h})
+		if r.Status != 409 || r.Header.Get("X-Fence-Decision-Id") == "" {
+			t.Fatalf("stale write: %d %s", r.Status, r.Body)
+		}
+		return r.Header.Get("X-Fence-Decision-Id")
+	}
+	noScript := chromedp.Action[chromedp.Void](func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+		return chromedp.Void{}, err
+	})
+	if err := chromedp.Do(ctx, noScript, chromedp.Navigate(base+"/ui"), chromedp.WaitVisible(chromedp.CSS("#locks"))); err != nil {
+		t.Fatalf("the page without JavaScript: %v", err)
+	}
+	if locks := text("#locks tbody"); !strings.Contains(locks, key) || !strings.Contains(locks, f2) {
+		t.Errorf("without JavaScript, live locks show %q", locks)
+	}
+	if got := text("#denials tbody"); !strings.Contains(got, decision) {
+		t.Errorf("without JavaScript, denials lack %s: %q", decision, got)
+	}
+	second := staleWrite()
+	// An absence, so a fixed wait: the live page showed a denial in about
+	// a second; four without a script prove nothing else brings it.
+	time.Sleep(4 * time.Second)
+	if got := text("#denials tbody"); strings.Contains(got, second) {
+		t.Fatalf("a denial appeared without JavaScript and without a reload: the live check above proves nothing")
+	}
+	if err := chromedp.Do(ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#denials"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := text("#denials tbody"); !strings.Contains(got, second) {
+		t.Errorf("after a reload without JavaScript, denials lack %s: %q", second, got)
+	}
+	shot("console-nojs.png")
 }
 
 // chromiumPath finds Debian's chromium (or $FENCEGATE_CHROMIUM). Missing is
