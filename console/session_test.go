@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -130,6 +131,12 @@ func TestConsoleCSPAndNoInlineCode(t *testing.T) {
 // every stream, so a graceful HTTP shutdown is not held by them.
 func TestConsoleEventsStream(t *testing.T) {
 	f := newFixture(t, false, nil)
+	// The gateway's listener has a ReadTimeout; the stream must outlive it.
+	f.srv.Close()
+	f.srv = httptest.NewUnstartedServer(f.srv.Config.Handler)
+	f.srv.Config.ReadTimeout = 300 * time.Millisecond
+	f.srv.Start()
+	t.Cleanup(f.srv.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/ui/events?locks=0", nil)
@@ -158,7 +165,9 @@ func TestConsoleEventsStream(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(50 * time.Millisecond) // not synchronisation: the denial is found by the window either way
+	// Past the listener's ReadTimeout; not synchronisation (the denial is
+	// found by the poll window either way).
+	time.Sleep(time.Second)
 	f.deny(t, lockstore.AuditEvent{DecisionID: "late-denial", KeyHash: lockstore.HashKey("k"), Presented: "000000000000003", Current: "000000000000004"})
 	select {
 	case s := <-got:
