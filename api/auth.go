@@ -15,9 +15,10 @@ import (
 // Operation names a lock API operation for token scopes and metrics.
 type Operation string
 
-// The operations a token can be granted. OpAudit is never implied by an
-// empty Operations list: the audit trail spans every key and may carry raw
-// keys, so it is granted explicitly (or with "*").
+// The operations a token can be granted. OpAudit and OpUI are never
+// implied by an empty Operations list: the audit trail spans every key and
+// may carry raw keys, and the console (/ui) shows every key's locks, so
+// they are granted explicitly (or with "*").
 const (
 	OpAcquire Operation = "acquire"
 	OpRelease Operation = "release"
@@ -25,6 +26,9 @@ const (
 	OpLookup  Operation = "lookup"
 	OpStatus  Operation = "status"
 	OpAudit   Operation = "audit"
+	// OpUI opens the console at /ui. What the console shows still needs
+	// OpLookup (live locks, timelines) and OpAudit (denials).
+	OpUI Operation = "ui"
 )
 
 // lockOps are what an empty Operations list grants.
@@ -32,6 +36,10 @@ var lockOps = []Operation{OpAcquire, OpRelease, OpExtend, OpLookup, OpStatus}
 
 // allOps is every operation, in a stable order (metrics pre-initialisation).
 var allOps = append(slices.Clone(lockOps), OpAudit)
+
+// grantOps is every operation a token can be granted: the lock API's plus
+// the console's (which has no lock API metrics series).
+var grantOps = append(slices.Clone(allOps), OpUI)
 
 // Token is one configured bearer token. The server keeps only the SHA-256
 // of the secret, so a leaked config file does not leak a usable token.
@@ -46,8 +54,8 @@ type Token struct {
 	// normalisation, byte for byte: "orders/" allows "orders/42".
 	Prefixes []string
 	// Operations the token may call (acquire, release, extend, lookup,
-	// status, audit). An empty list allows the five lock operations but not
-	// audit; "*" allows all six.
+	// status, audit, ui). An empty list allows the five lock operations but
+	// not audit or ui; "*" allows all seven.
 	Operations []string
 }
 
@@ -154,14 +162,14 @@ func NewAuthenticator(tokens []Token) (*Authenticator, error) {
 		}
 		for _, o := range t.Operations {
 			if o == "*" {
-				for _, op := range allOps {
+				for _, op := range grantOps {
 					p.ops[op] = true
 				}
 				continue
 			}
 			op := Operation(strings.ToLower(strings.TrimSpace(o)))
-			if !slices.Contains(allOps, op) {
-				errs = append(errs, fmt.Errorf("%s: unknown operation %q (want one of acquire, release, extend, lookup, status, audit, *)", label, o))
+			if !slices.Contains(grantOps, op) {
+				errs = append(errs, fmt.Errorf("%s: unknown operation %q (want one of acquire, release, extend, lookup, status, audit, ui, *)", label, o))
 				continue
 			}
 			p.ops[op] = true

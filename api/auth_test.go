@@ -104,6 +104,8 @@ func TestAuthenticate(t *testing.T) {
 		{"t-default", api.OpStatus, "anything", true, true, true},
 		{"t-default", api.OpAudit, "anything", false, true, true},
 		{"t-star", api.OpAudit, "y/1", true, true, true},
+		{"t-default", api.OpUI, "anything", false, true, true},
+		{"t-star", api.OpUI, "y/1", true, true, true},
 		{"t-cafe", api.OpAcquire, "caf\u00e9/1", true, true, false},
 		{"t-cafe", api.OpStatus, "cafe/1", true, false, false},
 		{"t-cafe", api.OpRelease, "caf\u00e9/1", false, true, false},

@@ -352,3 +352,16 @@ func waitReady(t testing.TB, base string) {
 		time.Sleep(250 * time.Millisecond)
 	}
 }
+
+// waitFor polls cond every 20 ms until it holds, failing the test when the
+// bound passes or ctx ends first.
+func waitFor(t *testing.T, ctx context.Context, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("waited %v for %s", bound, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

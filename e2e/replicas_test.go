@@ -144,7 +144,7 @@ func testReplicas(t *testing.T, storeURL string) {
 		}
 		oldDone := make(chan int, 1)
 		go func() { oldDone <- send(hc, proxyURL(0), key, old.Fence, http.Header{"X-Hold": {"1"}}) }()
-		waitFor(t, "the old holder's write to reach the upstream", func() bool { return upDet.arrived(key) == 1 })
+		waitFor(t, t.Context(), 30*time.Second, "the old holder's write to reach the upstream", func() bool { return upDet.arrived(key) == 1 })
 
 		if r, err := lockAPI(1).Release(ctx, old.LockID); err != nil || !r.OK {
 			t.Fatalf("release: %+v %v", r, err)
@@ -204,7 +204,7 @@ func testReplicas(t *testing.T, storeURL string) {
 		}
 		oldDone := make(chan int, 1)
 		go func() { oldDone <- send(hc, proxyURL(0), key, old.Fence, http.Header{"X-Hold": {"1"}}) }()
-		waitFor(t, "the old holder's write to reach the upstream", func() bool { return upOff.arrived(key) == 1 })
+		waitFor(t, t.Context(), 30*time.Second, "the old holder's write to reach the upstream", func() bool { return upOff.arrived(key) == 1 })
 		if r, err := lockAPI(1).Release(ctx, old.LockID); err != nil || !r.OK {
 			t.Fatalf("release: %+v %v", r, err)
 		}
@@ -273,7 +273,7 @@ func testReplicas(t *testing.T, storeURL string) {
 			sentLast = time.Now()
 			wg.Add(1)
 			go func() { defer wg.Done(); send(hc, proxyURL(0), key, old.Fence, http.Header{"X-Hold": {"1"}}) }()
-			waitFor(t, "the old holder's write to reach the upstream", func() bool { return upKill.arrived(key) == i+1 })
+			waitFor(t, t.Context(), 30*time.Second, "the old holder's write to reach the upstream", func() bool { return upKill.arrived(key) == i+1 })
 		}
 		admittedBy := time.Now() // every old write was admitted before this
 		gws[0].Kill(t)
@@ -335,16 +335,4 @@ func testReplicas(t *testing.T, storeURL string) {
 		t.Logf("kill -9 with %d writes in flight: %d writes refused 429 draining before maxWrite (%s) had passed; admitted %s after the last dead write was sent (maxWrite %s); %s",
 			inflight, refusedEarly, killMaxWrite, admitted.answered.Sub(sentLast).Round(time.Millisecond), killMaxWrite, v)
 	})
-}
-
-// waitFor polls cond for up to 30 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 30s for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/console"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/proxy"
@@ -158,6 +159,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	if err != nil {
 		return err
 	}
+	opened := store
 	store = lockstore.WithTelemetry(store, lockstore.TelemetryOptions{OnEvent: sm.Observe, Logger: log})
 	defer store.Close() // stops the decorator's worker; the store's own Close is idempotent
 
@@ -200,8 +202,12 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 			return nil
 		}
 	}
+	// The console lists live locks from the store itself (the telemetry
+	// decorator does not pass LockLister through) and records the lock
+	// operations the API serves for its timeline.
+	ui := console.New(ctx, console.Options{Store: opened, Audit: auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
 	srv, err := api.New(api.Options{
-		Store: store, Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
+		Store: ui.Record(store), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
 		Registerer: reg, Gatherer: reg, Logger: log, Ready: ready, Proofs: set.proofs,
 	})
 	if err != nil {
@@ -211,7 +217,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	var ls listeners
 
 	if cfg.HTTP.Enabled() {
-		r, err := newMainHTTPRunner(cfg, srv, checker, log, goBG)
+		r, err := newMainHTTPRunner(cfg, srv, ui, checker, log, goBG)
 		if err != nil {
 			return err
 		}
@@ -259,13 +265,14 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 
 // newMainHTTPRunner builds the HTTP listener: the lock API, forward-auth,
 // health and metrics.
-func newMainHTTPRunner(cfg config.Config, srv *api.Server, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
+func newMainHTTPRunner(cfg config.Config, srv *api.Server, ui *console.Console, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
 	tc, _, err := serverTLS("http", cfg.HTTP.TLS, log, goBG)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	srv.Register(mux)
+	ui.Register(mux, srv.Middleware)
 	fwd := bodiless(srv.Middleware(authz.NewHTTPHandler(checker, authz.Options{Logger: log})))
 	mux.Handle(authz.HTTPPath, fwd)
 	mux.Handle(authz.HTTPPath+"/", fwd)

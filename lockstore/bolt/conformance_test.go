@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	bbolt "go.etcd.io/bbolt"
+
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
@@ -76,6 +78,12 @@ var mutants = []struct {
 	}},
 	{"expiry_without_tolerance", "expiry_tolerance", func(s *Store) lockstore.Store {
 		return &noTolerance{wrapped{s}}
+	}},
+	{"list_leaks_lockid", "list_held", func(s *Store) lockstore.Store {
+		return &leakyList{wrapped{s}}
+	}},
+	{"list_ignores_limit", "list_held", func(s *Store) lockstore.Store {
+		return &unboundedList{wrapped{s}}
 	}},
 }
 
@@ -233,6 +241,30 @@ func (m *addingExtend) Extend(ctx context.Context, lockID string, ttl time.Durat
 
 // leakyLookup puts the raw key where its hash belongs.
 type leakyLookup struct{ wrapped }
+
+// leakyList lists the holder's raw lockId where its hash belongs.
+type leakyList struct{ wrapped }
+
+func (m *leakyList) ListHeld(ctx context.Context, limit int) (lockstore.LockList, error) {
+	l, err := m.Store.ListHeld(ctx, limit)
+	for i := range l.Locks {
+		_ = m.view(ctx, "list", func(tx *bbolt.Tx) error {
+			r, err := getLock(tx, l.Locks[i].Key)
+			if r != nil {
+				l.Locks[i].LockIDHash = r.LockID
+			}
+			return err
+		})
+	}
+	return l, err
+}
+
+// unboundedList ignores the limit it was asked for.
+type unboundedList struct{ wrapped }
+
+func (m *unboundedList) ListHeld(ctx context.Context, _ int) (lockstore.LockList, error) {
+	return m.Store.ListHeld(ctx, lockstore.MaxListLimit)
+}
 
 func (m *leakyLookup) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
 	li, err := m.Store.LookupKey(ctx, key)

@@ -44,7 +44,10 @@
 // events; QueryAudit is one XREVRANGE per 500 entries scanned.
 //
 // HeldCounter is not implemented: counting live locks in Redis means a SCAN
-// of the whole keyspace, which is not cheap.
+// of the whole keyspace, which is not cheap. LockLister (the console's live
+// view) is a bounded SCAN instead: at most 50 pages of 1000 slots over the
+// lockId index keys, two MGETs per page, Partial when it stopped early (see
+// list.go for why no index is kept by the scripts).
 //
 // # Durability
 //

@@ -126,6 +126,7 @@ func (s *suite) cases() []testCase {
 		{"audit", s.audit},
 		{"audit_retention", s.auditRetention},
 		{"held_counter", s.heldCounter},
+		{"list_held", s.listHeld},
 		{"close_idempotent", s.closeIdempotent},
 		{"internal_keys", s.internalKeys},
 		{"many_keys", s.manyKeys},

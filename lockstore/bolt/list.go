@@ -1,0 +1,40 @@
+package bolt
+
+import (
+	"context"
+	"encoding/json"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+var _ lockstore.LockLister = (*Store)(nil)
+
+// ListHeld lists live locks. The locks bucket holds only current and
+// not-yet-reclaimed locks, so the walk is over live locks plus a few stale
+// ones; it stops at limit.
+func (s *Store) ListHeld(ctx context.Context, limit int) (lockstore.LockList, error) {
+	limit = lockstore.ListLimit(limit)
+	var out lockstore.LockList
+	err := s.view(ctx, "list", func(tx *bbolt.Tx) error {
+		out.NowMs = s.nowMs()
+		c := tx.Bucket(bucketLocks).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			var r lockRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return lockstore.Errorf(lockstore.Internal, "decode", "bolt: corrupt lock record: %v", err)
+			}
+			if !lockstore.IsLive(r.ExpiresAtMs, out.NowMs) {
+				continue
+			}
+			if len(out.Locks) == limit {
+				out.Partial = true
+				return nil
+			}
+			out.Locks = append(out.Locks, lockstore.NewListedLock(r.Key, r.LockID, r.Fence, r.ExpiresAtMs, r.AcquiredAtMs))
+		}
+		return nil
+	})
+	return out, err
+}
