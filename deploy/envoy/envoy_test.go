@@ -144,8 +144,10 @@ func TestFrontProxyShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	js, _ := protojson.Marshal(b)
-	s := string(js)
+	s, err := stableJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{
 		`"transportApiVersion":"V3"`,
 		`"clusterName":"fencegate_authz"`,
@@ -206,8 +208,10 @@ func checkExtProcShape(text []byte) error {
 	if err != nil {
 		return err
 	}
-	js, _ := protojson.Marshal(b)
-	s := string(js)
+	s, err := stableJSON(b)
+	if err != nil {
+		return err
+	}
 	var errs []error
 	for _, want := range []string{
 		`"requestHeaderMode":"SEND"`,
@@ -260,4 +264,20 @@ func TestExtProcShape(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stableJSON renders m as compact JSON with sorted keys. protojson's own
+// output varies its whitespace from run to run on purpose, so substring
+// checks must not read it directly.
+func stableJSON(m proto.Message) (string, error) {
+	js, err := protojson.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	var v any
+	if err := json.Unmarshal(js, &v); err != nil {
+		return "", err
+	}
+	out, err := json.Marshal(v)
+	return string(out), err
 }
