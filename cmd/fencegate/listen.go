@@ -106,6 +106,9 @@ type listeners struct {
 	// drain bounds draining on shutdown; zero is shutdownTimeout. A
 	// fencing proxy raises it to let barrier writes finish (maxWrite).
 	drain time.Duration
+	// name is the process's name in the ready line ("fencegate" when
+	// empty; the standalone proxy says "fencegate proxy").
+	name string
 }
 
 func (ls *listeners) add(name string, r runner) {
@@ -125,7 +128,11 @@ func (ls *listeners) run(ctx context.Context, log *slog.Logger, attrs ...any) er
 	for _, r := range ls.runners {
 		go func() { errc <- r.serve() }()
 	}
-	log.Info("fencegate ready: every listener is up", append(attrs, ls.addrs...)...)
+	name := ls.name
+	if name == "" {
+		name = "fencegate"
+	}
+	log.Info(name+" ready: every listener is up", append(attrs, ls.addrs...)...)
 
 	var serveErr error
 	select {

@@ -234,7 +234,7 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 	if err != nil {
 		return err
 	}
-	ls := &listeners{drain: cfg.Proxy.Drain()}
+	ls := &listeners{drain: cfg.Proxy.Drain(), name: "fencegate proxy"}
 	ls.add("proxy", pr)
 	if m := cfg.Proxy.MetricsAddr; m != "" && m != config.Off {
 		mux := http.NewServeMux()

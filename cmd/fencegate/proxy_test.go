@@ -119,7 +119,7 @@ proxy:
 	done := make(chan int, 1)
 	go func() { done <- runProxy(ctx, []string{"--config", cfg}, io.Discard, stderr) }()
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(stderr.String(), "fencegate ready") {
+	for !strings.Contains(stderr.String(), "fencegate proxy ready") {
 		select {
 		case code := <-done:
 			t.Fatalf("exited %d: %s", code, stderr.String())
