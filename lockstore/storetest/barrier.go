@@ -2,12 +2,9 @@ package storetest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -187,7 +184,7 @@ func (r *recorder) messages() []string {
 // fresh opens a store over a new namespace.
 func (e *barrierEnv) fresh(t TB) (lockstore.Store, string) {
 	t.Helper()
-	ns := barrierNS(t)
+	ns := newNS(t)
 	return e.openNS(t, ns), ns
 }
 
@@ -198,34 +195,6 @@ func (e *barrierEnv) openNS(t TB, ns string) lockstore.Store {
 		t.Fatalf("Harness.Open(%q) returned nil", ns)
 	}
 	return st
-}
-
-// barrierNS is newNS for a TB.
-func barrierNS(t TB) string {
-	name := t.Name()
-	if i := strings.LastIndexByte(name, '/'); i >= 0 {
-		name = name[i+1:]
-	}
-	name = strings.TrimPrefix(name, "barrier_")
-	var b strings.Builder
-	b.WriteString("tb")
-	for _, r := range strings.ToLower(name) {
-		if b.Len() >= 18 {
-			break
-		}
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('_')
-		}
-	}
-	var rnd [4]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		t.Fatalf("storetest: random namespace: %v", err)
-	}
-	b.WriteByte('_')
-	b.WriteString(hex.EncodeToString(rnd[:]))
-	return b.String()
 }
 
 func tctx(t TB) context.Context {
@@ -790,7 +759,7 @@ func (s *suite) barrierUntouched(t TB, e *barrierEnv) {
 // barrierSurvivesReopen: in-flight entries live in the store, so a gateway
 // restart does not forget them.
 func (s *suite) barrierSurvivesReopen(t TB, e *barrierEnv) {
-	ns := barrierNS(t)
+	ns := newNS(t)
 	st := e.openNS(t, ns)
 	const key = "reopen"
 	a := tAcquire(t, st, key, time.Minute)

@@ -136,7 +136,7 @@ func (s *suite) cases() []testCase {
 // newNS derives a namespace from the running case's name plus a random
 // suffix: short, [a-z0-9_] only, starting with a letter, because backends
 // turn it into a Redis prefix, an SQL identifier or a file name.
-func newNS(t *testing.T) string {
+func newNS(t TB) string {
 	name := t.Name()
 	if i := strings.LastIndexByte(name, '/'); i >= 0 {
 		name = name[i+1:]
