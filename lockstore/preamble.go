@@ -67,3 +67,37 @@ func BeginExtend(ctx context.Context, lockID string, ttl time.Duration) (int64, 
 	}
 	return ttlMs, nil
 }
+
+// BeginAdmit starts a write-barrier Admit: the key and the admission
+// (fence, write id, maxWrite) are validated, then ctx, before any I/O. It
+// returns the normalised key and MaxWrite in milliseconds.
+func BeginAdmit(ctx context.Context, key string, a WriteAdmission) (string, int64, error) {
+	nk, err := NormalizeKey(key)
+	if err != nil {
+		return "", 0, err
+	}
+	maxMs, err := a.Validate()
+	if err != nil {
+		return "", 0, err
+	}
+	if err := ContextError(ctx, "admit"); err != nil {
+		return "", 0, err
+	}
+	return nk, maxMs, nil
+}
+
+// BeginFinish starts a write-barrier Finish: the key and write id are
+// validated, then ctx, before any I/O. It returns the normalised key.
+func BeginFinish(ctx context.Context, key, writeID string) (string, error) {
+	nk, err := NormalizeKey(key)
+	if err != nil {
+		return "", err
+	}
+	if err := ValidateWriteID(writeID); err != nil {
+		return "", err
+	}
+	if err := ContextError(ctx, "finish"); err != nil {
+		return "", err
+	}
+	return nk, nil
+}

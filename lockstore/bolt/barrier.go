@@ -71,11 +71,7 @@ func keyState(tx *bbolt.Tx, k string, now int64) (lockstore.KeyState, error) {
 // the read and the registration.
 func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
-	k, err := lockstore.NormalizeKey(key)
-	if err != nil {
-		return lockstore.WriteAdmitResult{}, err
-	}
-	maxMs, err := a.Validate()
+	k, maxMs, err := lockstore.BeginAdmit(ctx, key, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -107,11 +103,8 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 // Expired entries found on the way are dropped too.
 func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	const op = "finish"
-	k, err := lockstore.NormalizeKey(key)
+	k, err := lockstore.BeginFinish(ctx, key, writeID)
 	if err != nil {
-		return err
-	}
-	if err := lockstore.ValidateWriteID(writeID); err != nil {
 		return err
 	}
 	err = s.update(ctx, op, func(tx *bbolt.Tx) error {

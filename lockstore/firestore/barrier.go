@@ -93,11 +93,7 @@ func keyState(lockSnap, counterSnap *firestore.DocumentSnapshot, nk string, nowM
 // key from committing between the read and the registration.
 func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
-	nk, err := lockstore.NormalizeKey(key)
-	if err != nil {
-		return lockstore.WriteAdmitResult{}, err
-	}
-	maxMs, err := a.Validate()
+	nk, maxMs, err := lockstore.BeginAdmit(ctx, key, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -159,11 +155,8 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 // error and writes nothing.
 func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	const op = "finish"
-	nk, err := lockstore.NormalizeKey(key)
+	nk, err := lockstore.BeginFinish(ctx, key, writeID)
 	if err != nil {
-		return err
-	}
-	if err := lockstore.ValidateWriteID(writeID); err != nil {
 		return err
 	}
 	lockID, _, err := docIDs(nk)

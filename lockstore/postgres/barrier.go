@@ -90,11 +90,7 @@ var _ lockstore.WriteBarrier = (*Store)(nil)
 // that PostgreSQL runs as one implicit transaction, by the server's now().
 func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
-	nk, err := lockstore.NormalizeKey(key)
-	if err != nil {
-		return lockstore.WriteAdmitResult{}, err
-	}
-	maxMs, err := a.Validate()
+	nk, maxMs, err := lockstore.BeginAdmit(ctx, key, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -171,11 +167,8 @@ func (r *admitRow) result(a lockstore.WriteAdmission) (lockstore.WriteAdmitResul
 // error. Expired entries are left to the next Admit of the key.
 func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	const op = "finish"
-	nk, err := lockstore.NormalizeKey(key)
+	nk, err := lockstore.BeginFinish(ctx, key, writeID)
 	if err != nil {
-		return err
-	}
-	if err := lockstore.ValidateWriteID(writeID); err != nil {
 		return err
 	}
 	lockKey, _, err := storageKeys(nk)

@@ -99,20 +99,13 @@ func (s *Store) writesKey(lockKey string) string { return s.ownKey("writes:" + l
 // and the write registered at one server instant, by the server clock.
 func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
-	norm, err := lockstore.NormalizeKey(key)
+	norm, maxMs, err := lockstore.BeginAdmit(ctx, key, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
 	lockKey, fenceKey, err := s.keys(norm)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
-	}
-	maxMs, err := a.Validate()
-	if err != nil {
-		return lockstore.WriteAdmitResult{}, err
-	}
-	if e := lockstore.ContextError(ctx, op); e != nil {
-		return lockstore.WriteAdmitResult{}, e
 	}
 	requireLive := "0"
 	if a.RequireLive {
@@ -200,19 +193,13 @@ func admitReply(a lockstore.WriteAdmission, reply []any) (lockstore.WriteAdmitRe
 // Expired entries are left to the next Admit or the hash's own expiry.
 func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	const op = "finish"
-	norm, err := lockstore.NormalizeKey(key)
+	norm, err := lockstore.BeginFinish(ctx, key, writeID)
 	if err != nil {
 		return err
 	}
 	lockKey, _, err := s.keys(norm)
 	if err != nil {
 		return err
-	}
-	if err := lockstore.ValidateWriteID(writeID); err != nil {
-		return err
-	}
-	if e := lockstore.ContextError(ctx, op); e != nil {
-		return e
 	}
 	if err := s.client.HDel(ctx, s.writesKey(lockKey), writeID).Err(); err != nil {
 		return lockstore.WithContext(classify(ctx, op, err), key, "")
