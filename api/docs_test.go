@@ -28,7 +28,8 @@ import (
 // These tests keep docs/api.md, the project's wire reference, honest: every
 // name a client or an operator builds on (reasons and their statuses,
 // LockError codes, route options, headers, paths, service names, metric
-// names) that the code defines must appear in it. Adding one to the code
+// names, console routes, OTEL_* variables, span names and attributes) that
+// the code defines must appear in it. Adding one to the code
 // without documenting it fails here.
 
 const apiDoc = "../docs/api.md"
@@ -67,9 +68,9 @@ func docItems(t *testing.T) []docItem {
 	add("policy", false, string(fencecheck.PolicyHolder), string(fencecheck.PolicyLatest), string(fencecheck.PolicyOff))
 	add("mode", false, string(fencecheck.ModeEnforce), string(fencecheck.ModeDryRun), string(fencecheck.ModeWarn))
 	add("operation", false, string(api.OpAcquire), string(api.OpRelease), string(api.OpExtend),
-		string(api.OpLookup), string(api.OpStatus), string(api.OpAudit))
+		string(api.OpLookup), string(api.OpStatus), string(api.OpAudit), string(api.OpUI))
 	add("path", true, wire.PathAcquire, wire.PathRelease, wire.PathExtend, wire.PathLookup,
-		wire.PathStatus, wire.PathAudit, authz.HTTPPath, admission.Path, "/healthz", "/readyz", "/metrics")
+		wire.PathStatus, wire.PathAudit, wire.PathProofKeys, authz.HTTPPath, admission.Path, "/healthz", "/readyz", "/metrics")
 	add("gRPC service", false, api.LocksServiceName, authz.ServiceName, authz.ExtProcServiceName)
 	add("audit source", false, authz.SourceGRPC, authz.SourceHTTP, authz.SourceExtProc, admission.Source, "proxy")
 	add("annotation", false, admission.DefaultKeyAnnotation, admission.DefaultFenceAnnotation)
@@ -88,7 +89,87 @@ func docItems(t *testing.T) []docItem {
 	for _, m := range metricNames(t) {
 		add("metric", false, m)
 	}
+	// The console's routes (method and path, as registered), the OTEL_*
+	// variables tracing/otelenv reads, and the span names and attribute
+	// keys of package tracing, all read from the source.
+	add("console route", true, consoleRoutes(t)...)
+	add("OTEL variable", false, otelVars(t)...)
+	add("span name", true, stringConsts(t, "../tracing", "Span")...)
+	add("span attribute", false, stringConsts(t, "../tracing", "Attr")...)
 	return items
+}
+
+// sourceOf returns the non-test Go source of dir, one string per file.
+func sourceOf(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, string(b))
+	}
+	return out
+}
+
+var (
+	consolePathRE  = regexp.MustCompile(`\bPath\s*=\s*"([^"]+)"`)
+	consoleRouteRE = regexp.MustCompile(`route\("([A-Z]+) "\s*\+\s*Path(?:\s*\+\s*"([^"]*)")?`)
+	otelVarRE      = regexp.MustCompile(`"(OTEL_[A-Z0-9_]+)"`)
+)
+
+// consoleRoutes returns every route console.Register mounts, as
+// "METHOD /path" ("/ui/{$}" written "/ui/", the form a reader types).
+func consoleRoutes(t *testing.T) []string {
+	t.Helper()
+	var base string
+	var methods, suffixes []string
+	for _, src := range sourceOf(t, "../console") {
+		if m := consolePathRE.FindStringSubmatch(src); m != nil {
+			base = m[1]
+		}
+		for _, m := range consoleRouteRE.FindAllStringSubmatch(src, -1) {
+			methods = append(methods, m[1])
+			suffixes = append(suffixes, strings.TrimSuffix(m[2], "{$}"))
+		}
+	}
+	// A console with fewer routes than its pages, stream, login, logout
+	// and assets means the scan no longer reads console.Register.
+	if base == "" || len(methods) < 7 {
+		t.Fatalf("found console path %q and %d routes: the scan of console/ is broken", base, len(methods))
+	}
+	routes := make([]string, len(methods))
+	for i := range methods {
+		routes[i] = methods[i] + " " + base + suffixes[i]
+	}
+	return routes
+}
+
+// otelVars returns every OTEL_* variable tracing/otelenv reads itself.
+func otelVars(t *testing.T) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var out []string
+	for _, src := range sourceOf(t, "../tracing/otelenv") {
+		for _, m := range otelVarRE.FindAllStringSubmatch(src, -1) {
+			if !seen[m[1]] {
+				seen[m[1]] = true
+				out = append(out, m[1])
+			}
+		}
+	}
+	if len(out) < 5 {
+		t.Fatalf("found %d OTEL_* variables in tracing/otelenv: the scan is broken", len(out))
+	}
+	return out
 }
 
 // missingFromDoc returns the items doc lacks, as "what name".
@@ -153,6 +234,17 @@ func TestAPIDocCheckCatchesOmissions(t *testing.T) {
 		}
 		if !slices.Contains(missingFromDoc(readDoc(t, p), []docItem{it}), it.what+" "+it.name) {
 			t.Errorf("a doc without the %s %q passes the check", it.what, it.name)
+		}
+	}
+	// The source scans found what they exist for (a scan reading nothing
+	// would make every doc pass).
+	for _, want := range []docItem{
+		{what: "console route", name: "GET /ui/events"}, {what: "console route", name: "POST /ui/login"},
+		{what: "OTEL variable", name: "OTEL_SDK_DISABLED"}, {what: "OTEL variable", name: "OTEL_PROPAGATORS"},
+		{what: "span name", name: "fencegate.check"}, {what: "span attribute", name: "fencegate.store"},
+	} {
+		if !slices.ContainsFunc(items, func(it docItem) bool { return it.what == want.what && it.name == want.name }) {
+			t.Errorf("the %s %q was not collected from the code", want.what, want.name)
 		}
 	}
 	// A reason documented with the wrong status is caught too.

@@ -19,7 +19,8 @@
 //	OTEL_EXPORTER_OTLP_PROTOCOL,
 //	OTEL_EXPORTER_OTLP_TRACES_PROTOCOL  "grpc" or "http/protobuf" (default)
 //	OTEL_PROPAGATORS                 tracecontext, baggage, b3, b3multi, none
-//	                                 (default tracecontext,baggage,b3)
+//	                                 (default b3,tracecontext,baggage: the
+//	                                 last to find a context wins, so W3C's)
 package otelenv
 
 import (
