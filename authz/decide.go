@@ -85,6 +85,8 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 	}
 	barrier, maxWrite, berr := parseBarrier(ro.barrier, ro.maxWrite)
 	switch {
+	case ro.err != nil:
+		req.RouteError = ro.err
 	case methodsErr != nil:
 		req.RouteError = fmt.Errorf("%s: %w", ExtMethods, methodsErr)
 	case berr != nil:

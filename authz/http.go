@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -112,11 +113,16 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	trustedQuery := conv != convRequest
 	if conv == convForwarded && r.URL.RawQuery != "" && r.URL.RawQuery == uriQuery(v.path) {
 		// Caddy's forward_auth keeps the client's query when its uri has
-		// none: this query is the client's, not the operator's.
+		// none, so this query may be the client's; or the client copied
+		// the operator's query into its own request. Either way the route's
+		// options cannot be told from the client's: falling back to the
+		// defaults would let a client drop fence_proof=signed or a key
+		// template, so writes fail closed.
 		trustedQuery = false
+		ro.err = errAmbiguousRouteQuery
 		h.d.log.LogAttrs(r.Context(), slog.LevelWarn,
-			"authz: the auth request's query is the client's own (the forward_auth uri sets no query); ignoring it. "+
-				"Put the route options in the forward_auth uri's query (e.g. ?fence_route=NAME)")
+			"authz: the auth request's query equals the client's own; its writes fail closed. "+
+				"Put the route options in the forward_auth uri's query (at least ?fence_route=NAME)")
 	}
 	if trustedQuery {
 		q := r.URL.Query()
@@ -243,3 +249,7 @@ func clientAddr(r *http.Request) string {
 	}
 	return r.RemoteAddr
 }
+
+// errAmbiguousRouteQuery: with X-Forwarded-* the route options come from
+// the auth URL's query, and this one is identical to the client's own.
+var errAmbiguousRouteQuery = errors.New("authz: the forward-auth query equals the client's request query, so the route's options cannot be told from the client's")

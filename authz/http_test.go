@@ -355,19 +355,40 @@ func TestHTTPForwardedRouteOptions(t *testing.T) {
 	}
 }
 
-// TestHTTPForwardedClientQuery: Caddy's forward_auth keeps the client's
-// query on the auth request when its uri has none, so a query identical to
-// the original URI's is the client's own and carries no route options.
+// TestHTTPForwardedClientQuery: with X-Forwarded-* the route options come
+// from the auth URL's query. Caddy's forward_auth keeps the client's query
+// there when its uri has none, and a client can copy the operator's query
+// into its own request: a query identical to the original URI's cannot be
+// told from the client's, so a write fails closed (503) instead of falling
+// back to the defaults; a read still passes.
 func TestHTTPForwardedClientQuery(t *testing.T) {
-	h := NewHTTPHandler(fencecheck.New(openBolt(t), fencecheck.Options{}), Options{})
-	r := httptest.NewRequest("GET", HTTPPath+"?fence_policy=off&fence_mode=dry-run", nil)
-	r.Header.Set("X-Forwarded-Method", "PUT")
-	r.Header.Set("X-Forwarded-Uri", "/orders/7?fence_policy=off&fence_mode=dry-run")
-	r.Header.Set(HeaderKey, "orders/7")
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	if w.Code != 428 {
-		t.Fatalf("client's own query copied to the auth request: %d, want 428", w.Code)
+	s := openBolt(t)
+	cur := acquire(t, s, "payments/42", time.Minute)
+	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{})
+	check := func(method, query, uri string) int {
+		r := httptest.NewRequest("GET", HTTPPath+query, nil)
+		r.Header.Set("X-Forwarded-Method", method)
+		r.Header.Set("X-Forwarded-Uri", uri)
+		r.Header.Set(HeaderKey, "payments/42")
+		r.Header.Set(HeaderToken, cur.Fence) // a fence replayed from a denial, and no proof
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	const operator = "?fence_route=payments&fence_key=payments/{2}&fence_proof=lockId"
+	if got := check("PUT", operator, "/payments/42"); got != 403 {
+		t.Fatalf("lockId route, no lockId: %d, want 403 bad-proof", got)
+	}
+	// The downgrade: the client appends the operator's query to its own URI.
+	if got := check("PUT", operator, "/payments/42"+operator); got != 503 {
+		t.Fatalf("client copied the operator's query: %d, want 503 (options unknowable: fail closed), never a default route", got)
+	}
+	// Caddy without a query on its uri, the client's query copied over.
+	if got := check("PUT", "?fence_policy=off&fence_mode=dry-run", "/orders/7?fence_policy=off&fence_mode=dry-run"); got != 503 {
+		t.Fatalf("client's own query copied to the auth request: %d, want 503", got)
+	}
+	if got := check("GET", operator, "/payments/42"+operator); got != 200 {
+		t.Fatalf("a read with the same query: %d, want 200", got)
 	}
 }
 

@@ -46,6 +46,9 @@ type routeOptions struct {
 	key, header, policy, mode, methods, name string
 	barrier, maxWrite                        string
 	proof                                    string
+	// err, when set, says the route's options cannot be known (writes fail
+	// closed, like options that do not parse).
+	err error
 }
 
 func optionsFromMap(m map[string]string) routeOptions {
