@@ -425,3 +425,35 @@ func TestProxyBarrierAcrossReplicas(t *testing.T) {
 		t.Fatal("W2 reached the upstream while W1 was in flight")
 	}
 }
+
+// TestProxyUpgradeOnFencedWrite: after a 101 the client and the upstream
+// talk directly for as long as they like, so a holder that lost its lock
+// could go on writing under its old fence, and a barrier entry finished
+// at the 101 would let a newer fence in while it does. A fenced write that
+// asks for an upgrade is refused before the check; a read may upgrade.
+func TestProxyUpgradeOnFencedWrite(t *testing.T) {
+	s := openBolt(t)
+	l := acquire(t, s, "k")
+	up, seenCh := recorder(t)
+	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}),
+		[]Route{{Name: "r", Prefix: "/", Upstream: mustURL(t, up.URL), Key: "k", Barrier: true}}, Options{})
+	upgrade := map[string]string{"X-Fence-Token": l.Fence, "Connection": "Upgrade", "Upgrade": "websocket"}
+	res, _ := do(t, "POST", srv.URL+"/k", upgrade, "x")
+	if res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("upgrade on a fenced write: %d, want 400", res.StatusCode)
+	}
+	select {
+	case sn := <-seenCh:
+		t.Fatalf("the refused upgrade reached the upstream: %+v", sn)
+	default:
+	}
+	// A read carries no fence and holds no entry: it may upgrade (the
+	// recorder answers it as a plain request).
+	if res, _ := do(t, "GET", srv.URL+"/k", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, ""); res.StatusCode == http.StatusBadRequest {
+		t.Fatalf("upgrade on a read: %d", res.StatusCode)
+	}
+	// The same write without the upgrade passes.
+	if res, _ := do(t, "POST", srv.URL+"/k", map[string]string{"X-Fence-Token": l.Fence}, "x"); res.StatusCode != 200 {
+		t.Fatalf("plain write: %d", res.StatusCode)
+	}
+}

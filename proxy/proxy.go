@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/tracing"
 )
@@ -278,6 +280,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	start := time.Now()
 	req := p.request(r, rt)
+	if req.Write && rt.Policy != fencecheck.PolicyOff && httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") {
+		// After a 101 the client and the upstream talk directly, for as
+		// long as they like: a holder that lost its lock could go on
+		// writing under its old fence. A fenced write is one exchange.
+		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: protocol upgrade on a fenced write refused", slog.String("route", rt.Name))
+		http.Error(w, "protocol upgrades are not allowed on fenced writes", http.StatusBadRequest)
+		return
+	}
 	// The check's span joins the client's trace (W3C or b3 headers); the
 	// headers themselves go upstream unchanged.
 	dec, _ := p.checker.Check(tracing.FromHTTP(r.Context(), r.Header), req)
@@ -447,10 +457,15 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	if ex == nil || ex.bw == nil {
 		return nil
 	}
-	if res.StatusCode == http.StatusSwitchingProtocols || res.Body == nil || res.Body == http.NoBody {
-		// The upstream's answer is all there is (an upgraded connection is
-		// no longer a write of this exchange).
-		ex.bw.finish(res.Request.Context())
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		// Upgrades of fenced writes are refused before the check; one that
+		// gets here anyway is abandoned (its entry expires at maxWrite),
+		// never finished while the connection may still carry writes.
+		ex.bw.abandon(res.Request.Context())
+		return nil
+	}
+	if res.Body == nil || res.Body == http.NoBody {
+		ex.bw.finish(res.Request.Context()) // the upstream's answer is all there is
 		return nil
 	}
 	res.Body = &completionBody{rc: res.Body, bw: ex.bw, ctx: res.Request.Context(), drain: p.drain}
