@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -85,6 +86,7 @@ func (s *ExtProc) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 	ctx := stream.Context()
 	var (
 		dec     fencecheck.Decision
+		decided bool   // the request headers were checked
 		settled = true // no barrier write to settle until one is admitted
 	)
 	defer func() {
@@ -105,7 +107,7 @@ func (s *ExtProc) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 		var resp *extprocv3.ProcessingResponse
 		switch r := req.GetRequest().(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
-			dec = s.decide(ctx, req, r.RequestHeaders)
+			dec, decided = s.decide(ctx, req, r.RequestHeaders), true
 			if !dec.Allowed {
 				return stream.Send(immediateResponse(dec))
 			}
@@ -115,7 +117,7 @@ func (s *ExtProc) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			if !settled {
 				settled = true
-				if st := responseStatus(r.ResponseHeaders); st == 502 || st == 503 || st == 504 {
+				if st := responseStatus(r.ResponseHeaders); !upstreamCompleted(st) {
 					s.d.checker.Abandon(ctx, dec)
 				} else {
 					_ = s.d.checker.Finish(context.WithoutCancel(ctx), dec) // counted and logged there
@@ -135,6 +137,12 @@ func (s *ExtProc) Process(stream extprocv3.ExternalProcessor_ProcessServer) erro
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
 		default:
 			continue
+		}
+		if !decided {
+			// Anything before the request headers (a filter set to skip
+			// them, a route override) would pass unchecked: fail closed.
+			s.d.log.LogAttrs(ctx, slog.LevelWarn, "authz: ext_proc message before the request headers; failing closed (send request headers: request_header_mode SEND)")
+			return stream.Send(immediateResponse(fencecheck.Decision{Reason: fencecheck.ReasonUnavailable, Status: fencecheck.StatusOf(fencecheck.ReasonUnavailable)}))
 		}
 		if req.GetObservabilityMode() {
 			continue // Envoy does not read answers in observability mode
@@ -290,3 +298,13 @@ func parseBarrier(on, maxWrite string) (bool, time.Duration, error) {
 // barrier, which needs an edge that sees the upstream's response.
 var errBarrierUnsupported = errors.New("authz: the route asks for the write barrier (" + ExtBarrier +
 	"), which needs an edge that sees the response: use ext_proc or `fencegate proxy`, not ext_authz or forward-auth")
+
+// upstreamCompleted reports whether a response status, as ext_proc sees it,
+// can be the upstream's complete answer. Envoy answers 408 (request,
+// stream-idle or max-stream-duration timeouts), 413 and 5xx itself when
+// the exchange failed, and ext_proc cannot tell those from the upstream's
+// own: they are abandoned (the entry expires at maxWrite), which only ever
+// delays a newer fence, never lets it in early.
+func upstreamCompleted(status int) bool {
+	return status != 0 && status != 408 && status != 413 && status < 500
+}

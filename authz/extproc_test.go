@@ -276,7 +276,9 @@ func TestExtProcBarrierTwoStreams(t *testing.T) {
 // response headers abandons its write: newer fences wait for maxWrite.
 // So does a 504 response (Envoy's own answer to an upstream timeout).
 func TestExtProcStreamEndsWithoutResponse(t *testing.T) {
-	for _, how := range []string{"cancel", "close", "504"} {
+	// 408, 413 and 5xx are what Envoy answers itself when the exchange
+	// failed (timeouts, limits, resets): the upstream may still commit.
+	for _, how := range []string{"cancel", "close", "504", "408", "500", "413"} {
 		t.Run(how, func(t *testing.T) {
 			s, c, reg := extProcBarrier(t)
 			l1 := acquire(t, s, "acct", time.Minute)
@@ -287,8 +289,9 @@ func TestExtProcStreamEndsWithoutResponse(t *testing.T) {
 				w1.cancel()
 			case "close":
 				_ = w1.s.CloseSend()
-			case "504":
-				w1.roundTrip(envoyResponseHeaders(504))
+			default:
+				code, _ := strconv.Atoi(how)
+				w1.roundTrip(envoyResponseHeaders(code))
 			}
 			waitMetric(t, reg, "fencegate_barrier_abandoned_total", 1)
 			release(t, s, l1.LockID)
@@ -394,5 +397,19 @@ func TestExtProcMetadataContextOptions(t *testing.T) {
 	resp := openStream(t, c, map[string]string{ExtPolicy: "holder"}).roundTrip(withMeta())
 	if set, _ := mutationOf(resp.GetRequestHeaders()); set[HeaderVerified] != l.Fence {
 		t.Fatalf("key from metadata_context, policy from initial metadata: %v", resp)
+	}
+}
+
+// TestExtProcBodyBeforeHeaders: a stream whose first message is not the
+// request headers (the filter set to skip them, a route override) would
+// pass unchecked; it is answered 503 unavailable.
+func TestExtProcBodyBeforeHeaders(t *testing.T) {
+	s := openBolt(t)
+	c := serveExtProc(t, fencecheck.New(s, fencecheck.Options{}))
+	body := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: []byte("x"), EndOfStream: true}}}
+	code, _, _ := immediateOf(t, openStream(t, c, map[string]string{ExtKey: "acct"}).roundTrip(body))
+	if code != 503 {
+		t.Fatalf("a body before any headers: %d, want 503", code)
 	}
 }

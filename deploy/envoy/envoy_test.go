@@ -154,7 +154,7 @@ func TestFrontProxyShape(t *testing.T) {
 		`"timeout":"0.250s"`,
 		`"statusOnError":{"code":"ServiceUnavailable"}`,
 		`"disabled":true`,
-		`"fence_key":"orders/{2}"`,
+		`"fence_key":"orders/{2:int}"`,
 		`"fence_mode":"dry-run"`,
 		`"fence_proof":"signed"`,
 		`"requestHeadersToRemove":["x-fence-lock-id"]`,
@@ -219,7 +219,8 @@ func checkExtProcShape(text []byte) error {
 		`"messageTimeout":"0.500s"`,
 		`"statusOnError":{"code":"ServiceUnavailable"}`,
 		`"key":"fence_barrier","value":"on"`,
-		`"key":"fence_key","value":"orders/{2}"`,
+		`"key":"fence_key","value":"orders/{2:int}"`,
+		`"maxStreamDuration":{"maxStreamDuration":"25s"}`,
 		`"serviceName":"envoy.service.ext_proc.v3.ExternalProcessor"`,
 		`"requestHeadersToRemove":["x-fence-lock-id"]`,
 	} {
