@@ -214,6 +214,11 @@ func (t *KeyTemplate) values(path string, r rules) ([]string, error) {
 		if err != nil {
 			return nil, refuse("segment %d: %v", i+1, err)
 		}
+		if strings.IndexByte(dec, '\\') >= 0 {
+			// "%5C": an upstream that decodes it and reads '\' as '/'
+			// would see another path (and maybe another route).
+			return nil, refuse("segment %d holds an encoded '\\' (%%5C); some upstreams read it as '/'", i+1)
+		}
 		// "..;" is ".." to servlet containers (and refused above for its ';').
 		if name, _, _ := strings.Cut(dec, ";"); name == "." || name == ".." {
 			return nil, refuse("segment %d is a dot segment; it would be normalised to another path", i+1)

@@ -45,21 +45,22 @@ var keyTemplateCases = []keyTemplateCase{
 	{"{1:uuid}{2}", "/0f8fad5b-d9cb-469f-a165-70867728950e/b", "0f8fad5b-d9cb-469f-a165-70867728950eb", false, false},
 	// Paths a proxy or upstream would normalise to another resource than
 	// the segments say.
-	{"orders/{2}", "//orders/42", "", true, false},          // nginx routes /orders/42; segment 2 is "orders"
-	{"orders/{2}", "/orders/x/../42", "", true, false},      // upstream sees /orders/42; segment 2 is "x"
-	{"orders/{2}", "/orders/./42", "", true, false},         // segment 2 is "."
-	{"orders/{2}", "/orders/42/..", "", true, false},        // a dot segment after the key's
-	{"orders/{2}", "/orders/42/x//y", "", true, false},      // an empty segment after the key's
-	{"orders/{2}", "/orders/%2e%2e/42", "", true, false},    // encoded ".."
-	{"orders/{2}", "/orders/%2E%2e/42", "", true, false},    // mixed case
-	{"orders/{2}", "/orders/.%2E/42", "", true, false},      // half encoded
-	{"orders/{2}", "/orders/%2e/42", "", true, false},       // encoded "."
-	{"orders/{2}", "/orders/a%2Fb", "", true, false},        // encoded slash inside a segment
-	{"orders/{2}", "/orders/a%2fb", "", true, false},        // lower case
-	{"orders/{2}", "/orders/..;/42", "", true, false},       // Tomcat: ".." with a path parameter
-	{"orders/{2}", "/orders/42\\..\\43", "", true, false},   // '\' is '/' to some servers
-	{"orders/{2}", "/orders/42%5C..%5C43", "", true, false}, // and decoded
-	{"orders/{2}", "orders/42", "", true, false},            // not origin-form
+	{"orders/{2}", "//orders/42", "", true, false},              // nginx routes /orders/42; segment 2 is "orders"
+	{"orders/{2}", "/orders/x/../42", "", true, false},          // upstream sees /orders/42; segment 2 is "x"
+	{"orders/{2}", "/orders/./42", "", true, false},             // segment 2 is "."
+	{"orders/{2}", "/orders/42/..", "", true, false},            // a dot segment after the key's
+	{"orders/{2}", "/orders/42/x//y", "", true, false},          // an empty segment after the key's
+	{"orders/{2}", "/orders/%2e%2e/42", "", true, false},        // encoded ".."
+	{"orders/{2}", "/orders/%2E%2e/42", "", true, false},        // mixed case
+	{"orders/{2}", "/orders/.%2E/42", "", true, false},          // half encoded
+	{"orders/{2}", "/orders/%2e/42", "", true, false},           // encoded "."
+	{"orders/{2}", "/orders/a%2Fb", "", true, false},            // encoded slash inside a segment
+	{"orders/{2}", "/orders/a%2fb", "", true, false},            // lower case
+	{"orders/{2}", "/orders/..;/42", "", true, false},           // Tomcat: ".." with a path parameter
+	{"orders/{2}", "/orders/42\\..\\43", "", true, false},       // '\' is '/' to some servers
+	{"orders/{2}", "/orders/42%5C..%5C43", "", true, false},     // and decoded
+	{"orders/{3}", "/public/..%5Cpayments/42", "", true, false}, // even in a segment the template does not read
+	{"orders/{2}", "orders/42", "", true, false},                // not origin-form
 	{"orders/{2}", "/orders/42/", "orders/42", false, false},
 	{"orders/{2}", "/orders/...", "orders/...", false, false},
 	{"orders/{2}", "/orders/.x", "orders/.x", false, false},
@@ -252,4 +253,20 @@ func upper(c byte) byte {
 		return c - 'a' + 'A'
 	}
 	return c
+}
+
+// TestCheckPath: the path rules an edge that routes by prefix applies to
+// every request (the proxy): a path an upstream would normalise into
+// another one, possibly under another route, is refused.
+func TestCheckPath(t *testing.T) {
+	for _, p := range []string{"/public/..%5Cpayments/1", "/public/..\\payments/1", "/a//b", "/a/../b", "/a/%2e%2e/b", "/a%2Fb", "/a;x/b"} {
+		if err := CheckPath(p); !errors.Is(err, ErrKeyPath) {
+			t.Errorf("CheckPath(%q) = %v, want ErrKeyPath", p, err)
+		}
+	}
+	for _, p := range []string{"/", "/public/a%20b/1", "/orders/42/"} {
+		if err := CheckPath(p); err != nil {
+			t.Errorf("CheckPath(%q) = %v, want nil", p, err)
+		}
+	}
 }
