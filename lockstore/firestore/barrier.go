@@ -138,7 +138,12 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 			return err
 		}
 		var changed bool
-		res, changed = a.Apply(entries, ks, maxMs)
+		// Deadlines are by this gateway's clock, and another gateway
+		// reading them may run ahead by up to the tolerance the lock
+		// contract grants (TimeToleranceMs): the entry lives that much
+		// longer, so no replica sees it expire before maxWrite has passed
+		// on the clock that registered it.
+		res, changed = a.Apply(entries, ks, maxMs+lockstore.TimeToleranceMs)
 		if !changed {
 			return nil
 		}
