@@ -44,6 +44,9 @@ type Options struct {
 	Gatherer prometheus.Gatherer
 	// Logger receives access logs and errors. Nil means slog.Default().
 	Logger *slog.Logger
+	// AccessLog selects the HTTP requests that get an access log line;
+	// the zero value is AccessErrors.
+	AccessLog AccessLog
 	// Ready is an extra readiness check for /readyz, run after the store's
 	// Ping (optional).
 	Ready func(ctx context.Context) error
@@ -59,6 +62,7 @@ type Server struct {
 	maxWait   time.Duration
 	gatherer  prometheus.Gatherer
 	log       *slog.Logger
+	access    AccessLog
 	ready     func(ctx context.Context) error
 	metrics   *metrics
 }
@@ -83,6 +87,7 @@ func New(o Options) (*Server, error) {
 		maxWait:   o.MaxWait,
 		gatherer:  o.Gatherer,
 		log:       o.Logger,
+		access:    o.AccessLog,
 		ready:     o.Ready,
 	}
 	if s.maxWait == 0 {

@@ -69,6 +69,8 @@ type serveSettings struct {
 	// proxyRoutes are the fencing reverse proxy's routes (proxy.routes),
 	// served on their own listener when any are configured.
 	proxyRoutes []proxy.Route
+	// accessLog is log.access, parsed by the api package.
+	accessLog api.AccessLog
 }
 
 // loadServeConfig loads the configuration and parses what the packages own
@@ -88,6 +90,9 @@ func loadServeConfig(build func(func(string) string) (config.Config, error), get
 	}
 	if set.store, err = parseStoreURL(cfg.Store); err != nil {
 		add("store", err)
+	}
+	if set.accessLog, err = api.ParseAccessLog(cfg.Log.Access); err != nil {
+		add("log.access", err)
 	}
 	if len(cfg.Tokens) > 0 {
 		if set.auth, err = newAuthenticator(cfg.Tokens); err != nil {
@@ -176,7 +181,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	}
 	srv, err := api.New(api.Options{
 		Store: store, Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
-		Registerer: reg, Gatherer: reg, Logger: log, Ready: ready,
+		Registerer: reg, Gatherer: reg, Logger: log, AccessLog: set.accessLog, Ready: ready,
 	})
 	if err != nil {
 		return err
@@ -216,6 +221,13 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	}
 	if admissionRunner != nil {
 		ls.add("admission", admissionRunner)
+	}
+	if cfg.Debug.Enabled() {
+		r, err := newDebugRunner(cfg.Debug, log)
+		if err != nil {
+			return err
+		}
+		ls.add("debug", r)
 	}
 
 	if set.store.backend == "bolt" {
