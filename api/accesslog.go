@@ -3,16 +3,18 @@ package api
 import (
 	"fmt"
 	"time"
+
+	"google.golang.org/grpc/codes"
 )
 
-// AccessLog selects which HTTP requests Middleware writes an access log
-// line for. Failed requests are also reported by the error log (warn and
+// AccessLog selects which requests get an access log line: HTTP requests
+// through Middleware and calls of the gRPC lock API. Failed requests are also reported by the error log (warn and
 // error level, with the cause) whatever this says.
 type AccessLog int
 
 const (
-	// AccessErrors logs requests answered 4xx or 5xx and requests that
-	// took at least SlowRequest: what an operator reads. It is the
+	// AccessErrors logs requests answered 4xx or 5xx (gRPC: a status other
+	// than OK) and requests that took at least SlowRequest: what an operator reads. It is the
 	// default (the zero value): at thousands of requests a second one info
 	// line per success is a cost no one asked for.
 	AccessErrors AccessLog = iota
@@ -61,6 +63,17 @@ func (a AccessLog) logs(status int, d time.Duration) bool {
 		return true
 	case AccessErrors:
 		return status >= 400 || d >= SlowRequest
+	}
+	return false
+}
+
+// logsGRPC is logs for a gRPC call that ended with code after d.
+func (a AccessLog) logsGRPC(code codes.Code, d time.Duration) bool {
+	switch a {
+	case AccessAll:
+		return true
+	case AccessErrors:
+		return code != codes.OK || d >= SlowRequest
 	}
 	return false
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/api"
+	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
@@ -98,4 +99,43 @@ func (s slowAcquire) Acquire(ctx context.Context, key string, ttl time.Duration)
 		time.Sleep(api.SlowRequest)
 	}
 	return s.Store.Acquire(ctx, key, ttl)
+}
+
+// TestAccessLogModesGRPC: the gRPC lock API follows the same modes: a
+// successful call, an unauthenticated one (Unauthenticated) and a slow
+// success.
+func TestAccessLogModesGRPC(t *testing.T) {
+	for _, c := range []struct {
+		mode             api.AccessLog
+		ok, unauth, slow bool
+	}{
+		{api.AccessOff, false, false, false},
+		{api.AccessErrors, false, true, true},
+		{api.AccessAll, true, true, true},
+	} {
+		t.Run(c.mode.String(), func(t *testing.T) {
+			g := newGRPCEnv(t, slowAcquire{openStore(t)}, func(o *api.Options) { o.AccessLog = c.mode })
+			count := func() int { return strings.Count(g.logs.String(), `"msg":"grpc request"`) }
+			step := func(what string, want bool, call func() error) {
+				t.Helper()
+				before := count()
+				_ = call()
+				if got := count() > before; got != want {
+					t.Errorf("%s: logged=%v, want %v; logs:\n%s", what, got, want, g.logs.String())
+				}
+			}
+			step("success", c.ok, func() error {
+				_, err := g.client.Acquire(bearer(adminToken), &fencegatev1.AcquireRequest{Key: "orders/a"})
+				return err
+			})
+			step("unauthenticated", c.unauth, func() error {
+				_, err := g.client.Acquire(bearer(""), &fencegatev1.AcquireRequest{Key: "orders/b"})
+				return err
+			})
+			step("slow success", c.slow, func() error {
+				_, err := g.client.Acquire(bearer(adminToken), &fencegatev1.AcquireRequest{Key: "slow/a"})
+				return err
+			})
+		})
+	}
 }

@@ -109,12 +109,14 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	if reason == "" {
 		reason = reasonNone
 	}
-	c.m.decisions.WithLabelValues(label, reason, modeLabel(d.Mode)).Inc()
+	c.m.decision(label, reason, modeLabel(d.Mode)).Inc()
 
 	if (!d.Allowed || d.WouldDeny) && !r.SkipAudit && c.audit != nil {
 		c.audit.Record(c.event(r, d))
 	}
-	if !d.Allowed || d.WouldDeny {
+	// Enabled first: the attrs (a SHA-256 of the key) are built only for a
+	// line that is written.
+	if (!d.Allowed || d.WouldDeny) && c.log.Enabled(ctx, slog.LevelDebug) {
 		c.log.LogAttrs(ctx, slog.LevelDebug, "fencecheck: negative decision",
 			slog.String("decisionId", d.DecisionID),
 			slog.String("reason", string(d.Reason)),
