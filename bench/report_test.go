@@ -358,6 +358,15 @@ func command() string {
 	if *rounds != 3 {
 		args = append(args, fmt.Sprintf("-rounds %d", *rounds))
 	}
+	if *openRate != 2000 {
+		args = append(args, fmt.Sprintf("-open-rate %d", *openRate))
+	}
+	if *openFor != 5*time.Second {
+		args = append(args, fmt.Sprintf("-open-for %v", *openFor))
+	}
+	if *heldLocks != 100_000 {
+		args = append(args, fmt.Sprintf("-held-locks %d", *heldLocks))
+	}
 	if len(args) > 0 {
 		parts = append(parts, "-args "+strings.Join(args, " "))
 	}
