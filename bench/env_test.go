@@ -253,7 +253,14 @@ func startGateway(tb testing.TB, store lockstore.Store, nw int) gateway {
 	}
 }
 
-// serveGRPC starts a grpc.Server with default options on a loopback
+// grpcStreamWorkers is the grpc.NumStreamWorkers every benchmark server
+// runs with, as cmd/fencegate's listeners do (defaultGRPCLimits): RPCs run
+// on long-lived goroutines whose stacks stay grown, instead of a fresh
+// goroutine per RPC whose stack grows by copying on every deep call.
+const grpcStreamWorkers = 64
+
+// serveGRPC starts a grpc.Server with default options but
+// grpcStreamWorkers (the floor's servers and fencegate's alike) on a loopback
 // listener, lets register add its services, and returns a client connection
 // to it (one HTTP/2 connection the workers share, as a proxy's would be).
 // The server and the goroutine serving it end at cleanup.
@@ -263,7 +270,7 @@ func serveGRPC(tb testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
 	if err != nil {
 		tb.Fatalf("listen: %v", err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.NumStreamWorkers(grpcStreamWorkers))
 	register(gs)
 	served := make(chan struct{})
 	go func() {
