@@ -37,7 +37,9 @@ func startDebug(t *testing.T, d config.Debug, log *slog.Logger) string {
 
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	// A bounded client: a listener that never answers fails the test
+	// instead of hanging it.
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
