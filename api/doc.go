@@ -84,6 +84,8 @@
 // fencegate_lock_ops_total{op,result} (result ok, fail = locked/absent, or
 // the LockError code), fencegate_lock_op_duration_seconds{op}, and
 // fencegate_locks_held when the store implements lockstore.HeldCounter.
-// Access logs carry method, path (never the query, which can hold a key),
-// status, duration and the token's name; never a key, lockId or token.
+// Access logs (Options.AccessLog: by default only requests answered 4xx/5xx,
+// a gRPC status other than OK, or slower than SlowRequest) carry method, the
+// matched route (never the path or query, which can hold a key), status,
+// duration and the token's name; never a key, lockId or token.
 package api

@@ -99,12 +99,15 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 					slog.String("code", string(ae.code)), slog.Any("err", ae.cause))
 			}
 		}
-		s.log.LogAttrs(ctx, slog.LevelInfo, "grpc request",
-			slog.String("method", info.FullMethod),
-			slog.String("code", st.Code().String()),
-			slog.Duration("duration", time.Since(start)),
-			slog.String("token", tokenName(p)),
-		)
+		d := time.Since(start)
+		if s.access.logsGRPC(st.Code(), d) && s.log.Enabled(ctx, slog.LevelInfo) {
+			s.log.LogAttrs(ctx, slog.LevelInfo, "grpc request",
+				slog.String("method", info.FullMethod),
+				slog.String("code", st.Code().String()),
+				slog.Duration("duration", d),
+				slog.String("token", tokenName(p)),
+			)
+		}
 	}()
 	resp, err = s.authorizedCall(ctx, req, op, h, &p)
 	panicking = false

@@ -89,6 +89,8 @@ func newEnv(t testing.TB, store lockstore.Store, mutate func(*api.Options)) *env
 		Registerer: e.reg,
 		Gatherer:   e.reg,
 		Logger:     slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		// Every request logged, so the tests that scan logs for secrets see every line.
+		AccessLog: api.AccessAll,
 	}
 	if al, ok := store.(lockstore.AuditLog); ok {
 		o.Audit = al

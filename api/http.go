@@ -1,9 +1,11 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -229,15 +231,39 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // writeJSON writes body with the given status. Replies may carry a lockId,
 // so they are never cached.
 func writeJSON(w http.ResponseWriter, status int, body any) {
-	b, err := json.Marshal(body)
-	if err != nil {
+	buf := replyBufs.Get().(*bytes.Buffer)
+	defer putReplyBuf(buf)
+	buf.Reset()
+	// Encode writes the body and the trailing newline, into a reused buffer.
+	if err := json.NewEncoder(buf).Encode(body); err != nil {
 		status = http.StatusInternalServerError
-		b = []byte(`{"error":{"code":"Internal","message":"encoding the reply failed"}}`)
+		buf.Reset()
+		buf.WriteString(`{"error":{"code":"Internal","message":"encoding the reply failed"}}` + "\n")
 	}
+	// The header values are shared, never-modified slices: Header.Set would
+	// allocate one per header per reply.
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
+	h["Content-Type"] = jsonContentType
+	h["Cache-Control"] = noStore
+	h["X-Content-Type-Options"] = nosniff
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(buf.Bytes())
+}
+
+var (
+	jsonContentType = []string{"application/json"}
+	noStore         = []string{"no-store"}
+	nosniff         = []string{"nosniff"}
+)
+
+// replyBufs are writeJSON's buffers. A buffer grown past maxPooledReply (a
+// large audit page) is dropped rather than pinned in the pool.
+var replyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledReply = 64 << 10
+
+func putReplyBuf(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledReply {
+		replyBufs.Put(b)
+	}
 }

@@ -31,6 +31,16 @@ var opDurationBuckets = []float64{
 type metrics struct {
 	ops      *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// bound holds each operation's common series (results ok and fail,
+	// its duration), bound once: WithLabelValues per request hashes the
+	// labels and looks the series up under a lock. Read-only after
+	// newMetrics.
+	bound map[Operation]boundOp
+}
+
+type boundOp struct {
+	ok, fail prometheus.Counter
+	duration prometheus.Observer
 }
 
 func newMetrics(reg prometheus.Registerer, store lockstore.Store, log *slog.Logger) (*metrics, error) {
@@ -46,9 +56,13 @@ func newMetrics(reg prometheus.Registerer, store lockstore.Store, log *slog.Logg
 		}, []string{"op"}),
 	}
 	// Pre-create the common series so rate() works from the first scrape.
+	m.bound = make(map[Operation]boundOp, len(allOps))
 	for _, op := range allOps {
-		m.ops.WithLabelValues(string(op), resultOK)
-		m.duration.WithLabelValues(string(op))
+		m.bound[op] = boundOp{
+			ok:       m.ops.WithLabelValues(string(op), resultOK),
+			fail:     m.ops.WithLabelValues(string(op), resultFail),
+			duration: m.duration.WithLabelValues(string(op)),
+		}
 	}
 	cs := []prometheus.Collector{m.ops, m.duration}
 	if hc, ok := store.(lockstore.HeldCounter); ok {
@@ -76,8 +90,21 @@ func newMetrics(reg prometheus.Registerer, store lockstore.Store, log *slog.Logg
 
 // observe records one finished operation.
 func (m *metrics) observe(op Operation, result string, start time.Time) {
-	m.ops.WithLabelValues(string(op), result).Inc()
-	m.duration.WithLabelValues(string(op)).Observe(time.Since(start).Seconds())
+	b, ok := m.bound[op]
+	if !ok {
+		m.ops.WithLabelValues(string(op), result).Inc()
+		m.duration.WithLabelValues(string(op)).Observe(time.Since(start).Seconds())
+		return
+	}
+	switch result {
+	case resultOK:
+		b.ok.Inc()
+	case resultFail:
+		b.fail.Inc()
+	default:
+		m.ops.WithLabelValues(string(op), result).Inc()
+	}
+	b.duration.Observe(time.Since(start).Seconds())
 }
 
 // resultOf is the metric result label of an operation's outcome.

@@ -57,7 +57,9 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// Middleware writes one structured access log line per request. A handler
+// Middleware writes the structured access log line of a request, for the
+// requests Options.AccessLog selects (by default only failures and slow
+// requests). A handler
 // that panics is answered 500 Internal (the lock API's error body) and
 // logged so; the panic then goes on to the listener's recovery, which logs
 // the stack and keeps the server up (cmd/fencegate installs it). The line carries the route
@@ -79,16 +81,25 @@ func (s *Server) Middleware(h http.Handler) http.Handler {
 				writeJSON(rec, http.StatusInternalServerError,
 					errorReply{errorBody{Code: lockstore.Internal, Message: "internal error"}})
 			}
+			d := time.Since(start)
+			if !s.access.logs(rec.status, d) {
+				return
+			}
+			route := logRoute(r)
 			level := slog.LevelInfo
-			if isProbePath(logRoute(r)) {
+			if isProbePath(route) {
 				level = slog.LevelDebug
+			}
+			// Enabled first: the attrs are built only for a line that is written.
+			if !s.log.Enabled(r.Context(), level) {
+				return
 			}
 			s.log.LogAttrs(r.Context(), level, "http request",
 				slog.String("method", r.Method),
-				slog.String("route", logRoute(r)),
+				slog.String("route", route),
 				slog.Int("status", rec.status),
 				slog.Int64("bytes", rec.bytes),
-				slog.Duration("duration", time.Since(start)),
+				slog.Duration("duration", d),
 				slog.String("token", ri.token),
 				slog.String("code", string(ri.code)),
 				slog.String("remote", r.RemoteAddr),

@@ -48,6 +48,9 @@ type Options struct {
 	// Proofs signs a write proof for every acquired fence and serves its
 	// public keys at GET /v1/proof/keys; nil signs none.
 	Proofs *writeproof.Signer
+	// AccessLog selects the HTTP requests that get an access log line;
+	// the zero value is AccessErrors.
+	AccessLog AccessLog
 	// Ready is an extra readiness check for /readyz, run after the store's
 	// Ping (optional).
 	Ready func(ctx context.Context) error
@@ -63,6 +66,7 @@ type Server struct {
 	maxWait   time.Duration
 	gatherer  prometheus.Gatherer
 	log       *slog.Logger
+	access    AccessLog
 	ready     func(ctx context.Context) error
 	metrics   *metrics
 
@@ -90,6 +94,7 @@ func New(o Options) (*Server, error) {
 		maxWait:   o.MaxWait,
 		gatherer:  o.Gatherer,
 		log:       o.Logger,
+		access:    o.AccessLog,
 		ready:     o.Ready,
 		proofs:    o.Proofs,
 	}

@@ -111,7 +111,12 @@ func checkResponse(dec fencecheck.Decision) *authv3.CheckResponse {
 			}},
 		}
 	}
-	ok := &authv3.OkHttpResponse{HeadersToRemove: []string{HeaderLockID}}
+	// Sized for the most headers a reply carries, so the appends below
+	// never reallocate (this runs on every allowed write).
+	ok := &authv3.OkHttpResponse{
+		Headers:         make([]*corev3.HeaderValueOption, 0, 3),
+		HeadersToRemove: append(make([]string, 0, 3), HeaderLockID),
+	}
 	if verified(dec) {
 		// Overwrite, so a client cannot smuggle its own value upstream.
 		ok.Headers = append(ok.Headers, setHeader(HeaderVerified, dec.Presented))

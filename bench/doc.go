@@ -4,11 +4,13 @@
 // minute while the ratio of two adjacent measurements moves much less:
 //
 //   - the gateway's lock API (HTTP/JSON and gRPC over loopback) against the
-//     same store called in-process, for the bolt and Redis stores;
+//     same store called in-process, for the bolt, Redis and PostgreSQL stores;
 //   - the ext_authz Check on the Redis store against a no-op Authorization
-//     server on an identical gRPC stack;
+//     server on an identical gRPC stack, closed loop and open loop at a fixed
+//     rate (p50/p99/p999), with CPU per check of the process and its Redis;
 //   - the Redis store's acquire+release cycle against github.com/bsm/redislock
-//     on the same Redis and the same connection pool.
+//     on the same Redis and the same connection pool;
+//   - memory per held lock: bolt file and process RSS, Redis used_memory.
 //
 // The benchmarks live in the _test files; TestMain prints the comparison
 // table after a benchmark run and writes it to results/. See README.md.

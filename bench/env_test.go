@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -22,6 +23,7 @@ import (
 	"github.com/fencegate/fencegate/client"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
+	pgstore "github.com/fencegate/fencegate/lockstore/postgres"
 	redisstore "github.com/fencegate/fencegate/lockstore/redis"
 )
 
@@ -94,6 +96,52 @@ func openRedis(tb testing.TB) *redisstore.Store {
 			tb.Errorf("delete bench keys: %v", err)
 		}
 		_ = s.Close()
+	})
+	return s
+}
+
+// databaseURL returns DATABASE_URL or fails the benchmark, as redisURL.
+func databaseURL(tb testing.TB) string {
+	tb.Helper()
+	u := os.Getenv("DATABASE_URL")
+	if u == "" {
+		tb.Fatal("DATABASE_URL is not set: run `make bench` (or `make test`), whose scripts/testenv starts a throwaway PostgreSQL, or export DATABASE_URL=postgres://…")
+	}
+	return u
+}
+
+// openPostgres opens the PostgreSQL store on DATABASE_URL over tables of
+// this run's own, dropped at cleanup, with a pool of one connection per
+// worker (the default pool would queue the 16 workers).
+func openPostgres(tb testing.TB) lockstore.Store {
+	tb.Helper()
+	cfg, err := pgstore.ParseURL(databaseURL(tb))
+	if err != nil {
+		tb.Fatalf("DATABASE_URL: %v", err)
+	}
+	ns := "fgbench_" + runID
+	cfg.Table, cfg.FenceTable, cfg.AuditTable, cfg.BarrierTable = ns+"_locks", ns+"_fences", ns+"_audit", ns+"_writes"
+	cfg.MaxConns = int32(max(*workers, 4))
+	cfg.Logger = logger
+	s, err := pgstore.Open(tb.Context(), cfg)
+	if err != nil {
+		tb.Fatalf("open postgres store: %v", err)
+	}
+	tb.Cleanup(func() {
+		_ = s.Close()
+		ctx, cancel := cleanupCtx()
+		defer cancel()
+		conn, err := pgx.Connect(ctx, cfg.DSN)
+		if err != nil {
+			tb.Errorf("drop bench tables: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		for _, t := range []string{cfg.Table, cfg.FenceTable, cfg.AuditTable, cfg.BarrierTable} {
+			if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{t}.Sanitize()); err != nil {
+				tb.Errorf("drop %s: %v", t, err)
+			}
+		}
 	})
 	return s
 }
@@ -205,6 +253,12 @@ func startGateway(tb testing.TB, store lockstore.Store, nw int) gateway {
 	return gateway{http: hc, grpc: gc}
 }
 
+// grpcStreamWorkers is the grpc.NumStreamWorkers every benchmark server
+// runs with, as cmd/fencegate's listeners do (defaultGRPCLimits): RPCs run
+// on long-lived goroutines whose stacks stay grown, instead of a fresh
+// goroutine per RPC whose stack grows by copying on every deep call.
+const grpcStreamWorkers = 64
+
 // serveGRPC starts a grpc.Server with default options on a loopback
 // listener (listenGRPC) and returns a client connection to it (one HTTP/2
 // connection the workers share, as a proxy's would be), closed at cleanup.
@@ -218,7 +272,8 @@ func serveGRPC(tb testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
 	return conn
 }
 
-// listenGRPC starts a grpc.Server with default options on a loopback
+// listenGRPC starts a grpc.Server with default options but
+// grpcStreamWorkers (the floor's servers and fencegate's alike) on a loopback
 // listener, lets register add its services, and returns the listener's
 // address. The server and the goroutine serving it end at cleanup.
 func listenGRPC(tb testing.TB, register func(*grpc.Server)) string {
@@ -227,7 +282,7 @@ func listenGRPC(tb testing.TB, register func(*grpc.Server)) string {
 	if err != nil {
 		tb.Fatalf("listen: %v", err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.NumStreamWorkers(grpcStreamWorkers))
 	register(gs)
 	served := make(chan struct{})
 	go func() {

@@ -3,27 +3,37 @@ package bench
 import (
 	"testing"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/fencegate/fencegate/lockstore"
 )
 
 // BenchmarkGateway: the lock API's acquire+release cycle over HTTP/JSON (the
 // client package, keep-alive) and over gRPC (its GRPCClient), each on a
 // real loopback listener, against the floor of the same store called
-// in-process — for the embedded bolt store and the Redis store.
+// in-process — for the embedded bolt store, the Redis store and the
+// PostgreSQL store.
 func BenchmarkGateway(b *testing.B) { runSuite(b, gatewaySuite) }
 
 // gatewaySuite orders each store's subjects floor first: in-process, http,
 // grpc, so every gateway number is measured right after its floor.
 func gatewaySuite(tb testing.TB, nw int) []subject {
+	var redis *goredis.Client
 	stores := []struct {
 		name string
 		open func(testing.TB) lockstore.Store
 	}{
 		{"bolt", openBolt},
-		{"redis", func(tb testing.TB) lockstore.Store { return openRedis(tb) }},
+		{"redis", func(tb testing.TB) lockstore.Store {
+			s := openRedis(tb)
+			redis = s.Client()
+			return s
+		}},
+		{"postgres", openPostgres},
 	}
 	var subs []subject
 	for _, st := range stores {
+		redis = nil
 		store := st.open(tb)
 		gw := startGateway(tb, store, nw)
 		for _, path := range []struct {
@@ -35,7 +45,7 @@ func gatewaySuite(tb testing.TB, nw int) []subject {
 			{"grpc", gw.grpc},
 		} {
 			id := "gateway/" + st.name + "/" + path.name
-			subs = append(subs, subject{id: id, unit: "cycles/s", op: cycle(path.c, workerKeys(id, nw))})
+			subs = append(subs, subject{id: id, unit: "cycles/s", op: cycle(path.c, workerKeys(id, nw)), redis: redis})
 		}
 	}
 	return subs

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // workers is the size of the fixed client pool every benchmark runs. A fixed
@@ -16,7 +18,7 @@ import (
 // offers the floor and the subject exactly the same concurrency on any
 // machine, and lets each worker own its keys so lock contention never enters
 // the numbers.
-var workers = flag.Int("workers", 8, "concurrent clients in every benchmark's fixed worker pool")
+var workers = flag.Int("workers", 16, "concurrent clients in every benchmark's fixed worker pool")
 
 // rounds repeats each suite's subjects in turn (floor, subject, floor,
 // subject, …). Unlike -count, which repeats one sub-benchmark back to back,
@@ -31,11 +33,13 @@ var rounds = flag.Int("rounds", 3, "rounds of each suite, subjects interleaved w
 type op func(ctx context.Context, w int) error
 
 // A subject is one measured thing: a scoreboard id ("gateway/redis/http"),
-// the unit its throughput is reported in, and its op.
+// the unit its throughput is reported in, and its op. redis, when set, is
+// the Redis the op uses: its server's CPU time is measured with the run.
 type subject struct {
-	id   string
-	unit string
-	op   op
+	id    string
+	unit  string
+	op    op
+	redis *goredis.Client
 	// meter, if set, is started right before each measured run; what it
 	// returns is called with the run's number of calls right after, and
 	// gives the run's extra metrics (report.go's section.extras).
@@ -112,7 +116,7 @@ func (s sample) pct(p float64) time.Duration {
 }
 
 func (s sample) result() result {
-	return result{PerSec: s.perSec(), P50: s.pct(50), P99: s.pct(99), N: s.n}
+	return result{PerSec: s.perSec(), P50: s.pct(50), P99: s.pct(99), P999: s.pct(99.9), N: s.n}
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
@@ -136,23 +140,18 @@ func runSuite(b *testing.B, s suite) {
 				if sub.meter != nil {
 					stop = sub.meter()
 				}
+				cpu := startCPU(b.Context(), sub.redis)
 				b.ResetTimer()
 				smp, err := measureN(b.Context(), nw, b.N, sub.op)
 				b.StopTimer()
 				if err != nil {
 					b.Fatalf("%s: %v", sub.id, err)
 				}
-				r := smp.result()
+				var extra map[string]float64
 				if stop != nil {
-					r.Extra = stop(smp.n)
+					extra = stop(smp.n)
 				}
-				b.ReportMetric(smp.perSec(), sub.unit)
-				b.ReportMetric(micros(smp.pct(50)), "p50-µs")
-				b.ReportMetric(micros(smp.pct(99)), "p99-µs")
-				for k, v := range r.Extra {
-					b.ReportMetric(v, k)
-				}
-				board.set(sub.id, r)
+				report(b, sub, smp, cpu, extra)
 			})
 			// b.Run returns once the sub-benchmark is done with every b.N
 			// it tried; what set saw last is the run it reported.
@@ -170,4 +169,115 @@ func subName(id string) string {
 		}
 	}
 	return id
+}
+
+// report puts one run's figures on the benchmark line and the scoreboard.
+func report(b *testing.B, sub subject, smp sample, cpu cpuMeter, extra map[string]float64) {
+	r := smp.result()
+	r.CPU, r.StoreCPU = cpu.perOp(b.Context(), smp.n)
+	r.Extra = extra
+	b.ReportMetric(smp.perSec(), sub.unit)
+	b.ReportMetric(micros(r.P50), "p50-µs")
+	b.ReportMetric(micros(r.P99), "p99-µs")
+	b.ReportMetric(micros(r.CPU), "cpu-µs/op")
+	if sub.redis != nil {
+		b.ReportMetric(micros(r.StoreCPU), "redis-cpu-µs/op")
+	}
+	for k, v := range extra {
+		b.ReportMetric(v, k)
+	}
+	board.set(sub.id, r)
+}
+
+// openRate and openFor shape the open-loop benchmarks: calls are started
+// at a fixed rate whatever the answers' latency, as independent clients
+// (Envoy's many downstream requests) send them.
+var (
+	openRate = flag.Int("open-rate", 2000, "calls per second of the open-loop benchmarks")
+	openFor  = flag.Duration("open-for", 5*time.Second, "duration of each open-loop run (at least -benchtime)")
+)
+
+// maxOutstanding bounds the calls an open-loop run has in flight; past it
+// the subject cannot keep up with the rate and the run fails rather than
+// queue without bound.
+const maxOutstanding = 4096
+
+// measureOpen starts rate calls per second for d, each on its own
+// goroutine as worker i%nw (the op must allow concurrent calls with one w).
+// A call's latency runs from the moment it was due, not from when it was
+// started, so a subject or a scheduler that falls behind is charged for
+// the wait (no coordinated omission). The first failing call is returned.
+func measureOpen(ctx context.Context, nw, rate int, d time.Duration, o op) (sample, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n := int(d.Seconds() * float64(rate))
+	interval := time.Second / time.Duration(rate)
+	lat := make([]time.Duration, n)
+	var (
+		wg          sync.WaitGroup
+		errOnce     sync.Once
+		firstErr    error
+		outstanding atomic.Int64
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err })
+		cancel()
+	}
+	start := time.Now()
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		due := start.Add(time.Duration(i) * interval)
+		if wait := time.Until(due); wait > 0 {
+			time.Sleep(wait)
+		}
+		if outstanding.Add(1) > maxOutstanding {
+			fail(fmt.Errorf("more than %d calls outstanding at %d/s: the subject cannot keep up", maxOutstanding, rate))
+			break
+		}
+		wg.Go(func() {
+			defer outstanding.Add(-1)
+			if err := o(ctx, i%nw); err != nil {
+				fail(fmt.Errorf("call %d: %w", i, err))
+				return
+			}
+			lat[i] = time.Since(due)
+		})
+	}
+	wg.Wait()
+	s := sample{n: n, elapsed: time.Since(start), lat: lat}
+	slices.Sort(s.lat)
+	return s, firstErr
+}
+
+// runOpenSuite is runSuite for open-loop subjects: each run starts
+// -open-rate calls per second for -open-for (or -benchtime, if longer)
+// and ignores b.N, so the framework's first run is the only one.
+func runOpenSuite(b *testing.B, s suite) {
+	nw := *workers
+	d := *openFor
+	if f := flag.Lookup("test.benchtime"); f != nil {
+		if bt, err := time.ParseDuration(f.Value.String()); err == nil && bt > d {
+			d = bt
+		}
+	}
+	if nw < 1 || *rounds < 1 || *openRate < 1 || d <= 0 {
+		b.Fatalf("-workers=%d -rounds=%d -open-rate=%d -open-for=%v: want positive values", nw, *rounds, *openRate, d)
+	}
+	subs := s(b, nw)
+	for range *rounds {
+		for _, sub := range subs {
+			b.Run(subName(sub.id), func(b *testing.B) {
+				b.ReportAllocs()
+				cpu := startCPU(b.Context(), sub.redis)
+				b.ResetTimer()
+				smp, err := measureOpen(b.Context(), nw, *openRate, d, sub.op)
+				b.StopTimer()
+				if err != nil {
+					b.Fatalf("%s: %v", sub.id, err)
+				}
+				b.ReportMetric(micros(smp.pct(99.9)), "p999-µs")
+				report(b, sub, smp, cpu, nil)
+			})
+			board.commit(sub.id)
+		}
+	}
 }

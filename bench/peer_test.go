@@ -41,7 +41,7 @@ func peerSuite(tb testing.TB, nw int) []subject {
 		return nil
 	}
 	return []subject{
-		{id: "peer/redislock", unit: "cycles/s", op: redislockCycle},
-		{id: "peer/fencegate-redis", unit: "cycles/s", op: cycle(store, workerKeys("peer/fencegate-redis", nw))},
+		{id: "peer/redislock", unit: "cycles/s", op: redislockCycle, redis: store.Client()},
+		{id: "peer/fencegate-redis", unit: "cycles/s", op: cycle(store, workerKeys("peer/fencegate-redis", nw)), redis: store.Client()},
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,9 +21,13 @@ var resultsDir = flag.String("results", "results", "directory the benchmark repo
 
 // result is a benchmark's final run: throughput and latency percentiles.
 type result struct {
-	PerSec   float64
-	P50, P99 time.Duration
-	N        int
+	PerSec         float64
+	P50, P99, P999 time.Duration
+	N              int
+	// CPU is this process's CPU time per call (clients and servers under
+	// test together); StoreCPU the Redis server's, when the subject uses
+	// Redis.
+	CPU, StoreCPU time.Duration
 	// Extra holds a run's extra metrics by name (subject.meter).
 	Extra map[string]float64
 }
@@ -122,6 +127,14 @@ func paired(sub, base []result, f func(s, b result) float64) []float64 {
 func perSec(r result) float64 { return r.PerSec }
 func p50(r result) float64    { return float64(r.P50) }
 func p99(r result) float64    { return float64(r.P99) }
+func p999(r result) float64   { return float64(r.P999) }
+func cpu(r result) float64    { return float64(r.CPU) }
+func storeCPU(r result) float64 {
+	return float64(r.StoreCPU)
+}
+
+// totalCPU is the CPU per call of the process and its Redis together.
+func totalCPU(r result) float64 { return float64(r.CPU + r.StoreCPU) }
 
 // ratioOf returns f(sub)/f(base) per round (0 when the base is 0).
 func ratioOf(f func(result) float64) func(s, b result) float64 {
@@ -158,6 +171,9 @@ var sections = []section{
 			{"gateway/redis/in-process", "gateway/redis/in-process"},
 			{"gateway/redis/http", "gateway/redis/in-process"},
 			{"gateway/redis/grpc", "gateway/redis/in-process"},
+			{"gateway/postgres/in-process", "gateway/postgres/in-process"},
+			{"gateway/postgres/http", "gateway/postgres/in-process"},
+			{"gateway/postgres/grpc", "gateway/postgres/in-process"},
 		},
 	},
 	{
@@ -167,6 +183,15 @@ var sections = []section{
 		rows: []row{
 			{"authz/noop", "authz/noop"},
 			{"authz/fencegate-redis", "authz/noop"},
+		},
+	},
+	{
+		title: "2b. ext_authz Check at a fixed rate (open loop) vs the no-op server (floor)",
+		unit:  "checks/s",
+		note:  "The same servers and requests, calls started on schedule (-open-rate, default 2,000/s) whatever the answers' latency; latency is counted from when a call was due. checks/s is the offered rate actually sustained.",
+		rows: []row{
+			{"authz-open/noop", "authz-open/noop"},
+			{"authz-open/fencegate-redis", "authz-open/noop"},
 		},
 	},
 	{
@@ -250,27 +275,55 @@ func render(w io.Writer, info runInfo, runs map[string][]result) {
 				}
 				return fmt.Sprintf("%.2f (%.2f–%.2f)", m, v[0], v[len(v)-1])
 			}
-			added := "—"
-			if d := paired(sub, base, func(s, b result) float64 { return p50(s) - p50(b) }); len(d) > 0 {
-				added = fmt.Sprintf("%+.0f", median(d)/1e3)
+			added := func(f func(result) float64) string {
+				d := paired(sub, base, func(s, b result) float64 { return f(s) - f(b) })
+				if len(d) == 0 {
+					return "—"
+				}
+				return fmt.Sprintf("%+.0f", median(d)/1e3)
 			}
 			extra := ""
 			for _, k := range s.extras {
 				extra += fmt.Sprintf(" %.2f |", median(each(sub, func(r result) float64 { return r.Extra[k] })))
 			}
-			lines = append(lines, fmt.Sprintf("| %s | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %d |%s",
-				r.id, median(each(sub, perSec)), median(each(sub, p50))/1e3, median(each(sub, p99))/1e3, r.baseline,
-				ratio(perSec, true), ratio(p50, true), ratio(p99, false), added, len(sub), extra))
+			redis := "—"
+			if median(each(sub, storeCPU)) > 0 {
+				redis = fmt.Sprintf("%.0f", median(each(sub, storeCPU))/1e3)
+			}
+			lines = append(lines, fmt.Sprintf("| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s | %d |%s",
+				r.id, median(each(sub, perSec)), median(each(sub, p50))/1e3, median(each(sub, p99))/1e3, median(each(sub, p999))/1e3,
+				median(each(sub, cpu))/1e3, redis, r.baseline,
+				ratio(perSec, true), ratio(p50, true), ratio(p99, false), added(p50), added(totalCPU), len(sub), extra))
 		}
 		if len(lines) == 0 {
 			continue
 		}
 		fmt.Fprintf(w, "\n## %s\n\n%s\n\n", s.title, s.note)
-		fmt.Fprintf(w, "| benchmark | %s | p50 µs | p99 µs | baseline | %s ratio | p50 ratio | p99 ratio | added p50 µs | runs |%s\n", s.unit, s.unit, extraHeads(s.extras))
-		fmt.Fprintf(w, "|---|--:|--:|--:|---|--:|--:|--:|--:|--:|%s\n", strings.Repeat("--:|", len(s.extras)))
+		fmt.Fprintf(w, "| benchmark | %s | p50 µs | p99 µs | p999 µs | CPU µs/op | Redis CPU µs/op | baseline | %s ratio | p50 ratio | p99 ratio | added p50 µs | added CPU µs/op | runs |%s\n", s.unit, s.unit, extraHeads(s.extras))
+		fmt.Fprintf(w, "|---|--:|--:|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|%s\n", strings.Repeat("--:|", len(s.extras)))
 		for _, l := range lines {
 			fmt.Fprintln(w, l)
 		}
+	}
+}
+
+// renderMemory writes the memory-per-held-lock section.
+func renderMemory(w io.Writer, mem map[string]memResult) {
+	if len(mem) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n## 4. Memory per held lock\n\nLocks acquired and left held (TTL 10 min), size before vs after, divided by the locks. bolt: the file's growth and this process's RSS growth (the embedded store is the gateway); Redis: `used_memory` growth (lock value, lockId index, fence counter, their expiries). Budget: the spec's 1 KB; target < 512 B.\n\n")
+	fmt.Fprintf(w, "| store | locks held | store bytes/lock | gateway RSS bytes/lock | acquire time |\n|---|--:|--:|--:|--:|\n")
+	for _, id := range []string{"memory/bolt", "memory/redis"} {
+		r, ok := mem[id]
+		if !ok {
+			continue
+		}
+		rssCol := "—"
+		if r.RSSBytes != 0 {
+			rssCol = fmt.Sprintf("%.0f", r.RSSBytes)
+		}
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %.1f s |\n", id, r.Locks, r.StoreBytes, rssCol, r.Elapsed.Seconds())
 	}
 }
 
@@ -285,7 +338,10 @@ func TestMain(m *testing.M) {
 	loadStart := loadAvg()
 	code := m.Run()
 	results := board.snapshot()
-	if len(results) == 0 {
+	memBoard.Lock()
+	mem := maps.Clone(memBoard.m)
+	memBoard.Unlock()
+	if len(results) == 0 && len(mem) == 0 {
 		os.Exit(code)
 	}
 	info := runInfo{
@@ -296,6 +352,7 @@ func TestMain(m *testing.M) {
 	info.Commit, info.Dirty = gitCommit()
 	var sb strings.Builder
 	render(&sb, info, results)
+	renderMemory(&sb, mem)
 	fmt.Print("\n" + sb.String())
 	if code == 0 && *resultsDir != "" {
 		name := filepath.Join(*resultsDir, start.UTC().Format("2006-01-02")+"-"+info.Commit+".md")
@@ -330,11 +387,20 @@ func command() string {
 	}
 	parts = append(parts, "./bench/...")
 	var args []string
-	if *workers != 8 {
+	if *workers != 16 {
 		args = append(args, fmt.Sprintf("-workers %d", *workers))
 	}
 	if *rounds != 3 {
 		args = append(args, fmt.Sprintf("-rounds %d", *rounds))
+	}
+	if *openRate != 2000 {
+		args = append(args, fmt.Sprintf("-open-rate %d", *openRate))
+	}
+	if *openFor != 5*time.Second {
+		args = append(args, fmt.Sprintf("-open-for %v", *openFor))
+	}
+	if *heldLocks != 100_000 {
+		args = append(args, fmt.Sprintf("-held-locks %d", *heldLocks))
 	}
 	if len(args) > 0 {
 		parts = append(parts, "-args "+strings.Join(args, " "))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,8 +31,10 @@ func TestSuites(t *testing.T) {
 		{"gateway", gatewaySuite, []string{
 			"gateway/bolt/in-process", "gateway/bolt/http", "gateway/bolt/grpc",
 			"gateway/redis/in-process", "gateway/redis/http", "gateway/redis/grpc",
+			"gateway/postgres/in-process", "gateway/postgres/http", "gateway/postgres/grpc",
 		}},
 		{"authz", authzSuite, []string{"authz/noop", "authz/fencegate-redis"}},
+		{"authz-open", authzOpenSuite, []string{"authz-open/noop", "authz-open/fencegate-redis"}},
 		{"peer", peerSuite, []string{"peer/redislock", "peer/fencegate-redis"}},
 		{"proxy", proxySuite, []string{"proxy/floor", "proxy/fencegate", "proxy/fencegate-barrier", "proxy/nginx-forward-auth"}},
 	} {
@@ -225,14 +228,16 @@ func TestRender(t *testing.T) {
 		// Three rounds; the load changes between rounds, the per-round
 		// ratio does not: 0.5, 0.5, 0.4.
 		"authz/noop": {
-			{PerSec: 10000, P50: us(100), P99: us(400)},
-			{PerSec: 4000, P50: us(300), P99: us(900)},
-			{PerSec: 10000, P50: us(100), P99: us(400)},
+			{PerSec: 10000, P50: us(100), P99: us(400), P999: us(900), CPU: us(30)},
+			{PerSec: 4000, P50: us(300), P99: us(900), P999: us(900), CPU: us(30)},
+			{PerSec: 10000, P50: us(100), P99: us(400), P999: us(900), CPU: us(30)},
 		},
+		// CPU per check: process 50 µs + Redis 20 µs against the floor's
+		// 30 µs + an idle Redis: +40 µs added.
 		"authz/fencegate-redis": {
-			{PerSec: 5000, P50: us(250), P99: us(1200)},
-			{PerSec: 2000, P50: us(600), P99: us(1800)},
-			{PerSec: 4000, P50: us(200), P99: us(800)},
+			{PerSec: 5000, P50: us(250), P99: us(1200), P999: us(2000), CPU: us(50), StoreCPU: us(20)},
+			{PerSec: 2000, P50: us(600), P99: us(1800), P999: us(2000), CPU: us(50), StoreCPU: us(20)},
+			{PerSec: 4000, P50: us(200), P99: us(800), P999: us(2000), CPU: us(50), StoreCPU: us(20)},
 		},
 		"peer/fencegate-redis": {{PerSec: 100, P50: us(1), P99: us(2)}},
 		// extra metrics: medians over the runs, absolute
@@ -246,15 +251,15 @@ func TestRender(t *testing.T) {
 	render(&sb, runInfo{Commit: "abc1234", Command: "go test -bench ."}, runs)
 	out := sb.String()
 	for _, want := range []string{
-		"| authz/noop | 10000 | 100 | 400 | authz/noop | 1.00 (1.00–1.00) | 1.00 (1.00–1.00) | 1.00 | +0 | 3 |",
+		"| authz/noop | 10000 | 100 | 400 | 900 | 30 | — | authz/noop | 1.00 (1.00–1.00) | 1.00 (1.00–1.00) | 1.00 | +0 | +0 | 3 |",
 		// medians: 4000/s, 250 µs, 1200 µs; ratios per round
 		// 0.5/0.5/0.4, p50 2.5/2/2, p99 3/2/2; added p50 150/300/100.
-		"| authz/fencegate-redis | 4000 | 250 | 1200 | authz/noop | 0.50 (0.40–0.50) | 2.00 (2.00–2.50) | 2.00 | +150 | 3 |",
+		"| authz/fencegate-redis | 4000 | 250 | 1200 | 2000 | 50 | 20 | authz/noop | 0.50 (0.40–0.50) | 2.00 (2.00–2.50) | 2.00 | +150 | +40 | 3 |",
 		// the peer is missing: absolute numbers, no ratios
-		"| peer/fencegate-redis | 100 | 1 | 2 | peer/redislock | — | — | — | — | 1 |",
+		"| peer/fencegate-redis | 100 | 1 | 2 | 0 | 0 | — | peer/redislock | — | — | — | — | — | 1 |",
 		"`go test -bench .`",
 		"| runs | cpu-µs/req | redis-trips/req |",
-		"| proxy/fencegate-barrier | 500 | 20 | 40 | proxy/floor | 0.50 | 2.00 | 2.00 | +10 | 2 | 100.00 | 2.00 |",
+		"| proxy/fencegate-barrier | 500 | 20 | 40 | 0 | 0 | — | proxy/floor | 0.50 | 2.00 | 2.00 | +10 | +0 | 2 | 100.00 | 2.00 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
@@ -262,5 +267,42 @@ func TestRender(t *testing.T) {
 	}
 	if strings.Contains(out, "Gateway lock API") {
 		t.Errorf("report has a section with no data:\n%s", out)
+	}
+
+	sb.Reset()
+	renderMemory(&sb, map[string]memResult{"memory/redis": {Locks: 1000, StoreBytes: 301.4, Elapsed: 1500 * time.Millisecond}})
+	if want := "| memory/redis | 1000 | 301 | — | 1.5 s |"; !strings.Contains(sb.String(), want) {
+		t.Errorf("memory section lacks %q:\n%s", want, sb.String())
+	}
+}
+
+// TestMeasureOpen: the open loop starts every scheduled call (rate × d),
+// charges each from when it was due, and stops at the first failure.
+func TestMeasureOpen(t *testing.T) {
+	var calls atomic.Int64
+	smp, err := measureOpen(t.Context(), 4, 200, 250*time.Millisecond, func(context.Context, int) error {
+		calls.Add(1)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 50 || smp.n != 50 || len(smp.lat) != 50 {
+		t.Errorf("calls %d, n %d, latencies %d; want 50", calls.Load(), smp.n, len(smp.lat))
+	}
+	if _, err := measureOpen(t.Context(), 4, 200, 250*time.Millisecond, func(context.Context, int) error { return errTest }); !errors.Is(err, errTest) {
+		t.Errorf("err %v, want %v", err, errTest)
+	}
+}
+
+// TestHeldLockMemorySetups runs the memory benchmark's measurements on a
+// few locks: the stores open, the locks are taken and held, the sizes read.
+func TestHeldLockMemorySetups(t *testing.T) {
+	for name, measure := range map[string]func(testing.TB, int) memResult{"bolt": measureBoltMemory, "redis": measureRedisMemory} {
+		t.Run(name, func(t *testing.T) {
+			if r := measure(t, 40); r.Locks != 40 || r.Elapsed <= 0 {
+				t.Errorf("%+v", r)
+			}
+		})
 	}
 }

@@ -62,7 +62,20 @@ type Config struct {
 
 	// Proof signs and verifies write proofs (config/proof.go).
 	Proof Proof `yaml:"proof"`
+	// Debug is the opt-in profiling listener.
+	Debug Debug `yaml:"debug"`
 }
+
+// Debug configures the net/http/pprof listener. It is off unless Addr is
+// set; it never shares a listener with the API, so exposing the API never
+// exposes profiles. A non-loopback Addr is allowed (the operator asked for
+// it) and logged as a warning when the listener starts.
+type Debug struct {
+	Addr string `yaml:"addr"`
+}
+
+// Enabled reports whether the debug listener is on.
+func (d Debug) Enabled() bool { return d.Addr != "" && d.Addr != Off }
 
 // Listener is one network listener. Addr "off" disables it.
 type Listener struct {
@@ -98,6 +111,9 @@ type Token struct {
 type Log struct {
 	Level  string `yaml:"level"`  // debug, info, warn, error
 	Format string `yaml:"format"` // text, json
+	// Access selects the HTTP access log lines: off, errors or all (the
+	// api package parses it; empty is api's default).
+	Access string `yaml:"access"`
 }
 
 // Check configures the edge decision.
@@ -238,6 +254,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Admission.TLS.Enabled() {
 		checkTLS(add, "admission.tls", c.Admission.TLS)
+	}
+	if c.Debug.Enabled() {
+		if _, _, err := net.SplitHostPort(c.Debug.Addr); err != nil {
+			add("debug.addr: %q is not host:port (%v)", c.Debug.Addr, err)
+		}
 	}
 
 	// Names, scopes and duplicate secrets are api.NewAuthenticator's to

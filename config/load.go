@@ -42,6 +42,10 @@ var settings = []setting{
 		set: func(c *Config, v string) error { c.Log.Level = v; return nil }},
 	{name: "log-format", usage: "text or json (default text)",
 		set: func(c *Config, v string) error { c.Log.Format = v; return nil }},
+	{name: "log-access", usage: "HTTP access log: off, errors (4xx, 5xx and slow requests) or all (default errors)",
+		set: func(c *Config, v string) error { c.Log.Access = v; return nil }},
+	{name: "debug-addr", usage: "net/http/pprof listener, e.g. 127.0.0.1:6060 (default off; a non-loopback address is served with a warning)",
+		set: func(c *Config, v string) error { c.Debug.Addr = v; return nil }},
 }
 
 // EnvName returns the environment variable for a flag name.

@@ -123,7 +123,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	if reason == "" {
 		reason = reasonNone
 	}
-	c.m.decisions.WithLabelValues(label, reason, modeLabel(d.Mode)).Inc()
+	c.m.decision(label, reason, modeLabel(d.Mode)).Inc()
 
 	if (!d.Allowed || d.WouldDeny) && !r.SkipAudit && c.audit != nil {
 		c.audit.Record(c.event(r, d))
@@ -131,7 +131,9 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 	if c.hideCurrent && !d.Allowed {
 		d.Current = "" // after the audit event took it; an allowed write's is the presented fence
 	}
-	if !d.Allowed || d.WouldDeny {
+	// Enabled first: the attrs (a SHA-256 of the key) are built only for a
+	// line that is written.
+	if (!d.Allowed || d.WouldDeny) && c.log.Enabled(ctx, slog.LevelDebug) {
 		c.log.LogAttrs(ctx, slog.LevelDebug, "fencecheck: negative decision",
 			slog.String("decisionId", d.DecisionID),
 			slog.String("reason", string(d.Reason)),

@@ -25,7 +25,11 @@ const (
 
 type checkMetrics struct {
 	decisions *prometheus.CounterVec
-	duration  prometheus.Histogram
+	// allowEnforce is decisions' series of the common case (an allowed
+	// write in enforce mode), bound once: WithLabelValues per check hashes
+	// the labels and looks the series up under a lock.
+	allowEnforce prometheus.Counter
+	duration     prometheus.Histogram
 
 	inflight     prometheus.Gauge
 	abandoned    prometheus.Counter
@@ -65,7 +69,16 @@ func newCheckMetrics(reg prometheus.Registerer) *checkMetrics {
 	}))
 	m.decisions = register(reg, m.decisions)
 	m.duration = register(reg, m.duration)
+	m.allowEnforce = m.decisions.WithLabelValues(decisionAllow, reasonNone, string(ModeEnforce))
 	return m
+}
+
+// decision returns the decisions counter of one outcome.
+func (m *checkMetrics) decision(label, reason, mode string) prometheus.Counter {
+	if label == decisionAllow && reason == reasonNone && mode == string(ModeEnforce) {
+		return m.allowEnforce
+	}
+	return m.decisions.WithLabelValues(label, reason, mode)
 }
 
 func newDroppedCounter(reg prometheus.Registerer) *prometheus.CounterVec {

@@ -76,6 +76,8 @@ type serveSettings struct {
 	// Verifier checks them at the edge.
 	proofs  *writeproof.Signer
 	tracing otelenv.Config // from the OTEL_* variables
+	// accessLog is log.access, parsed by the api package.
+	accessLog api.AccessLog
 }
 
 // loadServeConfig loads the configuration and parses what the packages own
@@ -96,6 +98,9 @@ func loadServeConfig(build func(func(string) string) (config.Config, error), get
 	}
 	if set.store, err = parseStoreURL(cfg.Store); err != nil {
 		add("store", err)
+	}
+	if set.accessLog, err = api.ParseAccessLog(cfg.Log.Access); err != nil {
+		add("log.access", err)
 	}
 	if len(cfg.Tokens) > 0 {
 		if set.auth, err = newAuthenticator(cfg.Tokens); err != nil {
@@ -208,7 +213,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	ui := console.New(ctx, console.Options{Store: opened, Audit: auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
 	srv, err := api.New(api.Options{
 		Store: ui.Record(store), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
-		Registerer: reg, Gatherer: reg, Logger: log, Ready: ready, Proofs: set.proofs,
+		Registerer: reg, Gatherer: reg, Logger: log, AccessLog: set.accessLog, Ready: ready, Proofs: set.proofs,
 	})
 	if err != nil {
 		return err
@@ -248,6 +253,13 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	}
 	if admissionRunner != nil {
 		ls.add("admission", admissionRunner)
+	}
+	if cfg.Debug.Enabled() {
+		r, err := newDebugRunner(cfg.Debug, log)
+		if err != nil {
+			return err
+		}
+		ls.add("debug", r)
 	}
 
 	if set.store.backend == "bolt" {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -124,5 +125,25 @@ func TestMergeRetention(t *testing.T) {
 	want := lockstore.AuditRetention{MaxEvents: 5, MaxInputEvents: 10, MaxAge: time.Hour}
 	if got != want {
 		t.Fatalf("mergeRetention = %+v, want %+v", got, want)
+	}
+}
+
+// TestAccessLogConfig: log.access is parsed by the api package where serve
+// builds its options: empty is api's default (errors), each name maps to
+// its mode, and anything else is a configuration problem.
+func TestAccessLogConfig(t *testing.T) {
+	for arg, want := range map[string]api.AccessLog{"": api.AccessErrors, "off": api.AccessOff, "errors": api.AccessErrors, "all": api.AccessAll} {
+		var args []string
+		if arg != "" {
+			args = []string{"--log-access", arg}
+		}
+		_, set, err := loadArgs(t, args...)
+		if err != nil || set.accessLog != want {
+			t.Errorf("%v: access log %v, err %v; want %v", args, set.accessLog, err, want)
+		}
+	}
+	_, _, err := loadArgs(t, "--log-access", "verbose")
+	if err == nil || !strings.Contains(err.Error(), "log.access") {
+		t.Fatalf("want a log.access problem, got %v", err)
 	}
 }
