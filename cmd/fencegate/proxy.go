@@ -11,16 +11,12 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/tracing/otelenv"
 	"github.com/fencegate/fencegate/writeproof"
@@ -197,39 +193,12 @@ func newProxyRunner(c config.Proxy, routes []proxy.Route, checker *fencecheck.Ch
 // in-flight write finishes (and deregisters from the barrier) or the drain
 // deadline passes.
 func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *slog.Logger) error {
-	stopTracing, err := setupTracing(ctx, set.tracing, set.store.backend, log)
+	rt, err := startRuntime(ctx, cfg, runtimeSettings{store: set.store, tracing: set.tracing, proofs: set.proofs}, log)
 	if err != nil {
 		return err
 	}
-	defer stopTracing() // after the listener drained: its last spans are flushed
-	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxInputEvents: cfg.Audit.MaxInputEvents, MaxAge: cfg.Audit.MaxAge.Std()}
-	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
-	store, err := set.store.Open(octx, retention, log)
-	cancel()
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var bg sync.WaitGroup
-	bgCtx, stopBG := context.WithCancel(context.Background())
-	defer func() { stopBG(); bg.Wait() }()
-	goBG := func(fn func(context.Context)) {
-		bg.Add(1)
-		go func() { defer bg.Done(); fn(bgCtx) }()
-	}
-	var auditor *fencecheck.Auditor
-	if al, ok := store.(lockstore.AuditLog); ok {
-		auditor = fencecheck.NewAuditor(al, fencecheck.AuditorOptions{QueueSize: cfg.Audit.QueueSize, Logger: log, Registerer: reg})
-		goBG(func(ctx context.Context) { _ = auditor.Run(ctx) })
-		defer auditor.Close()
-	}
-	checker := fencecheck.New(store, fencecheck.Options{
-		Timeout: cfg.Check.Timeout.Std(), Audit: auditor, AuditRawKeys: cfg.Check.AuditRawKeys, Registerer: reg, Logger: log,
-		Proofs: set.proofs, HideCurrentFence: cfg.Check.HideCurrentFence,
-	})
+	defer rt.close()
+	store, checker, reg, goBG := rt.store, rt.checker, rt.reg, rt.goBG
 	pr, p, err := newProxyRunner(cfg.Proxy, set.routes, checker, log, goBG)
 	if err != nil {
 		return err

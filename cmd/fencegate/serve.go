@@ -11,11 +11,9 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -26,7 +24,6 @@ import (
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/console"
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/tracing/otelenv"
 	"github.com/fencegate/fencegate/writeproof"
@@ -141,54 +138,12 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 
 // serve runs the gateway until ctx ends, then drains and stops.
 func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.Logger) error {
-	stopTracing, err := setupTracing(ctx, set.tracing, set.store.backend, log)
+	rt, err := startRuntime(ctx, cfg, runtimeSettings{store: set.store, tracing: set.tracing, proofs: set.proofs.Verifier()}, log)
 	if err != nil {
 		return err
 	}
-	defer stopTracing() // after the listeners drained: their last spans are flushed
-	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxInputEvents: cfg.Audit.MaxInputEvents, MaxAge: cfg.Audit.MaxAge.Std()}
-	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
-	store, err := set.store.Open(octx, retention, log)
-	cancel()
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	caps := store.Capabilities()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// Every lock operation is also timed per store call, off the request
-	// path (the decorator's worker observes; a full queue drops and counts).
-	sm, err := api.NewStoreMetrics(reg, caps.Backend)
-	if err != nil {
-		return err
-	}
-	opened := store
-	store = lockstore.WithTelemetry(store, lockstore.TelemetryOptions{OnEvent: sm.Observe, Logger: log})
-	defer store.Close() // stops the decorator's worker; the store's own Close is idempotent
-
-	// Background work, each piece owned here and stopped before the store closes.
-	var bg sync.WaitGroup
-	bgCtx, stopBG := context.WithCancel(context.Background())
-	defer func() { stopBG(); bg.Wait() }()
-	goBG := func(fn func(context.Context)) {
-		bg.Add(1)
-		go func() { defer bg.Done(); fn(bgCtx) }()
-	}
-
-	auditLog, ok := store.(lockstore.AuditLog)
-	if !ok {
-		return fmt.Errorf("store %s keeps no audit log", caps.Backend)
-	}
-	auditor := fencecheck.NewAuditor(auditLog, fencecheck.AuditorOptions{QueueSize: cfg.Audit.QueueSize, Logger: log, Registerer: reg})
-	goBG(func(ctx context.Context) { _ = auditor.Run(ctx) })
-	defer auditor.Close() // flushes queued events; runs before stopBG (defers are LIFO)
-
-	checker := fencecheck.New(store, fencecheck.Options{
-		Timeout: cfg.Check.Timeout.Std(), Audit: auditor, AuditRawKeys: cfg.Check.AuditRawKeys,
-		Registerer: reg, Logger: log, Proofs: set.proofs.Verifier(), HideCurrentFence: cfg.Check.HideCurrentFence,
-	})
+	defer rt.close()
+	store, auditLog, checker, reg, goBG, caps := rt.store, rt.auditLog, rt.checker, rt.reg, rt.goBG, rt.caps
 
 	// The webhook is built first so that /readyz also covers its
 	// certificate: a pod whose webhook cannot serve must not get traffic.
@@ -210,7 +165,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	// The console lists live locks from the store itself (the telemetry
 	// decorator does not pass LockLister through) and records the lock
 	// operations the API serves for its timeline.
-	ui := console.New(ctx, console.Options{Store: opened, Audit: auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
+	ui := console.New(ctx, console.Options{Store: rt.opened, Audit: auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
 	srv, err := api.New(api.Options{
 		Store: ui.Record(store), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
 		Registerer: reg, Gatherer: reg, Logger: log, AccessLog: set.accessLog, Ready: ready, Proofs: set.proofs,
