@@ -126,31 +126,14 @@ authz: {addr: "off"}
 admission: {addr: "off"}
 debug: {addr: %q}
 `, filepath.Join(t.TempDir(), "fence.db"), httpAddr, debugAddr))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	errOut := &syncBuffer{}
-	done := make(chan int, 1)
-	go func() { done <- runServe(ctx, []string{"--config", cfg}, io.Discard, errOut) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(errOut.String(), "fencegate ready") {
-		select {
-		case code := <-done:
-			t.Fatalf("exited %d: %s", code, errOut.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready: %s", errOut.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	stop := startCommand(t, runServe, []string{"--config", cfg}, "fencegate ready")
 	if code, body := get(t, "http://"+debugAddr+"/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
 		t.Errorf("debug listener: %d %.200s", code, body)
 	}
 	if code, _ := get(t, "http://"+httpAddr+"/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("API listener serves /debug/pprof/: %d", code)
 	}
-	cancel()
-	if code := <-done; code != exitOK {
-		t.Fatalf("exit %d: %s", code, errOut.String())
+	if code, log := stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, log)
 	}
 }

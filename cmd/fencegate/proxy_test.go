@@ -113,23 +113,7 @@ proxy:
       maxWrite: 10s
 `, dbPath, addr, up.URL))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stderr := &syncBuffer{}
-	done := make(chan int, 1)
-	go func() { done <- runProxy(ctx, []string{"--config", cfg}, io.Discard, stderr) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(stderr.String(), "fencegate proxy ready") {
-		select {
-		case code := <-done:
-			t.Fatalf("exited %d: %s", code, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready: %s", stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	stop := startCommand(t, runProxy, []string{"--config", cfg}, "fencegate proxy ready")
 	for _, tc := range []struct {
 		fence  string
 		status int
@@ -154,14 +138,8 @@ proxy:
 			t.Errorf("fence %q: %d %s", tc.fence, res.StatusCode, b)
 		}
 	}
-	cancel()
-	select {
-	case code := <-done:
-		if code != exitOK {
-			t.Fatalf("exit %d: %s", code, stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("did not drain")
+	if code, log := stop(); code != exitOK { // stop waits for the drain (bounded by the proxy's drain timeout)
+		t.Fatalf("exit %d: %s", code, log)
 	}
 }
 
@@ -202,23 +180,7 @@ proxy:
   routes:
     - {prefix: /, upstream: %s, key: "k", barrier: true}
 `, dbPath, addr, up.URL))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	errOut := &syncBuffer{}
-	done := make(chan int, 1)
-	go func() { done <- runServe(ctx, []string{"--config", cfg}, io.Discard, errOut) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(errOut.String(), "fencegate ready") {
-		select {
-		case code := <-done:
-			t.Fatalf("exited %d: %s", code, errOut.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready: %s", errOut.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	stop := startCommand(t, runServe, []string{"--config", cfg}, "fencegate ready")
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+addr+"/x", nil)
 	req.Header.Set("X-Fence-Token", "000000000000001")
 	res, err := http.DefaultClient.Do(req)
@@ -230,8 +192,35 @@ proxy:
 	if res.StatusCode != 409 || !strings.Contains(string(b), `"error":"unknown"`) {
 		t.Fatalf("write on a never-locked key: %d %s", res.StatusCode, b)
 	}
-	cancel()
-	if code := <-done; code != exitOK {
-		t.Fatalf("exit %d: %s", code, errOut.String())
+	if code, log := stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, log)
+	}
+}
+
+// startCommand runs a serving subcommand (runServe, runProxy) with args
+// until the test ends, and waits up to 30 s for its ready line. stop ends
+// it and returns its exit code and log.
+func startCommand(t *testing.T, run func(context.Context, []string, io.Writer, io.Writer) int, args []string, ready string) (stop func() (int, string)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stderr := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, args, io.Discard, stderr) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stderr.String(), ready) {
+		select {
+		case code := <-done:
+			t.Fatalf("exited %d: %s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready: %s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return func() (int, string) {
+		cancel()
+		return <-done, stderr.String()
 	}
 }
