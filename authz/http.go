@@ -90,9 +90,9 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	v, conv := originalRequest(r)
 	if v.methodUnknown {
 		h.d.log.LogAttrs(r.Context(), slog.LevelWarn,
-			"authz: the auth request names the original URI but not its method; checking it as a write. "+
-				"The proxy config should send the method header (X-Original-Method with X-Original-URI, "+
-				"X-Forwarded-Method with X-Forwarded-Uri)")
+			"authz: the auth request does not name the original request's method; checking it as a write. "+
+				"The proxy config should send the method and URI headers (X-Original-Method with X-Original-URI, "+
+				"X-Forwarded-Method with X-Forwarded-Uri), or, as Envoy's http_service does, the original path after "+HTTPPath)
 	}
 	var ro routeOptions
 	if conv != convForwarded {
@@ -229,7 +229,13 @@ func originalRequest(r *http.Request) (requestView, convention) {
 		v.path = rest
 	}
 	if v.path == "" {
-		v.path = "/"
+		// Envoy's http_service always appends the original path to its
+		// path_prefix, so a bare /v1/authz/check with neither convention's
+		// headers is another proxy that names no original request (an
+		// nginx auth_request without X-Original-*, whose subrequest is
+		// always GET): its own method says nothing, and an unknown method
+		// is a write.
+		v.path, v.methodUnknown = "/", true
 	}
 	return v, convRequest
 }

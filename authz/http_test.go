@@ -417,3 +417,30 @@ func TestHTTPDuplicateFenceHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPNoOriginalRequest: a proxy that names no original request (no
+// X-Forwarded-*, no X-Original-*, and no path after /v1/authz/check, which
+// Envoy's http_service always appends) is checked as a write: an nginx
+// auth subrequest is always GET, so its own method would let every write
+// pass as a read.
+func TestHTTPNoOriginalRequest(t *testing.T) {
+	h := NewHTTPHandler(fencecheck.New(openBolt(t), fencecheck.Options{}), Options{})
+	for _, path := range []string{HTTPPath, HTTPPath + "?x=1"} {
+		r := httptest.NewRequest("GET", path, nil)
+		r.Header.Set(HeaderKey, "orders/7")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != 428 {
+			t.Fatalf("%s with no original request: %d, want 428 (a write without a fence)", path, w.Code)
+		}
+	}
+	// Envoy's http_service: the original path follows the prefix, and the
+	// request's own method is the original's.
+	r := httptest.NewRequest("GET", HTTPPath+"/orders/7", nil)
+	r.Header.Set(HeaderKey, "orders/7")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != 200 {
+		t.Fatalf("Envoy-style read: %d, want 200", w.Code)
+	}
+}

@@ -222,7 +222,7 @@ func (s *Store) resolve(op, lockID string, snaps []*firestore.DocumentSnapshot, 
 		m.detail = ""
 	}
 	s.log.Warn("duplicate lock documents for one lockId; refusing to act on ambiguous state",
-		"op", op, "lockid_hash", lockstore.HashKey(lockID), "documents", len(cands),
+		"op", op, "lockIdHash", lockstore.HashKey(lockID), "documents", len(cands),
 		"live", live, "expired_deleted", len(m.stale))
 	return m, nil
 }
@@ -238,7 +238,7 @@ func (s *Store) atHome(ref *firestore.DocumentRef, l lockDoc) bool {
 	id, err := lockDocID(nk)
 	if err != nil || id != ref.ID {
 		s.log.Warn("lock document is not at its key's document ID; ignoring it",
-			"key_hash", lockstore.HashKey(l.Key), "lockid_hash", lockstore.HashKey(l.LockID))
+			"keyHash", lockstore.HashKey(l.Key), "lockIdHash", lockstore.HashKey(l.LockID))
 		return false
 	}
 	return true
