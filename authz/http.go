@@ -90,7 +90,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	v, conv := originalRequest(r)
 	if v.methodUnknown {
 		h.d.log.LogAttrs(r.Context(), slog.LevelWarn,
-			"authz: the auth request does not name the original request's method; checking it as a write. "+
+			"authz: the auth request does not name the original request's method (no method header); checking it as a write. "+
 				"The proxy config should send the method and URI headers (X-Original-Method with X-Original-URI, "+
 				"X-Forwarded-Method with X-Forwarded-Uri), or, as Envoy's http_service does, the original path after "+HTTPPath)
 	}
