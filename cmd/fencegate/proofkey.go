@@ -36,7 +36,8 @@ func runProofKey(_ context.Context, args []string, stdout, stderr io.Writer) int
 	enc := base64.RawURLEncoding.EncodeToString(seed)
 	pub := ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
 	fmt.Fprintf(stdout, "# write-proof key %s; public key (served at /v1/proof/keys): %s\n", *kid, base64.RawURLEncoding.EncodeToString(pub))
-	fmt.Fprintln(stdout, "# list it second to let gateways verify it, then first to sign with it.")
+	fmt.Fprintln(stdout, "# list it second to let gateways verify it, then first to sign with it;")
+	fmt.Fprintf(stdout, "# a fencegate proxy that only verifies lists the public key instead: proof.verifyKeys: [{kid: %s, publicKey: %s}]\n", *kid, base64.RawURLEncoding.EncodeToString(pub))
 	if *out != "" {
 		f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
@@ -69,4 +70,27 @@ func proofSigner(c config.Proof) (*writeproof.Signer, error) {
 		return nil, err
 	}
 	return writeproof.NewSigner(keys)
+}
+
+// proofVerifier is every key a write proof is checked with: the signing
+// keys' public halves and the verify-only keys (proof.verifyKeys). nil when
+// there are none: a signed route then fails closed.
+func proofVerifier(c config.Proof) (*writeproof.Verifier, error) {
+	pubs, err := c.LoadVerifyKeys()
+	if err != nil {
+		return nil, err
+	}
+	if c.Enabled() {
+		keys, err := c.LoadKeys()
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range keys {
+			pubs[k.KID] = ed25519.NewKeyFromSeed(k.Seed).Public().(ed25519.PublicKey)
+		}
+	}
+	if len(pubs) == 0 {
+		return nil, nil
+	}
+	return writeproof.NewVerifier(pubs)
 }

@@ -107,12 +107,11 @@ func proxyConfig(path string, getenv func(string) string, flags func(*config.Con
 			p = append(p, "proxy.routes: "+strings.ReplaceAll(e.Error(), "\n", "; "))
 		}
 	}
-	// The proxy only verifies proofs; it reads the same keys as serve (the
-	// public halves would do, but one config serves both commands).
-	if signer, err := proofSigner(c.Proof); err != nil {
+	// The proxy only verifies proofs: give it proof.verifyKeys (public
+	// keys), so that a sidecar holds no seed that could mint proofs; the
+	// signing keys' public halves work too (one config for both commands).
+	if set.proofs, err = proofVerifier(c.Proof); err != nil {
 		p = append(p, "proof: "+err.Error())
-	} else {
-		set.proofs = signer.Verifier()
 	}
 	if set.tracing, err = otelenv.ConfigFromEnv(getenv); err != nil {
 		p = append(p, "tracing: "+err.Error())

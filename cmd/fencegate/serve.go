@@ -71,8 +71,11 @@ type serveSettings struct {
 	proxyRoutes []proxy.Route
 	// proofs signs write proofs at acquire (nil: none configured); its
 	// Verifier checks them at the edge.
-	proofs  *writeproof.Signer
-	tracing otelenv.Config // from the OTEL_* variables
+	proofs *writeproof.Signer
+	// verifier checks proofs at the edge: the signing keys and
+	// proof.verifyKeys (nil: none configured).
+	verifier *writeproof.Verifier
+	tracing  otelenv.Config // from the OTEL_* variables
 	// accessLog is log.access, parsed by the api package.
 	accessLog api.AccessLog
 }
@@ -116,6 +119,8 @@ func loadServeConfig(build func(func(string) string) (config.Config, error), get
 	}
 	if set.proofs, err = proofSigner(cfg.Proof); err != nil {
 		add("proof", err)
+	} else if set.verifier, err = proofVerifier(cfg.Proof); err != nil {
+		add("proof", err)
 	}
 	if set.tracing, err = otelenv.ConfigFromEnv(getenv); err != nil {
 		add("tracing", err)
@@ -138,7 +143,7 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 
 // serve runs the gateway until ctx ends, then drains and stops.
 func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.Logger) error {
-	rt, err := startRuntime(ctx, cfg, runtimeSettings{store: set.store, tracing: set.tracing, proofs: set.proofs.Verifier()}, log)
+	rt, err := startRuntime(ctx, cfg, runtimeSettings{store: set.store, tracing: set.tracing, proofs: set.verifier}, log)
 	if err != nil {
 		return err
 	}
