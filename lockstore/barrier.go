@@ -59,10 +59,34 @@ type WriteAdmitResult struct {
 // lower fence exists, registers the entry: one backend call, atomic with the
 // read. Entries under the same fence never block each other (one holder may
 // have several writes in flight). Entries past their deadline are ignored
-// and removed lazily. Admit and Finish never touch locks or fence counters.
+// and removed lazily (and by BarrierSweeper where the store offers it).
+// Admit and Finish never touch locks or fence counters.
 type WriteBarrier interface {
 	Admit(ctx context.Context, key string, a WriteAdmission) (WriteAdmitResult, error)
 	// Finish removes the entry writeID of key. Removing an absent or
 	// expired entry is not an error (the call is idempotent).
 	Finish(ctx context.Context, key, writeID string) error
+}
+
+// BarrierSweeper is implemented by stores whose barrier entries would
+// otherwise stay stored until a later Admit or Finish of the same key
+// prunes them: an abandoned write on a key that is never written again
+// would stay forever, and with per-id keys that grows without bound.
+//
+// SweepBarrier removes at most limit entries whose deadline is not after
+// the store's now (by the time authority Admit uses: exactly the entries
+// Admit already counts as finished, never one earlier) and reports how many
+// it removed. It never touches locks or fence counters. Each call does
+// bounded work, so a caller sweeps periodically rather than to exhaustion.
+// limit must be positive.
+type BarrierSweeper interface {
+	SweepBarrier(ctx context.Context, limit int) (removed int, err error)
+}
+
+// ValidateSweepLimit checks SweepBarrier's limit before any I/O.
+func ValidateSweepLimit(limit int) error {
+	if limit <= 0 {
+		return Errorf(InvalidArgument, "sweep", "sweep limit must be positive, got %d", limit)
+	}
+	return nil
 }

@@ -19,7 +19,8 @@ import (
 
 // runtime is what both serving commands (serve, proxy) build before their
 // listeners: tracing, the store, the metrics registry, the owner of the
-// background work, the audit pipeline and the edge checker. close undoes
+// background work (the barrier sweep, the audit pipeline's writer), the
+// audit pipeline and the edge checker. close undoes
 // it in reverse order, after the listeners have drained.
 type runtime struct {
 	// store is the opened store behind lockstore.WithTelemetry, which
@@ -85,6 +86,12 @@ func startRuntime(ctx context.Context, cfg config.Config, set runtimeSettings, l
 	rt.goBG = func(fn func(context.Context)) {
 		bg.Add(1)
 		go func() { defer bg.Done(); fn(bgCtx) }()
+	}
+
+	// Expired barrier entries of keys never written again (the opened
+	// store: the telemetry decorator does not pass the sweeper through).
+	if err := startBarrierSweep(rt.opened, barrierSweepInterval, rt.reg, rt.goBG, log); err != nil {
+		return nil, err
 	}
 
 	al, ok := rt.store.(lockstore.AuditLog)

@@ -130,3 +130,69 @@ func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	}
 	return nil
 }
+
+var _ lockstore.BarrierSweeper = (*Store)(nil)
+
+// SweepBarrier removes expired entries in one read-write transaction. It
+// visits at most limit key records, continuing where the previous sweep
+// stopped and wrapping at the end of the bucket, so a bucket of live
+// entries costs each call a bounded scan; it stops early once limit
+// entries are removed. A record left with no entry is deleted.
+func (s *Store) SweepBarrier(ctx context.Context, limit int) (int, error) {
+	const op = "sweep"
+	if err := lockstore.ValidateSweepLimit(limit); err != nil {
+		return 0, err
+	}
+	s.sweepMu.Lock()
+	defer s.sweepMu.Unlock()
+	var (
+		removed int
+		next    []byte
+	)
+	err := s.update(ctx, op, func(tx *bbolt.Tx) error {
+		removed, next = 0, nil // the group commit may run this twice
+		now := s.nowMs()
+		type change struct {
+			key     string
+			entries map[string]lockstore.WriteEntry
+		}
+		var changes []change
+		c := tx.Bucket(bucketWrites).Cursor()
+		k, v := c.First()
+		if s.sweepFrom != nil {
+			k, v = c.Seek(s.sweepFrom)
+		}
+		for visited := 0; k != nil && visited < limit && removed < limit; visited++ {
+			var entries map[string]lockstore.WriteEntry
+			if err := json.Unmarshal(v, &entries); err != nil {
+				return lockstore.Errorf(lockstore.Internal, "decode", "bolt: corrupt write barrier record: %v", err)
+			}
+			n := len(entries)
+			for id, e := range entries {
+				if e.DeadlineMs <= now && removed < limit {
+					delete(entries, id)
+					removed++
+				}
+			}
+			if len(entries) != n {
+				changes = append(changes, change{string(k), entries})
+			}
+			k, v = c.Next()
+		}
+		if k != nil {
+			next = append([]byte(nil), k...) // k is only valid inside tx
+		}
+		// bbolt forbids changing a bucket under a live cursor.
+		for _, ch := range changes {
+			if err := putWrites(tx, ch.key, ch.entries); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.sweepFrom = next
+	return removed, nil
+}

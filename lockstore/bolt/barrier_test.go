@@ -39,6 +39,12 @@ var brokenBarrierVariants = map[string][]string{
 	// Admitting a write refreshes the holder's lock: Admit must never
 	// touch locks.
 	"touches-lock": {"untouched"},
+	// The sweep removes entries whatever their deadline.
+	"sweeps-live": {"sweep"},
+	// The sweep removes nothing (and says so).
+	"sweep-noop": {"sweep"},
+	// The sweep refreshes the locks of the keys it visits.
+	"sweep-touches-lock": {"sweep"},
 }
 
 // TestBarrierCasesCatchBrokenStores runs the suite's barrier cases against
@@ -220,4 +226,110 @@ func (b *brokenBarrier) forceRegister(ctx context.Context, key string, a locksto
 		entries[a.WriteID] = lockstore.WriteEntry{Fence: a.Fence, DeadlineMs: b.nowMs() + a.MaxWrite.Milliseconds()}
 		return putWrites(tx, k, entries)
 	})
+}
+
+func (b *brokenBarrier) SweepBarrier(ctx context.Context, limit int) (int, error) {
+	switch b.variant {
+	case "sweep-noop":
+		return 0, lockstore.ValidateSweepLimit(limit)
+	case "sweeps-live", "sweep-touches-lock":
+		if err := lockstore.ValidateSweepLimit(limit); err != nil {
+			return 0, err
+		}
+		removed := 0
+		err := b.update(ctx, "sweep", func(tx *bbolt.Tx) error {
+			removed = 0
+			var keys []string
+			err := tx.Bucket(bucketWrites).ForEach(func(k, v []byte) error {
+				var entries map[string]lockstore.WriteEntry
+				if err := json.Unmarshal(v, &entries); err != nil {
+					return err
+				}
+				for _, e := range entries {
+					if b.variant == "sweeps-live" || e.DeadlineMs <= b.nowMs() {
+						removed++
+					}
+				}
+				keys = append(keys, string(k))
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			for _, k := range keys {
+				if b.variant == "sweeps-live" {
+					if err := tx.Bucket(bucketWrites).Delete([]byte(k)); err != nil {
+						return err
+					}
+					continue
+				}
+				r, err := getLock(tx, k)
+				if err != nil || r == nil {
+					return err
+				}
+				r.ExpiresAtMs += 1000
+				v, _ := json.Marshal(r)
+				if err := tx.Bucket(bucketLocks).Put([]byte(k), v); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		return removed, err
+	}
+	return b.Store.SweepBarrier(ctx, limit)
+}
+
+// TestSweepBarrierBounded: each sweep removes at most its limit, later
+// sweeps continue where it stopped, and unexpired entries stay.
+func TestSweepBarrierBounded(t *testing.T) {
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "sweep.db")})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	clock := time.Now()
+	s.now = func() time.Time { return clock }
+	admitN := func(prefix string, n int, maxWrite time.Duration) {
+		for i := range n {
+			key := prefix + string(rune('a'+i))
+			r, err := s.Acquire(t.Context(), key, time.Hour)
+			if err != nil || !r.OK {
+				t.Fatalf("Acquire(%s) = %v, %v", key, r, err)
+			}
+			id, _ := lockstore.NewLockID()
+			res, err := s.Admit(t.Context(), key, lockstore.WriteAdmission{Fence: r.Fence, RequireLive: true, WriteID: id, MaxWrite: maxWrite})
+			if err != nil || !res.Admitted {
+				t.Fatalf("Admit(%s) = %+v, %v", key, res, err)
+			}
+		}
+	}
+	admitN("expired-", 5, time.Second)
+	admitN("live-", 3, time.Hour)
+	clock = clock.Add(time.Second) // deadline <= now: finished
+
+	total := 0
+	for range 10 {
+		n, err := s.SweepBarrier(t.Context(), 2)
+		if err != nil {
+			t.Fatalf("SweepBarrier: %v", err)
+		}
+		if n > 2 {
+			t.Fatalf("SweepBarrier(limit 2) removed %d", n)
+		}
+		total += n
+	}
+	if total != 5 {
+		t.Fatalf("sweeps removed %d entries in all, want the 5 expired", total)
+	}
+	var left int
+	if err := s.view(t.Context(), "test", func(tx *bbolt.Tx) error {
+		left = tx.Bucket(bucketWrites).Stats().KeyN
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if left != 3 {
+		t.Fatalf("barrier records after the sweeps = %d, want the 3 live keys'", left)
+	}
 }

@@ -48,6 +48,11 @@ type Store struct {
 	// now is the time authority; tests replace it to move time.
 	now func() time.Time
 
+	// sweepMu guards sweepFrom, the key after which the next SweepBarrier
+	// continues its scan (nil: from the start).
+	sweepMu   sync.Mutex
+	sweepFrom []byte
+
 	closeOnce sync.Once
 	closeErr  error
 }

@@ -10,14 +10,22 @@ import (
 
 // The write barrier keeps, per key, one document in Config.BarrierCollection
 // under the lock document's ID: {key, writes: {writeId: {fence,
-// deadlineMs}}}. Locks and counters are other collections; the barrier's
-// transactions only read them.
+// deadlineMs}}, maxDeadlineMs}. Locks and counters are other collections;
+// the barrier's transactions only read them. maxDeadlineMs is the latest
+// deadline among the entries: once it has passed every entry has, which is
+// what SweepBarrier queries for.
 
 // barrierDoc is a key's in-flight writes.
 type barrierDoc struct {
 	Key    string                  `firestore:"key"`
 	Writes map[string]barrierEntry `firestore:"writes"`
+	// MaxDeadlineMs is the latest DeadlineMs in Writes (documents written
+	// before the field existed lack it until their next Admit or Finish).
+	MaxDeadlineMs int64 `firestore:"maxDeadlineMs"`
 }
+
+// fieldMaxDeadline is barrierDoc.MaxDeadlineMs's field name, for queries.
+const fieldMaxDeadline = "maxDeadlineMs"
 
 type barrierEntry struct {
 	Fence      string `firestore:"fence"`
@@ -55,6 +63,7 @@ func putWrites(tx *firestore.Transaction, ref *firestore.DocumentRef, nk string,
 	d := barrierDoc{Key: nk, Writes: make(map[string]barrierEntry, len(entries))}
 	for id, e := range entries {
 		d.Writes[id] = barrierEntry{Fence: e.Fence, DeadlineMs: e.DeadlineMs}
+		d.MaxDeadlineMs = max(d.MaxDeadlineMs, e.DeadlineMs)
 	}
 	return tx.Set(ref, d)
 }
@@ -208,4 +217,104 @@ func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 		return lockstore.WithContext(classify(ctx, op, err), nk, "")
 	}
 	return nil
+}
+
+var _ lockstore.BarrierSweeper = (*Store)(nil)
+
+// SweepBarrier finds up to limit barrier documents whose latest deadline
+// passed, by this gateway's clock as Admit judges entries, and removes each
+// in its own transaction that reads the document again: an entry an Admit
+// registered since the query keeps the document (only the expired entries
+// go). It stops before a document that would take the count past limit,
+// unless it has removed nothing yet (so a document holding more than limit
+// entries cannot stay forever).
+func (s *Store) SweepBarrier(ctx context.Context, limit int) (int, error) {
+	const op = "sweep"
+	if err := lockstore.ValidateSweepLimit(limit); err != nil {
+		return 0, err
+	}
+	qctx, cancel, err := s.begin(ctx, op)
+	if err != nil {
+		return 0, err
+	}
+	q := s.client.Collection(s.cfg.BarrierCollection).
+		Where(fieldMaxDeadline, "<=", s.nowMs()).Select().Limit(limit)
+	snaps, err := q.Documents(qctx).GetAll()
+	if err != nil {
+		err = classify(qctx, op, err)
+	}
+	cancel()
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	for _, snap := range snaps {
+		n, err := s.sweepDoc(ctx, snap.Ref, limit-removed, removed == 0)
+		if err != nil {
+			return removed, err
+		}
+		if n < 0 {
+			break
+		}
+		removed += n
+	}
+	return removed, nil
+}
+
+// sweepDoc removes the expired entries of one barrier document, the whole
+// document if none is left. It returns -1, removing nothing, when more than
+// room entries expired and !anyway.
+func (s *Store) sweepDoc(ctx context.Context, ref *firestore.DocumentRef, room int, anyway bool) (int, error) {
+	const op = "sweep"
+	ctx, cancel, err := s.begin(ctx, op)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	unlock, err := s.inflight.lock(ctx, op, ref.ID)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	var removed int
+	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		removed = 0 // the library may run us more than once
+		if err := checkpoint(ctx, op); err != nil {
+			return err
+		}
+		snaps, err := tx.GetAll([]*firestore.DocumentRef{ref})
+		if err != nil {
+			return err
+		}
+		if !snaps[0].Exists() {
+			return nil
+		}
+		var d barrierDoc
+		if err := snaps[0].DataTo(&d); err != nil {
+			return &lockstore.Error{Code: lockstore.Internal, Op: op, Msg: "write barrier document does not decode", Err: err}
+		}
+		entries, err := decodeWrites(snaps[0], op)
+		if err != nil {
+			return err
+		}
+		now := s.nowMs()
+		for id, e := range entries {
+			if e.DeadlineMs <= now {
+				delete(entries, id)
+				removed++
+			}
+		}
+		if removed == 0 {
+			return nil
+		}
+		if removed > room && !anyway {
+			removed = -1
+			return nil
+		}
+		return putWrites(tx, ref, d.Key, entries)
+	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
+	if err != nil {
+		return 0, classify(ctx, op, err)
+	}
+	return removed, nil
 }

@@ -17,7 +17,7 @@ import (
 
 // barrierStatements is the barrier's SQL with the table names quoted.
 type barrierStatements struct {
-	admit, finish string
+	admit, finish, sweep string
 }
 
 func buildBarrierStatements(cfg Config) barrierStatements {
@@ -80,6 +80,22 @@ func buildBarrierStatements(cfg Config) barrierStatements {
 			FROM derived d, blockers b`),
 
 		finish: r.Replace(`DELETE FROM {barrier} WHERE key = $1 AND write_id = $2`),
+
+		// Up to $1 entries whose deadline passed, found through the
+		// deadline index. Rows an Admit holds are skipped (the next sweep
+		// gets them); the outer condition is checked again on the row it
+		// deletes, so an entry re-registered with a new deadline between
+		// the pick and the delete stays.
+		sweep: r.Replace(`WITH clock AS (
+				SELECT {now_ms} AS now_ms
+			), expired AS (
+				SELECT b.key, b.write_id FROM {barrier} b, clock c
+				WHERE b.deadline_ms <= c.now_ms
+				LIMIT $1
+				FOR UPDATE OF b SKIP LOCKED
+			)
+			DELETE FROM {barrier} b USING expired e, clock c
+			WHERE b.key = e.key AND b.write_id = e.write_id AND b.deadline_ms <= c.now_ms`),
 	}
 }
 
@@ -164,7 +180,8 @@ func (r *admitRow) result(a lockstore.WriteAdmission) (lockstore.WriteAdmitResul
 }
 
 // Finish deletes the entry in one statement; an absent entry is not an
-// error. Expired entries are left to the next Admit of the key.
+// error. Expired entries are left to the next Admit of the key or to
+// SweepBarrier.
 func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	const op = "finish"
 	nk, err := lockstore.BeginFinish(ctx, key, writeID)
@@ -182,4 +199,23 @@ func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 		return lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
 	return nil
+}
+
+var _ lockstore.BarrierSweeper = (*Store)(nil)
+
+// SweepBarrier deletes up to limit expired entries in one statement, by the
+// server's now() as Admit judges them.
+func (s *Store) SweepBarrier(ctx context.Context, limit int) (int, error) {
+	const op = "sweep"
+	if err := lockstore.ValidateSweepLimit(limit); err != nil {
+		return 0, err
+	}
+	if err := s.begin(ctx, op); err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, s.sql.barrier.sweep, limit)
+	if err != nil {
+		return 0, classify(ctx, op, err)
+	}
+	return int(tag.RowsAffected()), nil
 }

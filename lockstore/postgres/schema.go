@@ -68,6 +68,8 @@ func schemaStatements(cfg Config) []string {
 			deadline_ms BIGINT NOT NULL,
 			PRIMARY KEY (key, write_id)
 		)`,
+		// SweepBarrier finds expired entries of any key by deadline.
+		`CREATE INDEX IF NOT EXISTS ` + ident("idx_"+cfg.BarrierTable+"_deadline") + ` ON ` + barrier + ` (deadline_ms)`,
 	}
 }
 

@@ -206,3 +206,19 @@ func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	}
 	return nil
 }
+
+var _ lockstore.BarrierSweeper = (*Store)(nil)
+
+// SweepBarrier has nothing to do on Redis and reports 0: every entries
+// hash carries a PEXPIRE past its latest deadline, so Redis itself removes
+// a key's entries once they have all expired. It exists so that callers
+// can treat every backend alike.
+func (s *Store) SweepBarrier(ctx context.Context, limit int) (int, error) {
+	if err := lockstore.ValidateSweepLimit(limit); err != nil {
+		return 0, err
+	}
+	if err := lockstore.ContextError(ctx, "sweep"); err != nil {
+		return 0, err
+	}
+	return 0, nil
+}

@@ -83,6 +83,7 @@ func dropPrefix(tb testing.TB, c *goredis.Client, prefix string) {
 func TestConformance(t *testing.T) {
 	testURL(t)
 	storetest.Run(t, storetest.Harness{
+		BarrierExpiresItself: true, // PEXPIRE on every entries hash
 		Open: func(t *testing.T, ns string) lockstore.Store {
 			s := openPrefix(t, "syncguard_test_"+ns)
 			return s

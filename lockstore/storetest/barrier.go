@@ -57,6 +57,7 @@ func (s *suite) barrierCaseList() []barrierCase {
 		{"acquire_keeps_entries", s.barrierAcquireKeepsEntries},
 		{"untouched", s.barrierUntouched},
 		{"survives_reopen", s.barrierSurvivesReopen},
+		{"sweep", s.barrierSweep},
 		{"validation", s.barrierValidation},
 	}
 }
@@ -754,6 +755,61 @@ func (s *suite) barrierUntouched(t TB, e *barrierEnv) {
 	if f := tAcquire(t, st, free, time.Minute).Fence; f != fenceT(t, 1) {
 		t.Fatalf("first fence of the free key = %s, want %s", f, fenceT(t, 1))
 	}
+}
+
+// barrierSweep: SweepBarrier removes an entry past its deadline (the store
+// reports it, unless it expires entries itself) and leaves an unexpired
+// entry of another key, and every lock and fence counter, as they were.
+func (s *suite) barrierSweep(t TB, e *barrierEnv) {
+	st, _ := e.fresh(t)
+	sw, ok := st.(lockstore.BarrierSweeper)
+	if !ok {
+		t.Fatalf("the store (%T) does not implement lockstore.BarrierSweeper", st)
+	}
+	const expiring, live = "sweep-expiring", "sweep-live"
+	const maxWrite = 1500 * time.Millisecond
+	x := tAcquire(t, st, expiring, time.Minute)
+	l := tAcquire(t, st, live, time.Minute)
+	wantAdmitted(t, "Admit(live key)", admit(t, st, live, adm(t, l.Fence, true, time.Minute)))
+	wantAdmitted(t, "Admit(expiring key)", admit(t, st, expiring, adm(t, x.Fence, true, maxWrite)))
+	after := nowMs()
+	ksX, ksL := tInspect(t, st, expiring), tInspect(t, st, live)
+
+	// Past the deadline on any clock within the tolerance of ours (a
+	// backend may add the tolerance to deadlines, as Firestore does).
+	sleepUntil(after + maxWrite.Milliseconds() + 2*lockstore.TimeToleranceMs + e.s.margin)
+	removed, err := sw.SweepBarrier(tctx(t), 1000)
+	if err != nil {
+		t.Fatalf("SweepBarrier: %v", err)
+	}
+	if removed > 1000 || removed < 0 {
+		t.Fatalf("SweepBarrier(limit 1000) removed %d", removed)
+	}
+	if removed == 0 && !e.s.h.BarrierExpiresItself {
+		t.Fatalf("SweepBarrier removed 0 entries, want the expired one")
+	}
+	if _, err := sw.SweepBarrier(tctx(t), 0); err == nil {
+		t.Errorf("SweepBarrier(limit 0) succeeded, want InvalidArgument")
+	} else {
+		wantCodeTB(t, "SweepBarrier(limit 0)", err, lockstore.InvalidArgument)
+	}
+
+	for _, k := range []struct {
+		key  string
+		want lockstore.KeyState
+	}{{expiring, ksX}, {live, ksL}} {
+		got := tInspect(t, st, k.key)
+		if got.LatestFence != k.want.LatestFence || got.Live == nil || *got.Live != *k.want.Live {
+			t.Fatalf("Inspect(%s) after the sweep = live %v latest %q, want unchanged (live %v latest %q)",
+				k.key, got.Live, got.LatestFence, k.want.Live, k.want.LatestFence)
+		}
+	}
+	// The live entry still blocks a newer fence; the expired one does not.
+	b := handover(t, st, live, l)
+	wantRefused(t, "Admit(newer fence) beside an unexpired entry after the sweep",
+		admit(t, st, live, adm(t, b.Fence, true, time.Minute)), 1)
+	y := handover(t, st, expiring, x)
+	wantAdmitted(t, "Admit(newer fence) after the sweep", admit(t, st, expiring, adm(t, y.Fence, true, time.Minute)))
 }
 
 // barrierSurvivesReopen: in-flight entries live in the store, so a gateway

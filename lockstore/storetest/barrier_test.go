@@ -65,3 +65,28 @@ func (s *refStore) Finish(ctx context.Context, key, writeID string) error {
 	delete(s.d.writes[k], writeID)
 	return nil
 }
+
+// SweepBarrier removes up to limit entries whose deadline passed.
+func (s *refStore) SweepBarrier(ctx context.Context, limit int) (int, error) {
+	if err := lockstore.ValidateSweepLimit(limit); err != nil {
+		return 0, err
+	}
+	unlock, err := s.start(ctx, "sweep")
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	removed, t := 0, now()
+	for k, entries := range s.d.writes {
+		for id, e := range entries {
+			if removed < limit && e.DeadlineMs <= t {
+				delete(entries, id)
+				removed++
+			}
+		}
+		if len(entries) == 0 {
+			delete(s.d.writes, k)
+		}
+	}
+	return removed, nil
+}

@@ -45,6 +45,10 @@ type Harness struct {
 	// time authority whose clock may trail this process's. Zero is right
 	// for servers on this machine.
 	ExtraClockMargin time.Duration
+	// BarrierExpiresItself says the backend removes expired barrier
+	// entries by itself (Redis: PEXPIRE), so its SweepBarrier may report 0
+	// removed; every other store must report the expired entry it removed.
+	BarrierExpiresItself bool
 }
 
 // baseClockMargin is how long past expiresAt+tolerance the suite waits before
