@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -14,9 +15,13 @@ type AccessLog int
 
 const (
 	// AccessErrors logs requests answered 4xx or 5xx (gRPC: a status other
-	// than OK) and requests that took at least SlowRequest: what an operator reads. It is the
-	// default (the zero value): at thousands of requests a second one info
-	// line per success is a cost no one asked for.
+	// than OK) and requests that took at least SlowRequest: what an operator
+	// reads. It leaves out the answers that are outcomes, not faults: 409
+	// (a lock held, a stale fence: counted in metrics, denials audited), 428
+	// and 429 (an edge denial, audited), and streams that are long by design
+	// (the console's event stream). It is the default (the zero value): at
+	// thousands of requests a second one info line per success is a cost
+	// no one asked for.
 	AccessErrors AccessLog = iota
 	// AccessOff writes no access log lines.
 	AccessOff
@@ -62,10 +67,18 @@ func (a AccessLog) logs(status int, d time.Duration) bool {
 	case AccessAll:
 		return true
 	case AccessErrors:
+		switch status {
+		case 409, 428, 429:
+			return false
+		}
 		return status >= 400 || d >= SlowRequest
 	}
 	return false
 }
+
+// longByDesign reports a route whose requests stay open for as long as
+// their client watches (server-sent events): never "slow".
+func longByDesign(route string) bool { return strings.HasSuffix(route, "/events") }
 
 // logsGRPC is logs for a gRPC call that ended with code after d.
 func (a AccessLog) logsGRPC(code codes.Code, d time.Duration) bool {

@@ -31,18 +31,18 @@ func TestParseAccessLog(t *testing.T) {
 	}
 }
 
-// TestAccessLogModes: per mode, which of a success (200), an
-// unauthenticated request (401), an unknown path (404) and a slow success
-// (an acquire whose store call takes api.SlowRequest) get an access log
-// line.
+// TestAccessLogModes: per mode, which of a success (200), a contended
+// acquire (409: an outcome, not a fault), an unauthenticated request (401),
+// an unknown path (404) and a slow success (an acquire whose store call
+// takes api.SlowRequest) get an access log line.
 func TestAccessLogModes(t *testing.T) {
 	for _, c := range []struct {
-		mode                   api.AccessLog
-		ok, unauth, miss, slow bool
+		mode                              api.AccessLog
+		ok, contended, unauth, miss, slow bool
 	}{
-		{api.AccessOff, false, false, false, false},
-		{api.AccessErrors, false, true, true, true},
-		{api.AccessAll, true, true, true, true},
+		{api.AccessOff, false, false, false, false, false},
+		{api.AccessErrors, false, false, true, true, true},
+		{api.AccessAll, true, true, true, true, true},
 	} {
 		t.Run(c.mode.String(), func(t *testing.T) {
 			e := newEnv(t, slowAcquire{openStore(t)}, func(o *api.Options) { o.AccessLog = c.mode })
@@ -70,6 +70,10 @@ func TestAccessLogModes(t *testing.T) {
 				t.Fatalf("acquire: %d %s", r.status, r.raw)
 			}
 			logged("success", c.ok, 200)
+			if r := e.post(t, "/v1/locks/acquire", adminToken, map[string]any{"key": "orders/a"}); r.status != 409 {
+				t.Fatalf("contended acquire: %d %s", r.status, r.raw)
+			}
+			logged("contended", c.contended, 409)
 			if r := e.post(t, "/v1/locks/acquire", "", map[string]any{"key": "orders/b"}); r.status != 401 {
 				t.Fatalf("unauthenticated: %d", r.status)
 			}

@@ -82,10 +82,14 @@ func (s *Server) Middleware(h http.Handler) http.Handler {
 					errorReply{errorBody{Code: lockstore.Internal, Message: "internal error"}})
 			}
 			d := time.Since(start)
-			if !s.access.logs(rec.status, d) {
+			route := logRoute(r)
+			slowness := d
+			if longByDesign(route) {
+				slowness = 0
+			}
+			if !s.access.logs(rec.status, slowness) {
 				return
 			}
-			route := logRoute(r)
 			level := slog.LevelInfo
 			if isProbePath(route) {
 				level = slog.LevelDebug
