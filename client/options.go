@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -128,8 +129,13 @@ func (o *options) checkToken(host string, secure bool) error {
 	if o.token == "" || secure || o.insecureToken || o.isLocal(host) {
 		return nil
 	}
-	return invalidOption("refusing to send the token without TLS to %q, which is not loopback (use TLS, or WithInsecureToken on a network you trust)", host)
+	return &lockstore.Error{Code: lockstore.InvalidArgument, Op: "client", Err: ErrPlaintextToken,
+		Msg: fmt.Sprintf("refusing to send the token without TLS to %q, which is not loopback (use TLS, or WithInsecureToken on a network you trust)", host)}
 }
+
+// ErrPlaintextToken is wrapped by the error a constructor returns when it
+// refuses to send a token without TLS to a host that is not loopback.
+var ErrPlaintextToken = errors.New("client: token without TLS to a remote host")
 
 // callContext bounds one call by WithTimeout, plus extra (AcquireWait's wait).
 func (o *options) callContext(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -58,7 +59,11 @@ func (f *clientFlags) client() (*client.Client, error) {
 	if f.insecureToken {
 		opts = append(opts, client.WithInsecureToken())
 	}
-	return client.New(f.server, opts...)
+	c, err := client.New(f.server, opts...)
+	if errors.Is(err, client.ErrPlaintextToken) {
+		return nil, fmt.Errorf("%w; on a network you trust with the token, pass --insecure-token", err)
+	}
+	return c, err
 }
 
 func envOr(name, def string) string {

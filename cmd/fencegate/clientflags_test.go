@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/fencegate/fencegate/lockstore"
@@ -31,8 +32,8 @@ func TestClientFlagsInsecureToken(t *testing.T) {
 		if tc.ok != (err == nil) {
 			t.Errorf("%v: client() error %v, want ok=%v", tc.args, err, tc.ok)
 		}
-		if err != nil && lockstore.CodeOf(err) != lockstore.InvalidArgument {
-			t.Errorf("%v: error code %q, want InvalidArgument", tc.args, lockstore.CodeOf(err))
+		if err != nil && (lockstore.CodeOf(err) != lockstore.InvalidArgument || !strings.Contains(err.Error(), "--insecure-token")) {
+			t.Errorf("%v: error %v (code %q), want InvalidArgument naming --insecure-token", tc.args, err, lockstore.CodeOf(err))
 		}
 		_ = c
 	}
