@@ -62,14 +62,13 @@ type AuditClass int
 
 // Audit classes.
 const (
-	// AuditDecision: a denial the backend's state decided against a
-	// fence that was issued (stale, not-held, wrong-owner, draining) or
-	// could not decide (unavailable): what a real stale holder leaves.
+	// AuditDecision: a denial the backend's state decided (stale,
+	// not-held, unknown, wrong-owner, draining) or could not decide
+	// (unavailable).
 	AuditDecision AuditClass = iota
-	// AuditInput: a denial any client can provoke without ever having
-	// held a lock: decided from the request alone (missing, malformed,
-	// bad-proof), or a fence that was never issued (unknown, which any
-	// number above the key's latest produces).
+	// AuditInput: a denial decided from the request alone, without a
+	// backend read (missing, malformed, bad-proof): any client can send
+	// these, and they never evict a decision event.
 	AuditInput
 )
 
@@ -84,7 +83,7 @@ func (c AuditClass) String() string {
 // Class returns ev's retention class, from its reason.
 func (ev AuditEvent) Class() AuditClass {
 	switch ev.Reason {
-	case "missing", "malformed", "bad-proof", "unknown":
+	case "missing", "malformed", "bad-proof":
 		return AuditInput
 	}
 	return AuditDecision

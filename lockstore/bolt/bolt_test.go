@@ -204,14 +204,14 @@ func TestAuditRetention(t *testing.T) {
 
 	// Two hours later, one new event: everything older than an hour goes.
 	clk.set(t0 + 2*time.Hour.Milliseconds())
-	if err := s.AppendAudit(ctx, []lockstore.AuditEvent{{TimeMs: t0 + 2*time.Hour.Milliseconds(), KeyHash: "h", Reason: "not-held"}}); err != nil {
+	if err := s.AppendAudit(ctx, []lockstore.AuditEvent{{TimeMs: t0 + 2*time.Hour.Milliseconds(), KeyHash: "h", Reason: "unknown"}}); err != nil {
 		t.Fatal(err)
 	}
 	got, err = s.QueryAudit(ctx, lockstore.AuditQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0].Reason != "not-held" {
+	if len(got) != 1 || got[0].Reason != "unknown" {
 		t.Fatalf("after MaxAge: %+v, want only the new event", got)
 	}
 	// The kept count stays right, so MaxEvents still trims exactly.

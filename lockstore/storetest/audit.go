@@ -131,8 +131,8 @@ func (s *suite) audit(t *testing.T) {
 	}
 }
 
-// auditRetention: input events (missing, malformed, bad-proof, unknown:
-// anyone can provoke them) are kept within their own budget and never evict a decision event. A
+// auditRetention: input events (missing, malformed, bad-proof: anyone can
+// send them) are kept within their own budget and never evict a decision event. A
 // flood of 300 input events, in the batches the auditor writes, leaves the
 // one stale event in place, and the newest input events are kept.
 func (s *suite) auditRetention(t *testing.T) {
@@ -161,9 +161,9 @@ func (s *suite) auditRetention(t *testing.T) {
 	for i := 0; i < flood; i += batch {
 		evs := make([]lockstore.AuditEvent, 0, batch)
 		for j := i; j < i+batch; j++ {
-			// Denials anyone can provoke without ever holding a lock:
-			// no fence, a malformed one, a bad proof, a never-issued one.
-			reason := []string{"missing", "malformed", "bad-proof", "unknown"}[j%4]
+			// Denials decided from the request alone: no fence, a
+			// malformed one, a bad proof.
+			reason := []string{"missing", "malformed", "bad-proof"}[j%3]
 			evs = append(evs, lockstore.AuditEvent{TimeMs: base + 1 + int64(j), DecisionID: fmt.Sprintf("junk-%d", j),
 				Source: "authz-http", KeyHash: lockstore.HashKey("x"), KeyDigest: lockstore.KeyDigest("x"),
 				Reason: reason, Policy: "holder", Mode: "enforce"})
