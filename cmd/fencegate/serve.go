@@ -69,8 +69,7 @@ type serveSettings struct {
 	// proxyRoutes are the fencing reverse proxy's routes (proxy.routes),
 	// served on their own listener when any are configured.
 	proxyRoutes []proxy.Route
-	// proofs signs write proofs at acquire (nil: none configured); its
-	// Verifier checks them at the edge.
+	// proofs signs write proofs at acquire (nil: none configured).
 	proofs *writeproof.Signer
 	// verifier checks proofs at the edge: the signing keys and
 	// proof.verifyKeys (nil: none configured).
