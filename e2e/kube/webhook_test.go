@@ -385,7 +385,7 @@ func TestAdmissionThroughKubeAPIServer(t *testing.T) {
 	})
 
 	t.Run("BenchmarkAdmission's loop runs (a few writes, no timing asserted)", func(t *testing.T) {
-		floor, governed := measureAdmission(t, c, g, current, 3, "adm-smoke-")
+		floor, governed := measureAdmission(t, c, g, current, 3, "adm-smoke-", false)
 		if len(floor.writes) != 3 || len(governed.writes) != 3 {
 			t.Fatalf("%d floor and %d governed writes timed; want 3 each", len(floor.writes), len(governed.writes))
 		}
