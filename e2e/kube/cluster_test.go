@@ -43,7 +43,7 @@ type cluster struct {
 }
 
 // freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -77,7 +77,7 @@ func (l *logTail) String() string {
 
 // start runs a process owned by the test: it is stopped (SIGTERM, then
 // SIGKILL) at cleanup, and its output is shown if the test failed.
-func start(t *testing.T, name, bin string, args ...string) *logTail {
+func start(t testing.TB, name, bin string, args ...string) *logTail {
 	t.Helper()
 	out := &logTail{}
 	cmd := exec.Command(bin, args...)
@@ -109,7 +109,7 @@ func start(t *testing.T, name, bin string, args ...string) *logTail {
 // (service CIDR, service-account keys, a serving certificate), plus static
 // token authentication and AlwaysAllow authorization: the webhook, not RBAC,
 // is under test.
-func startCluster(t *testing.T) *cluster {
+func startCluster(t testing.TB) *cluster {
 	t.Helper()
 	apiserverBin, etcdBin, err := kube.Binaries()
 	if err != nil {
@@ -200,7 +200,7 @@ func startCluster(t *testing.T) *cluster {
 	return c
 }
 
-func writeServiceAccountKeys(t *testing.T, keyFile, pubFile string) {
+func writeServiceAccountKeys(t testing.TB, keyFile, pubFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

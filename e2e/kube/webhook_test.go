@@ -57,7 +57,7 @@ type gate struct {
 	bodies  [][]byte        // the first reviews received, verbatim
 }
 
-func startGate(t *testing.T, mode fencecheck.Mode) *gate {
+func startGate(t testing.TB, mode fencecheck.Mode) *gate {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
@@ -148,7 +148,7 @@ func startGate(t *testing.T, mode fencecheck.Mode) *gate {
 }
 
 // reviews is the total of fencegate_admission_reviews_total, all labels.
-func (g *gate) reviews(t *testing.T) float64 {
+func (g *gate) reviews(t testing.TB) float64 {
 	t.Helper()
 	fams, err := g.reg.Gather()
 	if err != nil {
@@ -173,7 +173,7 @@ func (g *gate) handlerTimes() []time.Duration {
 
 // registerWebhook installs deploy/k8s/webhook.yaml — its rules, selectors and
 // CEL matchConditions as shipped — with clientConfig pointed at the gate.
-func registerWebhook(t *testing.T, c *cluster, g *gate) {
+func registerWebhook(t testing.TB, c *cluster, g *gate) {
 	t.Helper()
 	raw, err := k8s.Files.ReadFile("webhook.yaml")
 	if err != nil {
@@ -203,7 +203,7 @@ func registerWebhook(t *testing.T, c *cluster, g *gate) {
 
 // setUp creates the namespace, registers the webhook and waits until the API
 // server calls it.
-func setUp(t *testing.T, c *cluster, g *gate) {
+func setUp(t testing.TB, c *cluster, g *gate) {
 	t.Helper()
 	if code, raw, err := c.do(context.Background(), adminUser, http.MethodPost, "/api/v1/namespaces",
 		map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]string{"name": namespace}}, ""); err != nil || code != http.StatusCreated {
@@ -256,7 +256,7 @@ func stamped(fence string) map[string]string {
 }
 
 // write sends a CREATE (POST), UPDATE (PUT) or DELETE of a ConfigMap as user.
-func (c *cluster) write(t *testing.T, user, method, name string, obj map[string]any, dryRun bool) (int, status) {
+func (c *cluster) write(t testing.TB, user, method, name string, obj map[string]any, dryRun bool) (int, status) {
 	t.Helper()
 	path := "/api/v1/namespaces/" + namespace + "/configmaps"
 	if method != http.MethodPost {
@@ -301,7 +301,7 @@ func (c *cluster) state(t *testing.T, name string) (string, map[string]string) {
 	return cm.Data["state"], cm.Metadata.Annotations
 }
 
-func acquire(t *testing.T, s lockstore.Store) lockstore.AcquireResult {
+func acquire(t testing.TB, s lockstore.Store) lockstore.AcquireResult {
 	t.Helper()
 	r, err := s.Acquire(context.Background(), orderKey, 10*time.Minute)
 	if err != nil || !r.OK {
@@ -310,7 +310,7 @@ func acquire(t *testing.T, s lockstore.Store) lockstore.AcquireResult {
 	return r
 }
 
-func release(t *testing.T, s lockstore.Store, lockID string) {
+func release(t testing.TB, s lockstore.Store, lockID string) {
 	t.Helper()
 	if r, err := s.Release(context.Background(), lockID); err != nil || !r.OK {
 		t.Fatalf("release: %+v %v", r, err)
@@ -382,6 +382,13 @@ func TestAdmissionThroughKubeAPIServer(t *testing.T) {
 	t.Run("the unit-test fixtures have the shape of real reviews", func(t *testing.T) {
 		checkFixtureShape(t, g, "UPDATE", "update-current.json")
 		checkFixtureShape(t, g, "CREATE", "create-current.json")
+	})
+
+	t.Run("BenchmarkAdmission's loop runs (a few writes, no timing asserted)", func(t *testing.T) {
+		floor, governed := measureAdmission(t, c, g, current, 3, "adm-smoke-", false)
+		if len(floor.writes) != 3 || len(governed.writes) != 3 {
+			t.Fatalf("%d floor and %d governed writes timed; want 3 each", len(floor.writes), len(governed.writes))
+		}
 	})
 
 	var staleDecision string
