@@ -721,13 +721,20 @@ func startFirestoreEmulator(t *testing.T) outage {
 // the same runs at cleanup.
 func startProcess(t testing.TB, cmd *exec.Cmd) func() {
 	t.Helper()
+	// Its own process group, killed whole: a PostgreSQL backend outlives a
+	// SIGKILLed postmaster long enough to answer one more query on a
+	// pooled connection, so "the store is down" would not yet be true.
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", cmd.Path, err)
 	}
 	waited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(waited) }()
 	kill := func() {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-waited
 	}
 	t.Cleanup(kill)
