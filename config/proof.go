@@ -112,29 +112,26 @@ func (k ProofKey) seed() ([]byte, error) {
 // validateProof adds every problem of the proof settings (a seed file that
 // does not read counts: the gateway would not start with it).
 func (c *Config) validateProof(add func(string, ...any)) {
-	kids := map[string]bool{}
+	kids := map[string]bool{} // one kid space: signing and verify-only keys
+	checkKID := func(where, kid string) {
+		switch {
+		case !writeproof.ValidKID(kid):
+			add("%s.kid: %q must be 1 to 32 characters of [A-Za-z0-9_-]", where, kid)
+		case kids[kid]:
+			add("%s.kid: %q is listed twice", where, kid)
+		}
+		kids[kid] = true
+	}
 	for i, k := range c.Proof.Keys {
 		where := fmt.Sprintf("proof.keys[%d]", i)
-		switch {
-		case !writeproof.ValidKID(k.KID):
-			add("%s.kid: %q must be 1 to 32 characters of [A-Za-z0-9_-]", where, k.KID)
-		case kids[k.KID]:
-			add("%s.kid: %q is listed twice", where, k.KID)
-		}
-		kids[k.KID] = true
+		checkKID(where, k.KID)
 		if _, err := k.seed(); err != nil {
 			add("%s: %v (a 32-byte Ed25519 seed in base64; see `fencegate proofkey`)", where, err)
 		}
 	}
 	for i, k := range c.Proof.VerifyKeys {
 		where := fmt.Sprintf("proof.verifyKeys[%d]", i)
-		switch {
-		case !writeproof.ValidKID(k.KID):
-			add("%s.kid: %q must be 1 to 32 characters of [A-Za-z0-9_-]", where, k.KID)
-		case kids[k.KID]:
-			add("%s.kid: %q is listed twice", where, k.KID)
-		}
-		kids[k.KID] = true
+		checkKID(where, k.KID)
 		if _, err := k.public(); err != nil {
 			add("%s: %v (see `fencegate proofkey`)", where, err)
 		}
