@@ -74,10 +74,5 @@ func CodeForGRPC(c codes.Code) lockstore.Code {
 	case codes.DeadlineExceeded:
 		return lockstore.NetworkTimeout
 	}
-	for _, lc := range lockstore.Codes {
-		if lc != lockstore.Internal && GRPCCode(lc) == c {
-			return lc
-		}
-	}
-	return lockstore.Internal
+	return inverse(c, GRPCCode)
 }

@@ -130,8 +130,14 @@ func CodeForStatus(status int) lockstore.Code {
 	case http.StatusBadGateway:
 		return lockstore.ServiceUnavailable
 	}
+	return inverse(status, HTTPStatus)
+}
+
+// inverse is the code forward maps to v, for the values that name one
+// code; Internal (which several values fall back to) when none does.
+func inverse[T comparable](v T, forward func(lockstore.Code) T) lockstore.Code {
 	for _, c := range lockstore.Codes {
-		if c != lockstore.Internal && HTTPStatus(c) == status {
+		if c != lockstore.Internal && forward(c) == v {
 			return c
 		}
 	}
