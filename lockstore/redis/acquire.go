@@ -28,7 +28,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
-	reply, err := acquireScript.Run(ctx, s.client, []string{lockKey, idKey, fenceKey},
+	reply, err := s.eval(ctx, acquireScript, []string{lockKey, idKey, fenceKey},
 		lockID, ttlMs, norm, lockstore.FenceMax).Slice()
 	if err != nil {
 		return lockstore.AcquireResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")

@@ -111,7 +111,7 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 	if a.RequireLive {
 		requireLive = "1"
 	}
-	reply, err := admitScript.Run(ctx, s.client, []string{lockKey, fenceKey, s.writesKey(lockKey)},
+	reply, err := s.eval(ctx, admitScript, []string{lockKey, fenceKey, s.writesKey(lockKey)},
 		a.Fence, requireLive, a.WriteID, maxMs).Slice()
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")

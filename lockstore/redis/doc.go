@@ -34,8 +34,14 @@
 // # Operations and round trips
 //
 // Acquire, Release, Extend, IsLocked, LookupKey, LookupLockID and Inspect
-// are one EVALSHA round trip each (two if the server lost its script cache:
-// go-redis retries a NOSCRIPT with EVAL). Acquire reads the counter and
+// are one script each (EVALSHA; on NOSCRIPT — the server lost its script
+// cache — that script is sent again as EVAL). Concurrent callers' scripts
+// share round trips: the scripts queued while one round trip is in flight go
+// out together as one pipeline (dispatch.go), so under load a gateway's
+// checks and lock calls cost Redis and the gateway far fewer system calls
+// each; a lone call is sent at once. Pipelining changes no semantics: each
+// script still runs atomically, on its own reads of TIME and its keys.
+// Acquire reads the counter and
 // refuses, writing nothing, when the next fence would pass
 // lockstore.FenceMax; it logs a warning past lockstore.FenceWarn. Release
 // and Extend resolve lockId → lock key, check that the lock names that

@@ -19,7 +19,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 	if err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
-	status, err := releaseScript.Run(ctx, s.client, []string{idKey}, lockID).Int64()
+	status, err := s.eval(ctx, releaseScript, []string{idKey}, lockID).Int64()
 	if err != nil {
 		return lockstore.ReleaseResult{}, lockstore.WithContext(classify(ctx, op, err), "", lockID)
 	}
@@ -46,7 +46,7 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
-	reply, err := extendScript.Run(ctx, s.client, []string{idKey}, lockID, ttlMs).Slice()
+	reply, err := s.eval(ctx, extendScript, []string{idKey}, lockID, ttlMs).Slice()
 	if err != nil {
 		return lockstore.ExtendResult{}, lockstore.WithContext(classify(ctx, op, err), "", lockID)
 	}

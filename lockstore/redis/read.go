@@ -38,7 +38,7 @@ func (s *Store) readKey(ctx context.Context, op, key string, cleanup bool) (*sto
 	if cleanup {
 		flag = "1"
 	}
-	reply, err := readKeyScript.Run(ctx, s.client, []string{lockKey}, flag, s.idPrefix).Slice()
+	reply, err := s.eval(ctx, readKeyScript, []string{lockKey}, flag, s.idPrefix).Slice()
 	if err != nil {
 		return nil, "", lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
@@ -60,7 +60,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 	if err != nil {
 		return nil, err
 	}
-	reply, err := readLockIDScript.Run(ctx, s.client, []string{idKey}, lockID).Slice()
+	reply, err := s.eval(ctx, readLockIDScript, []string{idKey}, lockID).Slice()
 	if err != nil {
 		return nil, lockstore.WithContext(classify(ctx, op, err), "", lockID)
 	}
@@ -87,7 +87,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	if err != nil {
 		return lockstore.KeyState{}, err
 	}
-	reply, err := inspectScript.Run(ctx, s.client, []string{lockKey, fenceKey}).Slice()
+	reply, err := s.eval(ctx, inspectScript, []string{lockKey, fenceKey}).Slice()
 	if err != nil {
 		return lockstore.KeyState{}, lockstore.WithContext(classify(ctx, op, err), key, "")
 	}

@@ -17,6 +17,7 @@ import (
 // concurrent use.
 type Store struct {
 	client    *goredis.Client
+	d         *dispatcher // runs every lock script (dispatch.go)
 	prefix    string
 	idPrefix  string // prefix of lockId index keys when they are not hashed, else ""
 	auditKey  string // decision-class audit stream, ownKey(auditStreamName)
@@ -98,8 +99,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	} else if moved {
 		s.log.Info("redis audit stream moved to its own key", "from", s.legacyAuditKey(), "to", s.auditKey)
 	}
+	s.d = newDispatcher(s.client)
 	s.log.Info("redis lock store opened", "config", cfg.String())
 	return s, nil
+}
+
+// eval runs one of the lock scripts through the dispatcher: one atomic
+// script, sent alone or in a pipeline with other callers' scripts.
+func (s *Store) eval(ctx context.Context, sc script, keys []string, args ...any) *goredis.Cmd {
+	return s.d.run(ctx, sc, keys, args...)
 }
 
 // Client returns the underlying go-redis client (for tests and tooling).
@@ -121,10 +129,12 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the connection pool. Locks stay in Redis until they expire.
-// It is idempotent.
+// Close lets the scripts already queued run, then closes the connection
+// pool; calls after Close fail. Locks stay in Redis until they expire. It
+// is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.d.close()
 		if err := s.client.Close(); err != nil {
 			s.closeErr = classify(context.Background(), "close", err)
 		}

@@ -1,0 +1,203 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// maxBatch bounds the scripts sent in one pipeline, so that a flood of
+// callers becomes several round trips instead of one unbounded write.
+const maxBatch = 128
+
+// dispatcher runs the lock scripts of concurrent callers together: the
+// scripts that queue up while one round trip is in flight go out as one
+// pipeline when it returns.
+//
+// Why: on loopback, a round trip's cost is mostly its system calls — the
+// client's write and read, Redis's read, write and event-loop wake-up —
+// not the script. Under the concurrent load of a gateway (many checks and
+// lock calls at once) one write of N scripts costs the client and Redis
+// about what one script costs, so CPU per operation falls as load rises,
+// on both sides. A lone caller does not wait for company: an idle
+// dispatcher sends its script at once.
+//
+// What does not change: every operation is still one script, executed
+// atomically by Redis with its own reads of TIME and the keys; scripts
+// from one pipeline run one after another, in queue order, exactly as if
+// their callers had sent them one by one on separate connections. Each
+// caller gets its own reply and its own error.
+//
+// Deadlines: a caller waits at most until its own context ends and then
+// returns that error, whatever its script's fate. A script whose caller's
+// context ended before its batch was sent is not sent (a lock call that
+// gave up never takes effect later); one already sent may still run, as
+// with any request whose reply is lost. A batch's round trip is bounded by
+// the latest deadline among its callers.
+type dispatcher struct {
+	client *goredis.Client
+
+	mu     sync.Mutex
+	queue  []*call
+	closed bool
+
+	wake chan struct{} // buffered 1: there is work, or the dispatcher is closing
+	done chan struct{} // closed when loop has returned
+
+	// pipelined counts the scripts sent in pipelines of two or more (tests
+	// use it to know that batching happened).
+	pipelined atomic.Int64
+	// deliver, when set (tests only), sees a batch after its round trip and
+	// before its callers are released, to break delivery on purpose.
+	deliver func([]*call)
+	// sendAbandoned, when set (tests only), sends scripts whose callers
+	// have given up along with the rest of their batch: the broken variant
+	// of the rule above.
+	sendAbandoned bool
+}
+
+// call is one caller's script and, once ready is closed, its reply.
+type call struct {
+	ctx   context.Context
+	s     script
+	keys  []string
+	args  []any
+	cmd   *goredis.Cmd
+	ready chan struct{}
+}
+
+func newDispatcher(client *goredis.Client) *dispatcher {
+	d := &dispatcher{client: client, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go d.loop()
+	return d
+}
+
+// run queues s and waits for its reply or for ctx to end.
+func (d *dispatcher) run(ctx context.Context, s script, keys []string, args ...any) *goredis.Cmd {
+	if err := ctx.Err(); err != nil {
+		return failedCmd(ctx, err)
+	}
+	c := &call{ctx: ctx, s: s, keys: keys, args: args, ready: make(chan struct{})}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return failedCmd(ctx, goredis.ErrClosed)
+	}
+	d.queue = append(d.queue, c)
+	d.mu.Unlock()
+	d.signal()
+	select {
+	case <-c.ready:
+		return c.cmd
+	case <-ctx.Done():
+		return failedCmd(ctx, ctx.Err())
+	}
+}
+
+func (d *dispatcher) signal() {
+	select {
+	case d.wake <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}
+
+// close refuses new calls, lets the queued ones run, and returns when the
+// loop has stopped. The caller closes the client afterwards.
+func (d *dispatcher) close() {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.signal()
+	<-d.done
+}
+
+// loop sends the queue, maxBatch at a time, whenever there is one.
+func (d *dispatcher) loop() {
+	defer close(d.done)
+	for range d.wake {
+		for {
+			d.mu.Lock()
+			n := min(len(d.queue), maxBatch)
+			batch := d.queue[:n:n]
+			if n == len(d.queue) {
+				d.queue = nil
+			} else {
+				d.queue = d.queue[n:]
+			}
+			closed := d.closed
+			d.mu.Unlock()
+			if n == 0 {
+				if closed {
+					return
+				}
+				break
+			}
+			d.exec(batch)
+		}
+	}
+}
+
+// exec sends one batch and releases its callers.
+func (d *dispatcher) exec(batch []*call) {
+	live := make([]*call, 0, len(batch))
+	var deadline time.Time
+	bounded := true
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil && !d.sendAbandoned {
+			// Its caller has returned already; the script is not sent.
+			c.cmd = failedCmd(c.ctx, err)
+			close(c.ready)
+			continue
+		}
+		live = append(live, c)
+		if dl, ok := c.ctx.Deadline(); !ok {
+			bounded = false
+		} else if dl.After(deadline) {
+			deadline = dl
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx := context.Background()
+	if bounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	if len(live) == 1 {
+		c := live[0]
+		c.cmd = c.s.EvalSha(ctx, d.client, c.keys, c.args...)
+	} else {
+		pipe := d.client.Pipeline()
+		for _, c := range live {
+			c.cmd = c.s.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
+		// Exec's error is the first command's; each command keeps its own.
+		_, _ = pipe.Exec(ctx)
+		d.pipelined.Add(int64(len(live)))
+	}
+	for _, c := range live {
+		// The server's script cache was flushed (a restart, a failover to
+		// a replica that never loaded it, SCRIPT FLUSH): this script did
+		// not run, so sending its source is safe.
+		if err := c.cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			c.cmd = c.s.Eval(ctx, d.client, c.keys, c.args...)
+		}
+	}
+	if d.deliver != nil {
+		d.deliver(live)
+	}
+	for _, c := range live {
+		close(c.ready)
+	}
+}
+
+func failedCmd(ctx context.Context, err error) *goredis.Cmd {
+	cmd := goredis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
+}

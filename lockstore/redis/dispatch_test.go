@@ -1,0 +1,217 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
+
+// crossCheck runs workers goroutines that each acquire, inspect, look up
+// and release their own keys, and counts the replies that are not their
+// caller's (a lock, fence or key that belongs to another call), plus the
+// calls that failed outright.
+func crossCheck(t *testing.T, s *Store, tag string, workers, rounds int) (wrong, failed int) {
+	t.Helper()
+	var mu sync.Mutex
+	count := func(w, f int) { mu.Lock(); wrong += w; failed += f; mu.Unlock() }
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Go(func() {
+			ctx := context.Background()
+			for i := range rounds {
+				key := fmt.Sprintf("%s/%d/%d", tag, g, i)
+				a, err := s.Acquire(ctx, key, time.Minute)
+				if err != nil || !a.OK {
+					count(0, 1)
+					continue
+				}
+				st, err := s.Inspect(ctx, key)
+				switch {
+				case err != nil:
+					count(0, 1)
+				case st.Live == nil || st.Live.LockID != a.LockID || st.LatestFence != a.Fence:
+					count(1, 0)
+				}
+				info, err := s.LookupLockID(ctx, a.LockID)
+				switch {
+				case err != nil:
+					count(0, 1)
+				case info == nil || info.KeyHash != lockstore.HashKey(key) || info.Fence != a.Fence:
+					count(1, 0)
+				}
+				r, err := s.Release(ctx, a.LockID)
+				if err != nil || !r.OK {
+					count(0, 1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return wrong, failed
+}
+
+// TestDispatchRepliesReachTheirCallers: under concurrency, scripts go out
+// in shared pipelines and every caller still gets its own reply. The same
+// workload against a dispatcher that hands replies to the wrong callers
+// must show it.
+func TestDispatchRepliesReachTheirCallers(t *testing.T) {
+	prefix := "dispatch-" + fmt.Sprint(time.Now().UnixNano())
+	s := openPrefix(t, prefix)
+	t.Cleanup(func() { dropPrefix(t, s.client, prefix) })
+
+	wrong, failed := crossCheck(t, s, "sound", 32, 30)
+	if wrong != 0 || failed != 0 {
+		t.Errorf("%d replies reached the wrong caller, %d calls failed", wrong, failed)
+	}
+	if s.d.pipelined.Load() == 0 {
+		t.Fatal("no script was sent in a pipeline: the test did not exercise batching")
+	}
+
+	// Broken variant: each reply goes to the next caller in the batch.
+	broken := openPrefix(t, prefix)
+	broken.d.deliver = func(batch []*call) {
+		first := batch[0].cmd
+		for i := range len(batch) - 1 {
+			batch[i].cmd = batch[i+1].cmd
+		}
+		batch[len(batch)-1].cmd = first
+	}
+	if wrong, failed := crossCheck(t, broken, "broken", 32, 30); wrong+failed == 0 {
+		t.Error("a dispatcher that swaps replies went unnoticed")
+	}
+}
+
+// TestDispatchAbandonedCallIsNotSent: a lock call whose caller gave up
+// while it waited behind a batch in flight returns at its own deadline and
+// never takes effect later.
+func TestDispatchAbandonedCallIsNotSent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// sendAbandoned breaks the dispatcher: it sends calls whose
+		// caller has already returned.
+		sendAbandoned bool
+	}{{"sound", false}, {"broken", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := startServer(t)
+			s := openURL(t, "redis://"+srv.addr()+"/0?prefix=abandon&read_timeout=10s&write_timeout=10s")
+			if tc.sendAbandoned {
+				s.d.sendAbandoned = true
+			}
+			srv.signal(syscall.SIGSTOP)
+			thawed := false
+			defer func() {
+				if !thawed {
+					srv.signal(syscall.SIGCONT)
+				}
+			}()
+
+			// The first call goes out and hangs on the frozen server.
+			first := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				_, err := s.IsLocked(ctx, "other")
+				first <- err
+			}()
+			waitTaken(t, s.d)
+			time.Sleep(50 * time.Millisecond) // the loop is now in its round trip
+
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			start := time.Now()
+			_, err := s.Acquire(ctx, "k", time.Minute)
+			elapsed := time.Since(start)
+			cancel()
+			if code := lockstore.CodeOf(err); code != lockstore.NetworkTimeout {
+				t.Errorf("acquire queued behind a frozen round trip: %v (code %q), want NetworkTimeout", err, code)
+			}
+			if elapsed > 5*time.Second {
+				t.Errorf("acquire took %v past its 200ms deadline", elapsed)
+			}
+
+			// A live call queued behind the abandoned one shares its batch,
+			// so the batch goes out under a deadline that has not passed.
+			second := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				_, err := s.IsLocked(ctx, "another")
+				second <- err
+			}()
+			waitQueued(t, s.d, 2)
+
+			srv.signal(syscall.SIGCONT)
+			thawed = true
+			for _, ch := range []chan error{first, second} {
+				if err := <-ch; err != nil {
+					t.Fatalf("a call made during the freeze: %v", err)
+				}
+			}
+			ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			st, err := s.Inspect(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			taken := st.Live != nil || st.LatestFence != ""
+			if taken != tc.sendAbandoned {
+				t.Errorf("abandoned acquire took effect: %v (want %v); state %+v", taken, tc.sendAbandoned, st)
+			}
+		})
+	}
+}
+
+// waitTaken waits until the dispatcher's queue is empty.
+func waitTaken(t *testing.T, d *dispatcher) { t.Helper(); waitQueued(t, d, 0) }
+
+// waitQueued waits until the dispatcher's queue holds want calls.
+func waitQueued(t *testing.T, d *dispatcher, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d.mu.Lock()
+		n := len(d.queue)
+		d.mu.Unlock()
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dispatcher queue holds %d calls, want %d", n, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestDispatchClose: calls after Close fail as a closed client does, and
+// Close returns (the dispatcher's goroutine has stopped).
+func TestDispatchClose(t *testing.T) {
+	s := openPrefix(t, "dispatch-close")
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 20 {
+				_, _ = s.IsLocked(context.Background(), "k")
+			}
+		})
+	}
+	wg.Wait()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.d.done:
+	default:
+		t.Fatal("Close returned with the dispatcher still running")
+	}
+	_, err := s.IsLocked(context.Background(), "k")
+	if err == nil {
+		t.Fatal("IsLocked after Close succeeded")
+	}
+	if code := lockstore.CodeOf(err); code != lockstore.ServiceUnavailable {
+		t.Errorf("IsLocked after Close: %v (code %q)", err, code)
+	}
+}
