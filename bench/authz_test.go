@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -103,6 +104,12 @@ func startNoopAuthz(tb testing.TB) *proc {
 	}, os.Args[0], "-test.run=^$")
 }
 
+// serveDebugAddr, when set, opens the pprof listener of the `fencegate
+// serve` child (the closed- and open-loop suites' children run one after
+// the other, so they can share the address), so the server's own profile
+// can be taken while the ext_authz benchmarks run.
+var serveDebugAddr = flag.String("serve-debug-addr", "", "pprof listener of the ext_authz benchmark's `fencegate serve` child, e.g. 127.0.0.1:6060 (default off)")
+
 // startFencegateServe runs `fencegate serve` on the Redis store under the
 // bench store's prefix, with every listener of a deployment (lock API over
 // HTTP and gRPC, ext_authz) on loopback, a token, JSON logs at info (as
@@ -115,6 +122,10 @@ func startFencegateServe(tb testing.TB, store *redisstore.Store) *proc {
 		tb.Fatal(err)
 	}
 	sum := api.HashToken(benchToken)
+	debug := ""
+	if *serveDebugAddr != "" {
+		debug = "debug:\n  addr: " + *serveDebugAddr + "\n"
+	}
 	cfg := filepath.Join(tb.TempDir(), "serve.yaml")
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, `http:
   addr: 127.0.0.1:0
@@ -131,7 +142,7 @@ log:
   format: json
 check:
   timeout: %s
-`, hex.EncodeToString(sum[:]), benchCheckTimeout), 0o600); err != nil {
+%s`, hex.EncodeToString(sum[:]), benchCheckTimeout, debug), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	return startProc(tb, []string{"FENCEGATE_CONFIG=", "FENCEGATE_STORE=" + redisStoreURL(tb, store)},
