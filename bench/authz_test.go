@@ -2,7 +2,13 @@ package bench
 
 import (
 	"context"
+	"encoding/hex"
+	"flag"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,9 +20,10 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/authz"
-	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
+	redisstore "github.com/fencegate/fencegate/lockstore/redis"
 )
 
 // heldTTL outlives a whole benchmark run: the checked locks must stay held
@@ -32,10 +39,12 @@ const heldTTL = 10 * time.Minute
 const benchCheckTimeout = 900 * time.Millisecond
 
 // BenchmarkExtAuthz: envoy.service.auth.v3.Authorization/Check answered by
-// fencegate's authz server on the Redis store — a write carrying the current
-// fence of a held lock, so every check reads Redis and allows — against the
-// floor of a no-op Authorization server that answers OK at once, on an
-// identical grpc.Server, listener, connection and request.
+// the real `fencegate serve` binary's ext_authz listener on the Redis store
+// — a write carrying the current fence of a held lock, so every check reads
+// Redis and allows — against the floor of a no-op Authorization server that
+// answers OK at once, on a grpc.Server built as fencegate's, in its own
+// process too. The clients stay in the bench process, so each server's CPU
+// per check is its own process's (/proc/<pid>/stat), plus Redis's.
 func BenchmarkExtAuthz(b *testing.B) { runSuite(b, authzSuite) }
 
 // BenchmarkExtAuthzOpenLoop: the same two servers and requests, driven open
@@ -43,6 +52,10 @@ func BenchmarkExtAuthz(b *testing.B) { runSuite(b, authzSuite) }
 // schedule whatever the answers' latency — for p50, p99 and p999 at a rate
 // a busy edge sees, rather than at saturation.
 func BenchmarkExtAuthzOpenLoop(b *testing.B) { runOpenSuite(b, authzOpenSuite) }
+
+// noopEnv makes the test binary, re-executed, serve the no-op
+// Authorization server (see TestMain).
+const noopEnv = "FENCEGATE_BENCH_NOOP_AUTHZ"
 
 // noopAuthz is the floor: an Authorization server that allows everything
 // without looking at the request.
@@ -57,32 +70,106 @@ func (noopAuthz) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResp
 	}, nil
 }
 
+// runNoopAuthz is the floor's process: noopAuthz and a health service
+// (SERVING, as authz.Server.Register sets it) on a grpc.Server with
+// cmd/fencegate's options and connection cap, on loopback. It prints its
+// address and serves until its stdin closes (the bench process exited or
+// stopped it).
+func runNoopAuthz() {
+	lis, err := listenLoopback()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	g := grpc.NewServer(grpcServerOptions()...)
+	authv3.RegisterAuthorizationServer(g, noopAuthz{})
+	hs := health.NewServer()
+	hs.SetServingStatus(authz.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(g, hs)
+	go func() { _ = g.Serve(lis) }()
+	fmt.Printf("noop authz ready %s\n", lis.Addr())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	g.Stop()
+	os.Exit(0)
+}
+
+// startNoopAuthz runs the floor's process: the bench binary re-executed.
+func startNoopAuthz(tb testing.TB) *proc {
+	tb.Helper()
+	return startProc(tb, []string{noopEnv + "=1"}, func(line string) map[string]string {
+		if a, ok := strings.CutPrefix(line, "noop authz ready "); ok {
+			return map[string]string{"authz": a}
+		}
+		return nil
+	}, os.Args[0], "-test.run=^$")
+}
+
+// serveDebugAddr, when set, opens the pprof listener of the `fencegate
+// serve` child (the closed- and open-loop suites' children run one after
+// the other, so they can share the address), so the server's own profile
+// can be taken while the ext_authz benchmarks run.
+var serveDebugAddr = flag.String("serve-debug-addr", "", "pprof listener of the ext_authz benchmark's `fencegate serve` child, e.g. 127.0.0.1:6060 (default off)")
+
+// startFencegateServe runs `fencegate serve` on the Redis store under the
+// bench store's prefix, with every listener of a deployment (lock API over
+// HTTP and gRPC, ext_authz) on loopback, a token, JSON logs at info (as
+// deploy/k8s/config.yaml has them) and the check timeout benchCheckTimeout.
+// The store URL comes through FENCEGATE_STORE, as in the deployment.
+func startFencegateServe(tb testing.TB, store *redisstore.Store) *proc {
+	tb.Helper()
+	bin, err := fencegateBinary()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sum := api.HashToken(benchToken)
+	debug := ""
+	if *serveDebugAddr != "" {
+		debug = "debug:\n  addr: " + *serveDebugAddr + "\n"
+	}
+	cfg := filepath.Join(tb.TempDir(), "serve.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `http:
+  addr: 127.0.0.1:0
+grpc:
+  addr: 127.0.0.1:0
+authz:
+  addr: 127.0.0.1:0
+tokens:
+  - name: bench
+    sha256: %s
+    prefixes: ["bench/"]
+log:
+  level: info
+  format: json
+check:
+  timeout: %s
+%s`, hex.EncodeToString(sum[:]), benchCheckTimeout, debug), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return startProc(tb, []string{"FENCEGATE_CONFIG=", "FENCEGATE_STORE=" + redisStoreURL(tb, store)},
+		readyJSON("fencegate ready"), bin, "serve", "--config", cfg)
+}
+
 // authzSuite runs the no-op floor first, then fencegate.
 func authzSuite(tb testing.TB, nw int) []subject { return authzSubjects(tb, nw, "authz") }
 
 // authzOpenSuite is authzSuite under the open-loop ids.
 func authzOpenSuite(tb testing.TB, nw int) []subject { return authzSubjects(tb, nw, "authz-open") }
 
-// authzSubjects builds the no-op floor and fencegate's authz server over
-// Redis, with ids under prefix. Both carry the Redis client, so the floor's
-// row shows what an idle Redis costs and fencegate's what its checks add.
+// authzSubjects starts the no-op floor and `fencegate serve` over Redis,
+// each in its own process, with ids under prefix; each is called over one
+// client connection the workers share, as Envoy's would be. Both rows
+// measure the same Redis, so the floor's shows what an idle Redis costs and
+// fencegate's what its checks add.
 func authzSubjects(tb testing.TB, nw int, prefix string) []subject {
 	store := openRedis(tb)
 	reqs, _ := heldWrites(tb, store, nw)
-
-	// benchCheckTimeout, not the 150 ms default (see there).
-	checker := fencecheck.New(store, fencecheck.Options{Logger: logger, Timeout: benchCheckTimeout})
-	fencegate := authv3.NewAuthorizationClient(serveGRPC(tb, authz.NewServer(checker, authz.Options{Logger: logger}).Register))
-	// The floor's server gets a health service too, as authz.Server.Register
-	// adds one, so the two grpc.Servers differ only in the Check handler.
-	noop := authv3.NewAuthorizationClient(serveGRPC(tb, func(g *grpc.Server) {
-		authv3.RegisterAuthorizationServer(g, noopAuthz{})
-		healthpb.RegisterHealthServer(g, health.NewServer())
-	}))
-
+	noop := startNoopAuthz(tb)
+	fg := startFencegateServe(tb, store)
 	return []subject{
-		{id: prefix + "/noop", unit: "checks/s", op: checkOp(noop, reqs), redis: store.Client()},
-		{id: prefix + "/fencegate-redis", unit: "checks/s", op: checkOp(fencegate, reqs), redis: store.Client()},
+		{id: prefix + "/noop", unit: "checks/s", redis: store.Client(), server: noop.pids,
+			op: checkOp(authv3.NewAuthorizationClient(dialGRPC(tb, noop.addr["authz"])), reqs)},
+		{id: prefix + "/fencegate-redis", unit: "checks/s", redis: store.Client(), server: fg.pids,
+			op: checkOp(authv3.NewAuthorizationClient(dialGRPC(tb, fg.addr["authz"])), reqs)},
 	}
 }
 

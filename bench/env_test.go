@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,8 +15,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/client"
@@ -98,6 +95,20 @@ func openRedis(tb testing.TB) *redisstore.Store {
 		_ = s.Close()
 	})
 	return s
+}
+
+// redisStoreURL is REDIS_URL with store's prefix: the store URL a child
+// `fencegate` process opens to share the bench store's keys.
+func redisStoreURL(tb testing.TB, store *redisstore.Store) string {
+	tb.Helper()
+	u, err := url.Parse(redisURL(tb))
+	if err != nil {
+		tb.Fatalf("REDIS_URL: %v", err)
+	}
+	q := u.Query()
+	q.Set("prefix", store.Prefix())
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // databaseURL returns DATABASE_URL or fails the benchmark, as redisURL.
@@ -231,67 +242,38 @@ func startGateway(tb testing.TB, store lockstore.Store, nw int) gateway {
 		tb.Fatalf("api.New: %v", err)
 	}
 
-	hs := httptest.NewServer(srv.Handler())
-	tb.Cleanup(hs.Close)
-	// One idle connection per worker: net/http's default of two per host
-	// would make the other workers dial a fresh connection per request.
+	// cmd/fencegate's listeners (listen_test.go), as the transport floors
+	// run on.
+	return gateway{
+		http: httpClient(tb, serveHTTP(tb, srv.Handler()), nw),
+		grpc: grpcClient(tb, listenGRPC(tb, srv.RegisterGRPC)),
+	}
+}
+
+// httpClient is the lock API's HTTP client on base, with the bench token
+// and one idle connection per worker: net/http's default of two per host
+// would make the other workers dial a fresh connection per request.
+func httpClient(tb testing.TB, base string, nw int) *client.Client {
+	tb.Helper()
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = nw
 	tr.MaxIdleConns = nw
 	tb.Cleanup(tr.CloseIdleConnections)
-	hc, err := client.New(hs.URL, client.WithToken(benchToken), client.WithHTTPClient(&http.Client{Transport: tr}))
+	hc, err := client.New(base, client.WithToken(benchToken), client.WithHTTPClient(&http.Client{Transport: tr}))
 	if err != nil {
 		tb.Fatalf("client.New: %v", err)
 	}
+	return hc
+}
 
-	// One connection the workers share, as a proxy's would be.
-	gc, err := client.NewGRPC(listenGRPC(tb, srv.RegisterGRPC), client.WithToken(benchToken))
+// grpcClient is the lock API's gRPC client on addr, with the bench token:
+// one connection the workers share, as a proxy's would be.
+func grpcClient(tb testing.TB, addr string) *client.GRPCClient {
+	tb.Helper()
+	gc, err := client.NewGRPC(addr, client.WithToken(benchToken))
 	if err != nil {
 		tb.Fatalf("client.NewGRPC: %v", err)
 	}
 	tb.Cleanup(func() { _ = gc.Close() })
-	return gateway{http: hc, grpc: gc}
-}
-
-// grpcStreamWorkers is the grpc.NumStreamWorkers every benchmark server
-// runs with, as cmd/fencegate's listeners do (defaultGRPCLimits): RPCs run
-// on long-lived goroutines whose stacks stay grown, instead of a fresh
-// goroutine per RPC whose stack grows by copying on every deep call.
-const grpcStreamWorkers = 64
-
-// serveGRPC starts a grpc.Server with default options on a loopback
-// listener (listenGRPC) and returns a client connection to it (one HTTP/2
-// connection the workers share, as a proxy's would be), closed at cleanup.
-func serveGRPC(tb testing.TB, register func(*grpc.Server)) *grpc.ClientConn {
-	tb.Helper()
-	conn, err := grpc.NewClient(listenGRPC(tb, register), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		tb.Fatalf("grpc client: %v", err)
-	}
-	tb.Cleanup(func() { _ = conn.Close() })
-	return conn
-}
-
-// listenGRPC starts a grpc.Server with default options but
-// grpcStreamWorkers (the floor's servers and fencegate's alike) on a loopback
-// listener, lets register add its services, and returns the listener's
-// address. The server and the goroutine serving it end at cleanup.
-func listenGRPC(tb testing.TB, register func(*grpc.Server)) string {
-	tb.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("listen: %v", err)
-	}
-	gs := grpc.NewServer(grpc.NumStreamWorkers(grpcStreamWorkers))
-	register(gs)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = gs.Serve(lis)
-	}()
-	tb.Cleanup(func() {
-		gs.Stop()
-		<-served
-	})
-	return lis.Addr().String()
+	return gc
 }

@@ -12,11 +12,16 @@ import (
 // client package, keep-alive) and over gRPC (its GRPCClient), each on a
 // real loopback listener, against the floor of the same store called
 // in-process — for the embedded bolt store, the Redis store and the
-// PostgreSQL store.
+// PostgreSQL store — and, per transport, the same client against a server
+// that answers with canned replies (transport_test.go): what the transport
+// alone reaches, without any store or fencegate logic.
 func BenchmarkGateway(b *testing.B) { runSuite(b, gatewaySuite) }
 
 // gatewaySuite orders each store's subjects floor first: in-process, http,
-// grpc, so every gateway number is measured right after its floor.
+// grpc, so every gateway number is measured right after its floor. The
+// transport floors (store-independent) run once per round, in the Redis
+// block, each right before fencegate over the same transport: in-process,
+// transport/http, http, transport/grpc, grpc.
 func gatewaySuite(tb testing.TB, nw int) []subject {
 	var redis *goredis.Client
 	stores := []struct {
@@ -31,19 +36,24 @@ func gatewaySuite(tb testing.TB, nw int) []subject {
 		}},
 		{"postgres", openPostgres},
 	}
+	bare := startTransportFloors(tb, nw)
 	var subs []subject
 	for _, st := range stores {
 		redis = nil
 		store := st.open(tb)
 		gw := startGateway(tb, store, nw)
 		for _, path := range []struct {
-			name string
-			c    cycler
+			name    string
+			c, bare cycler
 		}{
-			{"in-process", store},
-			{"http", gw.http},
-			{"grpc", gw.grpc},
+			{"in-process", store, nil},
+			{"http", gw.http, bare.http},
+			{"grpc", gw.grpc, bare.grpc},
 		} {
+			if st.name == "redis" && path.bare != nil {
+				id := "gateway/transport/" + path.name
+				subs = append(subs, subject{id: id, unit: "cycles/s", op: cycle(path.bare, workerKeys(id, nw))})
+			}
 			id := "gateway/" + st.name + "/" + path.name
 			subs = append(subs, subject{id: id, unit: "cycles/s", op: cycle(path.c, workerKeys(id, nw)), redis: redis})
 		}

@@ -40,6 +40,10 @@ type subject struct {
 	unit  string
 	op    op
 	redis *goredis.Client
+	// server, if set, lists the processes that serve the op (children of
+	// the bench process): their CPU time is measured with the run, as the
+	// server's CPU per op, apart from the clients' (this process's).
+	server func() []int
 	// meter, if set, is started right before each measured run; what it
 	// returns is called with the run's number of calls right after, and
 	// gives the run's extra metrics (report.go's section.extras).
@@ -140,7 +144,7 @@ func runSuite(b *testing.B, s suite) {
 				if sub.meter != nil {
 					stop = sub.meter()
 				}
-				cpu := startCPU(b.Context(), sub.redis)
+				cpu := startCPU(b, sub.redis, sub.server)
 				b.ResetTimer()
 				smp, err := measureN(b.Context(), nw, b.N, sub.op)
 				b.StopTimer()
@@ -174,14 +178,23 @@ func subName(id string) string {
 // report puts one run's figures on the benchmark line and the scoreboard.
 func report(b *testing.B, sub subject, smp sample, cpu cpuMeter, extra map[string]float64) {
 	r := smp.result()
-	r.CPU, r.StoreCPU = cpu.perOp(b.Context(), smp.n)
+	r.CPU, r.ServerCPU, r.StoreCPU = cpu.perOp(b, smp.n)
 	r.Extra = extra
 	b.ReportMetric(smp.perSec(), sub.unit)
 	b.ReportMetric(micros(r.P50), "p50-µs")
 	b.ReportMetric(micros(r.P99), "p99-µs")
-	b.ReportMetric(micros(r.CPU), "cpu-µs/op")
+	if sub.server != nil {
+		// The server runs apart from the clients: its CPU is its own.
+		b.ReportMetric(micros(r.ServerCPU), "server-cpu-µs/op")
+		b.ReportMetric(micros(r.CPU), "client-cpu-µs/op")
+	} else {
+		b.ReportMetric(micros(r.CPU), "cpu-µs/op")
+	}
 	if sub.redis != nil {
 		b.ReportMetric(micros(r.StoreCPU), "redis-cpu-µs/op")
+	}
+	if sub.server != nil && sub.redis != nil {
+		b.ReportMetric(micros(r.ServerCPU+r.StoreCPU), "server+redis-cpu-µs/op")
 	}
 	for k, v := range extra {
 		b.ReportMetric(v, k)
@@ -267,7 +280,7 @@ func runOpenSuite(b *testing.B, s suite) {
 		for _, sub := range subs {
 			b.Run(subName(sub.id), func(b *testing.B) {
 				b.ReportAllocs()
-				cpu := startCPU(b.Context(), sub.redis)
+				cpu := startCPU(b, sub.redis, sub.server)
 				b.ResetTimer()
 				smp, err := measureOpen(b.Context(), nw, *openRate, d, sub.op)
 				b.StopTimer()

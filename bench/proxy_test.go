@@ -91,6 +91,9 @@ type proc struct {
 	addr map[string]string
 }
 
+// pids is the process's pid, for a subject's server meter.
+func (p *proc) pids() []int { return []int{p.cmd.Process.Pid} }
+
 // startProc runs name args… and waits for a stdout/stderr line that ready
 // accepts; ready returns the listener addresses it reads from the line.
 // Output after that is discarded. The process is stopped at cleanup.
@@ -314,13 +317,7 @@ func proxySuite(tb testing.TB, nw int) []subject {
 	app := httptest.NewServer(http.HandlerFunc(upstreamHandler))
 	tb.Cleanup(app.Close)
 
-	storeURL, err := url.Parse(redisURL(tb))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	q := storeURL.Query()
-	q.Set("prefix", store.Prefix())
-	storeURL.RawQuery = q.Encode()
+	storeURL := redisStoreURL(tb, store)
 
 	cfg := filepath.Join(tb.TempDir(), "proxy.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`check:
@@ -340,13 +337,13 @@ proxy:
 	}
 	jsonInfo := []string{"--log-format", "json", "--log-level", "info"}
 	fp := startProc(tb, []string{"FENCEGATE_CONFIG="}, readyJSON("fencegate proxy ready"), bin,
-		append([]string{"proxy", "--config", cfg, "--store", storeURL.String()}, jsonInfo...)...)
+		append([]string{"proxy", "--config", cfg, "--store", storeURL}, jsonInfo...)...)
 	serveCfg := filepath.Join(tb.TempDir(), "serve.yaml")
 	if err := os.WriteFile(serveCfg, []byte(fmt.Sprintf("check:\n  timeout: %s\n", benchCheckTimeout)), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	gw := startProc(tb, []string{"FENCEGATE_CONFIG="}, readyJSON("fencegate ready"), bin,
-		append([]string{"serve", "--config", serveCfg, "--store", storeURL.String(), "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--authz-addr", "127.0.0.1:0"}, jsonInfo...)...)
+		append([]string{"serve", "--config", serveCfg, "--store", storeURL, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--authz-addr", "127.0.0.1:0"}, jsonInfo...)...)
 	edge := nginxtest.Start(tb, gw.addr["http"], strings.TrimPrefix(app.URL, "http://"))
 	floor := startProc(tb, []string{floorEnv + "=" + app.URL}, func(line string) map[string]string {
 		if a, ok := strings.CutPrefix(line, "floor ready "); ok {

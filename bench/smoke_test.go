@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -12,7 +13,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/code"
 
 	"github.com/fencegate/fencegate/authz"
-	"github.com/fencegate/fencegate/fencecheck"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 )
@@ -30,7 +30,7 @@ func TestSuites(t *testing.T) {
 	}{
 		{"gateway", gatewaySuite, []string{
 			"gateway/bolt/in-process", "gateway/bolt/http", "gateway/bolt/grpc",
-			"gateway/redis/in-process", "gateway/redis/http", "gateway/redis/grpc",
+			"gateway/redis/in-process", "gateway/transport/http", "gateway/redis/http", "gateway/transport/grpc", "gateway/redis/grpc",
 			"gateway/postgres/in-process", "gateway/postgres/http", "gateway/postgres/grpc",
 		}},
 		{"authz", authzSuite, []string{"authz/noop", "authz/fencegate-redis"}},
@@ -47,9 +47,15 @@ func TestSuites(t *testing.T) {
 				if s.meter != nil {
 					stop = s.meter()
 				}
+				cpu := startCPU(t, s.redis, s.server)
 				smp, err := measureN(t.Context(), nw, n, s.op)
 				if err != nil {
 					t.Fatalf("%s: %v", s.id, err)
+				}
+				// The meters read (a server process that cannot be read
+				// fails the test); their values are not asserted.
+				if proc, server, store := cpu.perOp(t, smp.n); proc < 0 || server < 0 || store < 0 {
+					t.Errorf("%s: negative CPU per op: process %v, server %v, Redis %v", s.id, proc, server, store)
 				}
 				if stop != nil {
 					// Other packages' tests share Redis under `make test`:
@@ -75,18 +81,20 @@ func TestSuites(t *testing.T) {
 }
 
 // TestAuthzBenchChecksTheFence guards what the ext_authz benchmark measures:
-// its request is allowed because the fence it carries is current, not because
-// the server lets writes through — once the key has moved on to a newer
-// fence, the same request is denied stale.
+// the `fencegate serve` child allows its request because the fence it
+// carries is current, not because the server lets writes through — once the
+// key has moved on to a newer fence, the same request is denied stale. The
+// no-op floor, a server that does let every write through, fails that
+// assertion: the test tells the two apart.
 func TestAuthzBenchChecksTheFence(t *testing.T) {
 	store := openRedis(t)
 	key := workerKeys("authz", 1)[0]
 	reqs, held := heldWrites(t, store, 1)
 	fence := reqs[0].GetAttributes().GetRequest().GetHttp().GetHeaders()[authz.HeaderToken]
-	c := authv3.NewAuthorizationClient(serveGRPC(t, authz.NewServer(
-		fencecheck.New(store, fencecheck.Options{Logger: logger}), authz.Options{Logger: logger}).Register))
+	fg := authv3.NewAuthorizationClient(dialGRPC(t, startFencegateServe(t, store).addr["authz"]))
+	noop := authv3.NewAuthorizationClient(dialGRPC(t, startNoopAuthz(t).addr["authz"]))
 
-	resp, err := c.Check(t.Context(), reqs[0])
+	resp, err := fg.Check(t.Context(), reqs[0])
 	if err != nil || resp.GetStatus().GetCode() != int32(code.Code_OK) {
 		t.Fatalf("current fence: %v %v", resp, err)
 	}
@@ -114,12 +122,21 @@ func TestAuthzBenchChecksTheFence(t *testing.T) {
 		defer cancel()
 		_, _ = store.Release(ctx, again.LockID)
 	})
-	resp, err = c.Check(t.Context(), reqs[0])
-	if err != nil {
-		t.Fatal(err)
+	staleDenied := func(c authv3.AuthorizationClient) error {
+		resp, err := c.Check(t.Context(), reqs[0])
+		if err != nil {
+			return err
+		}
+		if got := resp.GetStatus().GetCode(); got != int32(code.Code_PERMISSION_DENIED) || !strings.Contains(resp.GetDeniedResponse().GetBody(), "stale") {
+			return fmt.Errorf("stale fence: code %d body %q, want PERMISSION_DENIED stale", got, resp.GetDeniedResponse().GetBody())
+		}
+		return nil
 	}
-	if got := resp.GetStatus().GetCode(); got != int32(code.Code_PERMISSION_DENIED) || !strings.Contains(resp.GetDeniedResponse().GetBody(), "stale") {
-		t.Errorf("stale fence: code %d body %s, want PERMISSION_DENIED stale", got, resp.GetDeniedResponse().GetBody())
+	if err := staleDenied(fg); err != nil {
+		t.Errorf("fencegate serve: %v", err)
+	}
+	if err := staleDenied(noop); err == nil {
+		t.Errorf("the no-op floor passed the stale-fence assertion: it cannot tell a checking server from one that allows everything")
 	}
 }
 
@@ -225,19 +242,26 @@ func TestScoreboardKeepsFinalRuns(t *testing.T) {
 func TestRender(t *testing.T) {
 	us := func(v float64) time.Duration { return time.Duration(v * float64(time.Microsecond)) }
 	runs := map[string][]result{
+		// In-process subjects: CPU is this process's. The transport floor
+		// is divided by the Redis store in-process; fencegate over HTTP
+		// by both (0.40 and, to the floor, 0.50).
+		"gateway/redis/in-process": {{PerSec: 10000, P50: us(100), P99: us(200), CPU: us(80), StoreCPU: us(30)}},
+		"gateway/transport/http":   {{PerSec: 8000, P50: us(120), P99: us(250), CPU: us(60)}},
+		"gateway/redis/http":       {{PerSec: 4000, P50: us(300), P99: us(600), CPU: us(150), StoreCPU: us(30)}},
 		// Three rounds; the load changes between rounds, the per-round
-		// ratio does not: 0.5, 0.5, 0.4.
+		// ratio does not: 0.5, 0.5, 0.4. Servers in child processes:
+		// ServerCPU and Redis count, the clients' CPU does not.
 		"authz/noop": {
-			{PerSec: 10000, P50: us(100), P99: us(400), P999: us(900), CPU: us(30)},
-			{PerSec: 4000, P50: us(300), P99: us(900), P999: us(900), CPU: us(30)},
-			{PerSec: 10000, P50: us(100), P99: us(400), P999: us(900), CPU: us(30)},
+			{PerSec: 10000, P50: us(100), P99: us(400), P999: us(900), CPU: us(99), ServerCPU: us(30)},
+			{PerSec: 4000, P50: us(300), P99: us(900), P999: us(900), CPU: us(99), ServerCPU: us(30)},
+			{PerSec: 10000, P50: us(100), P99: us(400), P999: us(900), CPU: us(99), ServerCPU: us(30)},
 		},
-		// CPU per check: process 50 µs + Redis 20 µs against the floor's
-		// 30 µs + an idle Redis: +40 µs added.
+		// Server 50 µs + Redis 20 µs = 70 µs, over the 60 µs target, and
+		// +40 µs against the floor's 30 µs + an idle Redis.
 		"authz/fencegate-redis": {
-			{PerSec: 5000, P50: us(250), P99: us(1200), P999: us(2000), CPU: us(50), StoreCPU: us(20)},
-			{PerSec: 2000, P50: us(600), P99: us(1800), P999: us(2000), CPU: us(50), StoreCPU: us(20)},
-			{PerSec: 4000, P50: us(200), P99: us(800), P999: us(2000), CPU: us(50), StoreCPU: us(20)},
+			{PerSec: 5000, P50: us(250), P99: us(1200), P999: us(2000), CPU: us(99), ServerCPU: us(50), StoreCPU: us(20)},
+			{PerSec: 2000, P50: us(600), P99: us(1800), P999: us(2000), CPU: us(99), ServerCPU: us(50), StoreCPU: us(20)},
+			{PerSec: 4000, P50: us(200), P99: us(800), P999: us(2000), CPU: us(99), ServerCPU: us(50), StoreCPU: us(20)},
 		},
 		"peer/fencegate-redis": {{PerSec: 100, P50: us(1), P99: us(2)}},
 		// extra metrics: medians over the runs, absolute
@@ -251,10 +275,15 @@ func TestRender(t *testing.T) {
 	render(&sb, runInfo{Commit: "abc1234", Command: "go test -bench ."}, runs)
 	out := sb.String()
 	for _, want := range []string{
-		"| authz/noop | 10000 | 100 | 400 | 900 | 30 | — | authz/noop | 1.00 (1.00–1.00) | 1.00 (1.00–1.00) | 1.00 | +0 | +0 | 3 |",
+		"| added CPU µs/op | cycles/s ÷ bare transport | runs |",
+		"| gateway/redis/in-process | 10000 | 100 | 200 | 0 | 80 | 30 | gateway/redis/in-process | 1.00 | 1.00 | 1.00 | +0 | +0 | — | 1 |",
+		"| gateway/transport/http | 8000 | 120 | 250 | 0 | 60 | — | gateway/redis/in-process | 0.80 | 1.20 | 1.25 | +20 | -50 | — | 1 |",
+		"| gateway/redis/http | 4000 | 300 | 600 | 0 | 150 | 30 | gateway/redis/in-process | 0.40 | 3.00 | 3.00 | +200 | +70 | 0.50 | 1 |",
+		"| server CPU µs/op | Redis CPU µs/op | server+Redis CPU µs/op | CPU target µs/op | baseline |",
+		"| authz/noop | 10000 | 100 | 400 | 900 | 30 | — | 30 | — | authz/noop | 1.00 (1.00–1.00) | 1.00 (1.00–1.00) | 1.00 | +0 | +0 | 3 |",
 		// medians: 4000/s, 250 µs, 1200 µs; ratios per round
 		// 0.5/0.5/0.4, p50 2.5/2/2, p99 3/2/2; added p50 150/300/100.
-		"| authz/fencegate-redis | 4000 | 250 | 1200 | 2000 | 50 | 20 | authz/noop | 0.50 (0.40–0.50) | 2.00 (2.00–2.50) | 2.00 | +150 | +40 | 3 |",
+		"| authz/fencegate-redis | 4000 | 250 | 1200 | 2000 | 50 | 20 | 70 | ≤ 60: missed | authz/noop | 0.50 (0.40–0.50) | 2.00 (2.00–2.50) | 2.00 | +150 | +40 | 3 |",
 		// the peer is missing: absolute numbers, no ratios
 		"| peer/fencegate-redis | 100 | 1 | 2 | 0 | 0 | — | peer/redislock | — | — | — | — | — | 1 |",
 		"`go test -bench .`",
@@ -265,8 +294,14 @@ func TestRender(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "Gateway lock API") {
+	if strings.Contains(out, "open loop") {
 		t.Errorf("report has a section with no data:\n%s", out)
+	}
+
+	sb.Reset()
+	render(&sb, runInfo{}, map[string][]result{"authz-open/fencegate-redis": {{PerSec: 2000, ServerCPU: us(45), StoreCPU: us(15)}}})
+	if want := "| authz-open/fencegate-redis | 2000 | 0 | 0 | 0 | 45 | 15 | 60 | ≤ 60: met | authz-open/noop | — |"; !strings.Contains(sb.String(), want) {
+		t.Errorf("open-loop section lacks %q:\n%s", want, sb.String())
 	}
 
 	sb.Reset()
