@@ -13,17 +13,26 @@ import (
 // callers becomes several round trips instead of one unbounded write.
 const maxBatch = 128
 
-// dispatcher runs the lock scripts of concurrent callers together: the
-// scripts that queue up while one round trip is in flight go out as one
-// pipeline when it returns.
+// lanes is how many round trips the dispatcher keeps in flight at most.
+// One lane batches the most but serialises every call behind one
+// connection: a connection that hangs (a half-open TCP session) would hold
+// up all callers until the longest deadline in its batch, and a pool of
+// dead connections would be found out one deadline at a time. Four lanes
+// keep three working through a stuck one, and measured faster than one or
+// two: a lone lane leaves the CPUs idle while its round trip is out.
+const lanes = 4
+
+// dispatcher runs the lock scripts of concurrent callers together: each
+// of its lanes sends what has queued up, as one pipeline, whenever it is
+// free.
 //
 // Why: on loopback, a round trip's cost is mostly its system calls — the
 // client's write and read, Redis's read, write and event-loop wake-up —
 // not the script. Under the concurrent load of a gateway (many checks and
 // lock calls at once) one write of N scripts costs the client and Redis
 // about what one script costs, so CPU per operation falls as load rises,
-// on both sides. A lone caller does not wait for company: an idle
-// dispatcher sends its script at once.
+// on both sides. A lone caller does not wait for company: an idle lane
+// sends its script at once.
 //
 // What does not change: every operation is still one script, executed
 // atomically by Redis with its own reads of TIME and the keys; scripts
@@ -41,15 +50,14 @@ type dispatcher struct {
 	client *goredis.Client
 
 	mu     sync.Mutex
+	work   *sync.Cond // signalled when a call is queued or closed is set
 	queue  []*call
 	closed bool
+	lanes  sync.WaitGroup
 
-	wake chan struct{} // buffered 1: there is work, or the dispatcher is closing
-	done chan struct{} // closed when loop has returned
-
-	// pipelined counts the scripts sent in pipelines of two or more (tests
-	// use it to know that batching happened).
-	pipelined atomic.Int64
+	// taken counts the calls lanes have taken from the queue; pipelined
+	// those sent in pipelines of two or more. Tests read them.
+	taken, pipelined atomic.Int64
 	// deliver, when set (tests only), sees a batch after its round trip and
 	// before its callers are released, to break delivery on purpose.
 	deliver func([]*call)
@@ -69,9 +77,12 @@ type call struct {
 	ready chan struct{}
 }
 
-func newDispatcher(client *goredis.Client) *dispatcher {
-	d := &dispatcher{client: client, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	go d.loop()
+func newDispatcher(client *goredis.Client, n int) *dispatcher {
+	d := &dispatcher{client: client}
+	d.work = sync.NewCond(&d.mu)
+	for range n {
+		d.lanes.Go(d.lane)
+	}
 	return d
 }
 
@@ -88,7 +99,7 @@ func (d *dispatcher) run(ctx context.Context, s script, keys []string, args ...a
 	}
 	d.queue = append(d.queue, c)
 	d.mu.Unlock()
-	d.signal()
+	d.work.Signal()
 	select {
 	case <-c.ready:
 		return c.cmd
@@ -97,46 +108,38 @@ func (d *dispatcher) run(ctx context.Context, s script, keys []string, args ...a
 	}
 }
 
-func (d *dispatcher) signal() {
-	select {
-	case d.wake <- struct{}{}:
-	default: // a wake-up is already pending
-	}
-}
-
-// close refuses new calls, lets the queued ones run, and returns when the
-// loop has stopped. The caller closes the client afterwards.
+// close refuses new calls, lets the queued ones run, and returns when
+// every lane has stopped. The caller closes the client afterwards.
 func (d *dispatcher) close() {
 	d.mu.Lock()
 	d.closed = true
 	d.mu.Unlock()
-	d.signal()
-	<-d.done
+	d.work.Broadcast()
+	d.lanes.Wait()
 }
 
-// loop sends the queue, maxBatch at a time, whenever there is one.
-func (d *dispatcher) loop() {
-	defer close(d.done)
-	for range d.wake {
-		for {
-			d.mu.Lock()
-			n := min(len(d.queue), maxBatch)
-			batch := d.queue[:n:n]
-			if n == len(d.queue) {
-				d.queue = nil
-			} else {
-				d.queue = d.queue[n:]
-			}
-			closed := d.closed
-			d.mu.Unlock()
-			if n == 0 {
-				if closed {
-					return
-				}
-				break
-			}
-			d.exec(batch)
+// lane sends the queue, maxBatch at a time, whenever there is one, until
+// the dispatcher is closed and the queue is empty.
+func (d *dispatcher) lane() {
+	for {
+		d.mu.Lock()
+		for len(d.queue) == 0 && !d.closed {
+			d.work.Wait()
 		}
+		n := min(len(d.queue), maxBatch)
+		if n == 0 { // closed, and nothing left
+			d.mu.Unlock()
+			return
+		}
+		batch := d.queue[:n:n]
+		if n == len(d.queue) {
+			d.queue = nil
+		} else {
+			d.queue = d.queue[n:]
+		}
+		d.mu.Unlock()
+		d.taken.Add(int64(n))
+		d.exec(batch)
 	}
 }
 

@@ -110,16 +110,20 @@ func TestDispatchAbandonedCallIsNotSent(t *testing.T) {
 				}
 			}()
 
-			// The first call goes out and hangs on the frozen server.
-			first := make(chan error, 1)
-			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer cancel()
-				_, err := s.IsLocked(ctx, "other")
-				first <- err
-			}()
-			waitTaken(t, s.d)
-			time.Sleep(50 * time.Millisecond) // the loop is now in its round trip
+			// One call per lane goes out and hangs on the frozen server
+			// (each waits until the one before has been taken, so no lane
+			// is left idle).
+			inFlight := make(chan error, lanes)
+			for i := range lanes {
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					_, err := s.IsLocked(ctx, fmt.Sprint("other-", i))
+					inFlight <- err
+				}()
+				waitTaken(t, s.d, int64(i+1))
+			}
+			time.Sleep(50 * time.Millisecond) // every lane is now in its round trip
 
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			start := time.Now()
@@ -146,10 +150,13 @@ func TestDispatchAbandonedCallIsNotSent(t *testing.T) {
 
 			srv.signal(syscall.SIGCONT)
 			thawed = true
-			for _, ch := range []chan error{first, second} {
-				if err := <-ch; err != nil {
-					t.Fatalf("a call made during the freeze: %v", err)
+			for range lanes {
+				if err := <-inFlight; err != nil {
+					t.Fatalf("a call in flight during the freeze: %v", err)
 				}
+			}
+			if err := <-second; err != nil {
+				t.Fatalf("the call queued after the abandoned one: %v", err)
 			}
 			ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -165,8 +172,17 @@ func TestDispatchAbandonedCallIsNotSent(t *testing.T) {
 	}
 }
 
-// waitTaken waits until the dispatcher's queue is empty.
-func waitTaken(t *testing.T, d *dispatcher) { t.Helper(); waitQueued(t, d, 0) }
+// waitTaken waits until the dispatcher's lanes have taken n calls.
+func waitTaken(t *testing.T, d *dispatcher, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for d.taken.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("lanes took %d calls, want %d", d.taken.Load(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
 
 // waitQueued waits until the dispatcher's queue holds want calls.
 func waitQueued(t *testing.T, d *dispatcher, want int) {
@@ -186,8 +202,8 @@ func waitQueued(t *testing.T, d *dispatcher, want int) {
 	}
 }
 
-// TestDispatchClose: calls after Close fail as a closed client does, and
-// Close returns (the dispatcher's goroutine has stopped).
+// TestDispatchClose: calls after Close fail as a closed client does (Close
+// itself waits for the dispatcher's lanes to stop).
 func TestDispatchClose(t *testing.T) {
 	s := openPrefix(t, "dispatch-close")
 	var wg sync.WaitGroup
@@ -201,11 +217,6 @@ func TestDispatchClose(t *testing.T) {
 	wg.Wait()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
-	}
-	select {
-	case <-s.d.done:
-	default:
-		t.Fatal("Close returned with the dispatcher still running")
 	}
 	_, err := s.IsLocked(context.Background(), "k")
 	if err == nil {
