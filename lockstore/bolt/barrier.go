@@ -44,7 +44,7 @@ func putWrites(tx *bbolt.Tx, k string, entries map[string]lockstore.WriteEntry) 
 }
 
 // keyState reads key k's state at now exactly as Inspect does.
-func keyState(tx *bbolt.Tx, k string, now int64) (lockstore.KeyState, error) {
+func (s *Store) keyState(tx *bbolt.Tx, k string, now int64) (lockstore.KeyState, error) {
 	ks := lockstore.KeyState{NowMs: now}
 	n, err := getCounter(tx, k)
 	if err != nil {
@@ -55,7 +55,7 @@ func keyState(tx *bbolt.Tx, k string, now int64) (lockstore.KeyState, error) {
 			return ks, err
 		}
 	}
-	r, err := getLock(tx, k)
+	r, err := s.getLock(tx, k)
 	if err != nil {
 		return ks, err
 	}
@@ -78,7 +78,7 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 	var res lockstore.WriteAdmitResult
 	err = s.update(ctx, op, func(tx *bbolt.Tx) error {
 		res = lockstore.WriteAdmitResult{} // the group commit may run this twice
-		ks, err := keyState(tx, k, s.nowMs())
+		ks, err := s.keyState(tx, k, s.nowMs())
 		if err != nil {
 			return err
 		}

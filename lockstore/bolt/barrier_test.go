@@ -110,13 +110,12 @@ func (b *brokenBarrier) Admit(ctx context.Context, key string, a lockstore.Write
 		if err == nil && res.Admitted {
 			k, _ := lockstore.NormalizeKey(key)
 			_ = b.update(ctx, "admit", func(tx *bbolt.Tx) error {
-				r, err := getLock(tx, k)
+				r, err := b.getLock(tx, k)
 				if err != nil || r == nil {
 					return err
 				}
 				r.ExpiresAtMs = b.nowMs() + a.MaxWrite.Milliseconds()
-				v, _ := json.Marshal(r)
-				return tx.Bucket(bucketLocks).Put([]byte(k), v)
+				return b.putLock(tx, r)
 			})
 		}
 		return res, err
@@ -149,7 +148,7 @@ func (b *brokenBarrier) admitRule(ctx context.Context, key string, a lockstore.W
 	var res lockstore.WriteAdmitResult
 	err = b.update(ctx, "admit", func(tx *bbolt.Tx) error {
 		res = lockstore.WriteAdmitResult{}
-		ks, err := keyState(tx, k, b.nowMs())
+		ks, err := b.keyState(tx, k, b.nowMs())
 		if err != nil {
 			return err
 		}
@@ -187,7 +186,7 @@ func (b *brokenBarrier) admitNotAtomic(ctx context.Context, key string, a lockst
 	}
 	var res lockstore.WriteAdmitResult
 	err = b.view(ctx, "admit", func(tx *bbolt.Tx) error {
-		ks, err := keyState(tx, k, b.nowMs())
+		ks, err := b.keyState(tx, k, b.nowMs())
 		if err != nil {
 			return err
 		}
@@ -263,13 +262,12 @@ func (b *brokenBarrier) SweepBarrier(ctx context.Context, limit int) (int, error
 					}
 					continue
 				}
-				r, err := getLock(tx, k)
+				r, err := b.getLock(tx, k)
 				if err != nil || r == nil {
 					return err
 				}
 				r.ExpiresAtMs += 1000
-				v, _ := json.Marshal(r)
-				if err := tx.Bucket(bucketLocks).Put([]byte(k), v); err != nil {
+				if err := b.putLock(tx, r); err != nil {
 					return err
 				}
 			}

@@ -3,6 +3,7 @@ package bolt
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
@@ -307,8 +308,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // TestLayout pins the file layout that operators (and the bbolt CLI) see:
-// the lock record under the NFC key in SyncGuard's JSON shape, the lockId
-// index, the decimal fence counter, which outlives the lock.
+// the binary lock record (record.go) under the NFC key, the lockId index,
+// the decimal fence counter, which outlives the lock.
 func TestLayout(t *testing.T) {
 	s, clk := openFake(t, Config{})
 	clk.set(1_700_000_000_000)
@@ -323,8 +324,9 @@ func TestLayout(t *testing.T) {
 		}
 	}
 	view(func(tx *bbolt.Tx) {
-		want := `{"lockId":"` + r.LockID + `","expiresAtMs":1700000005000,"acquiredAtMs":1700000000000,"key":"` + "caf\u00e9" + `","fence":"000000000000001"}`
-		if got := string(tx.Bucket(bucketLocks).Get([]byte("caf\u00e9"))); got != want {
+		// 0x01 ‖ expiresAtMs ‖ acquiredAtMs ‖ fence (big-endian int64s) ‖ lockId
+		want := "01" + "0000018bcfe57b88" + "0000018bcfe56800" + "0000000000000001" + hex.EncodeToString([]byte(r.LockID))
+		if got := hex.EncodeToString(tx.Bucket(bucketLocks).Get([]byte("caf\u00e9"))); got != want {
 			t.Errorf("lock record = %s, want %s", got, want)
 		}
 		if got := string(tx.Bucket(bucketIDs).Get([]byte(r.LockID))); got != "caf\u00e9" {

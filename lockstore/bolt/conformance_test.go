@@ -249,7 +249,7 @@ func (m *leakyList) ListHeld(ctx context.Context, limit int) (lockstore.LockList
 	l, err := m.Store.ListHeld(ctx, limit)
 	for i := range l.Locks {
 		_ = m.view(ctx, "list", func(tx *bbolt.Tx) error {
-			r, err := getLock(tx, l.Locks[i].Key)
+			r, err := m.getLock(tx, l.Locks[i].Key)
 			if r != nil {
 				l.Locks[i].LockIDHash = r.LockID
 			}

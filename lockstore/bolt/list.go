@@ -2,7 +2,6 @@ package bolt
 
 import (
 	"context"
-	"encoding/json"
 
 	bbolt "go.etcd.io/bbolt"
 
@@ -21,9 +20,9 @@ func (s *Store) ListHeld(ctx context.Context, limit int) (lockstore.LockList, er
 		out.NowMs = s.nowMs()
 		c := tx.Bucket(bucketLocks).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			var r lockRecord
-			if err := json.Unmarshal(v, &r); err != nil {
-				return lockstore.Errorf(lockstore.Internal, "decode", "bolt: corrupt lock record: %v", err)
+			r, err := s.decode(string(k), v)
+			if err != nil {
+				return err
 			}
 			if !lockstore.IsLive(r.ExpiresAtMs, out.NowMs) {
 				continue

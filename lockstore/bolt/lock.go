@@ -2,7 +2,6 @@ package bolt
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -12,42 +11,33 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// lockRecord is a lock as stored: SyncGuard's lock value layout, so a file
-// dumped with the bbolt CLI reads like the other backends' records.
-type lockRecord struct {
-	LockID       string `json:"lockId"`
-	ExpiresAtMs  int64  `json:"expiresAtMs"`
-	AcquiredAtMs int64  `json:"acquiredAtMs"`
-	Key          string `json:"key"`
-	Fence        string `json:"fence"`
-}
-
-func (r *lockRecord) info() *lockstore.LockInfo {
-	return lockstore.NewLockInfo(r.Key, r.LockID, r.Fence, r.ExpiresAtMs, r.AcquiredAtMs)
-}
-
 // getLock reads the record stored under normalised key k, or nil.
-func getLock(tx *bbolt.Tx, k string) (*lockRecord, error) {
+func (s *Store) getLock(tx *bbolt.Tx, k string) (*lockRecord, error) {
 	v := tx.Bucket(bucketLocks).Get([]byte(k))
 	if v == nil {
 		return nil, nil
 	}
-	var r lockRecord
-	if err := json.Unmarshal(v, &r); err != nil {
-		return nil, lockstore.Errorf(lockstore.Internal, "decode", "bolt: corrupt lock record: %v", err)
+	return s.decode(k, v)
+}
+
+// putLock writes r under its key in the current record format.
+func (s *Store) putLock(tx *bbolt.Tx, r *lockRecord) error {
+	v, err := s.encode(r)
+	if err != nil {
+		return err
 	}
-	return &r, nil
+	return tx.Bucket(bucketLocks).Put([]byte(r.Key), v)
 }
 
 // getByID resolves lockID through the index and re-verifies that the lock
 // found still carries lockID (ADR-003): an index entry that outlived its
 // lock must never let one holder act on another's lock.
-func getByID(tx *bbolt.Tx, lockID string) (*lockRecord, error) {
+func (s *Store) getByID(tx *bbolt.Tx, lockID string) (*lockRecord, error) {
 	k := tx.Bucket(bucketIDs).Get([]byte(lockID))
 	if k == nil {
 		return nil, nil
 	}
-	r, err := getLock(tx, string(k))
+	r, err := s.getLock(tx, string(k))
 	if err != nil || r == nil || r.LockID != lockID {
 		return nil, err
 	}
@@ -93,7 +83,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	err = s.update(ctx, op, func(tx *bbolt.Tx) error {
 		res, issued = lockstore.AcquireResult{}, 0
 		now := s.nowMs()
-		cur, err := getLock(tx, k)
+		cur, err := s.getLock(tx, k)
 		if err != nil {
 			return err
 		}
@@ -120,11 +110,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 			return err
 		}
 		rec := lockRecord{LockID: id, ExpiresAtMs: now + ttlMs, AcquiredAtMs: now, Key: k, Fence: fence}
-		v, err := json.Marshal(&rec)
-		if err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketLocks).Put([]byte(k), v); err != nil {
+		if err := s.putLock(tx, &rec); err != nil {
 			return err
 		}
 		if err := tx.Bucket(bucketIDs).Put([]byte(id), []byte(k)); err != nil {
@@ -178,7 +164,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 // resolve finds lockID's lock for a mutation, dropping an index entry that
 // no longer leads to it.
 func (s *Store) resolve(tx *bbolt.Tx, lockID string) (*lockRecord, error) {
-	r, err := getByID(tx, lockID)
+	r, err := s.getByID(tx, lockID)
 	if err != nil {
 		return nil, err
 	}
@@ -210,11 +196,7 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 			return deleteLock(tx, r)
 		}
 		r.ExpiresAtMs = now + ttlMs
-		v, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketLocks).Put([]byte(r.Key), v); err != nil {
+		if err := s.putLock(tx, r); err != nil {
 			return err
 		}
 		res = lockstore.ExtendResult{OK: true, ExpiresAtMs: r.ExpiresAtMs}
@@ -241,7 +223,7 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 	}
 	var info *lockstore.LockInfo
 	err = s.view(ctx, op, func(tx *bbolt.Tx) error {
-		r, err := getLock(tx, k)
+		r, err := s.getLock(tx, k)
 		if err == nil && r != nil && lockstore.IsLive(r.ExpiresAtMs, s.nowMs()) {
 			info = r.info()
 		}
@@ -261,7 +243,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 	}
 	var info *lockstore.LockInfo
 	err := s.view(ctx, op, func(tx *bbolt.Tx) error {
-		r, err := getByID(tx, lockID)
+		r, err := s.getByID(tx, lockID)
 		if err == nil && r != nil && lockstore.IsLive(r.ExpiresAtMs, s.nowMs()) {
 			info = r.info()
 		}
@@ -293,7 +275,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 				return err
 			}
 		}
-		r, err := getLock(tx, k)
+		r, err := s.getLock(tx, k)
 		if err == nil && r != nil && lockstore.IsLive(r.ExpiresAtMs, ks.NowMs) {
 			ks.Live = &lockstore.HeldLock{LockID: r.LockID, Fence: r.Fence,
 				ExpiresAtMs: r.ExpiresAtMs, AcquiredAtMs: r.AcquiredAtMs}
@@ -312,10 +294,10 @@ func (s *Store) CountHeld(ctx context.Context) (int64, error) {
 	var n int64
 	err := s.view(ctx, "count", func(tx *bbolt.Tx) error {
 		now := s.nowMs()
-		return tx.Bucket(bucketLocks).ForEach(func(_, v []byte) error {
-			var r lockRecord
-			if err := json.Unmarshal(v, &r); err != nil {
-				return lockstore.Errorf(lockstore.Internal, "decode", "bolt: corrupt lock record: %v", err)
+		return tx.Bucket(bucketLocks).ForEach(func(k, v []byte) error {
+			r, err := s.decode(string(k), v)
+			if err != nil {
+				return err
 			}
 			if lockstore.IsLive(r.ExpiresAtMs, now) {
 				n++
