@@ -11,10 +11,12 @@ import (
 
 // BenchmarkRedisPeer: the Redis store's acquire+release cycle against the
 // peer the design names, github.com/bsm/redislock (Obtain+Release), on the
-// same Redis through the same go-redis client and connection pool. Both are
-// two scripted round trips per cycle; fencegate's scripts also issue a fence
-// (INCR of a counter that is never deleted), write the lockId index and keep
-// SyncGuard's JSON value, which is what the ratio prices.
+// same Redis through the same go-redis client and connection pool. Both
+// make two calls per cycle; fencegate's scripts also issue a fence (INCR of
+// a counter that is never deleted), write the lockId index and keep
+// SyncGuard's JSON value, and fencegate sends concurrent callers' scripts
+// as pipelines (lockstore/redis/dispatch.go) where redislock sends each
+// call alone: the ratio prices both.
 func BenchmarkRedisPeer(b *testing.B) { runSuite(b, peerSuite) }
 
 // peerSuite runs the peer first, then fencegate.

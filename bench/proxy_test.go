@@ -33,7 +33,7 @@ import (
 // front of `fencegate serve`). Every subject forwards to the same upstream,
 // which answers at once. Besides throughput and latency each run reports
 // the CPU time the edge's processes and Redis spent per request, and the
-// Redis round trips per write.
+// Redis calls per write.
 func BenchmarkProxy(b *testing.B) { runSuite(b, proxySuite) }
 
 // floorEnv makes the test binary, re-executed, run the floor proxy (see
@@ -291,7 +291,7 @@ func procMeter(tb testing.TB, rc *goredis.Client, pids func() []int) func() func
 			}
 			if n > 0 {
 				out[extraCPU] = micros(cpu) / float64(n)
-				out[extraTrips] = trips / float64(n)
+				out[extraCalls] = trips / float64(n)
 			}
 			return out
 		}
@@ -301,7 +301,7 @@ func procMeter(tb testing.TB, rc *goredis.Client, pids func() []int) func() func
 // The extra metrics of a proxy run.
 const (
 	extraCPU   = "cpu-µs/req"
-	extraTrips = "redis-trips/req"
+	extraCalls = "redis-calls/req"
 )
 
 // proxySuite: the floor, fencegate proxy with the barrier off and on, and

@@ -61,7 +61,7 @@ func TestSuites(t *testing.T) {
 					// Other packages' tests share Redis under `make test`:
 					// the values are not asserted, only that they exist.
 					ex := stop(smp.n)
-					for _, k := range []string{extraCPU, extraTrips} {
+					for _, k := range []string{extraCPU, extraCalls} {
 						if v, ok := ex[k]; !ok || v < 0 {
 							t.Errorf("%s: extra metric %s = %v (present %v)", s.id, k, v, ok)
 						}
@@ -265,10 +265,10 @@ func TestRender(t *testing.T) {
 		},
 		"peer/fencegate-redis": {{PerSec: 100, P50: us(1), P99: us(2)}},
 		// extra metrics: medians over the runs, absolute
-		"proxy/floor": {{PerSec: 1000, P50: us(10), P99: us(20), Extra: map[string]float64{extraCPU: 50, extraTrips: 0}}},
+		"proxy/floor": {{PerSec: 1000, P50: us(10), P99: us(20), Extra: map[string]float64{extraCPU: 50, extraCalls: 0}}},
 		"proxy/fencegate-barrier": {
-			{PerSec: 500, P50: us(20), P99: us(40), Extra: map[string]float64{extraCPU: 90, extraTrips: 2}},
-			{PerSec: 500, P50: us(20), P99: us(40), Extra: map[string]float64{extraCPU: 110, extraTrips: 2}},
+			{PerSec: 500, P50: us(20), P99: us(40), Extra: map[string]float64{extraCPU: 90, extraCalls: 2}},
+			{PerSec: 500, P50: us(20), P99: us(40), Extra: map[string]float64{extraCPU: 110, extraCalls: 2}},
 		},
 	}
 	var sb strings.Builder
@@ -287,7 +287,7 @@ func TestRender(t *testing.T) {
 		// the peer is missing: absolute numbers, no ratios
 		"| peer/fencegate-redis | 100 | 1 | 2 | 0 | 0 | — | peer/redislock | — | — | — | — | — | 1 |",
 		"`go test -bench .`",
-		"| runs | cpu-µs/req | redis-trips/req |",
+		"| runs | cpu-µs/req | redis-calls/req |",
 		"| proxy/fencegate-barrier | 500 | 20 | 40 | 0 | 0 | — | proxy/floor | 0.50 | 2.00 | 2.00 | +10 | +0 | 2 | 100.00 | 2.00 |",
 	} {
 		if !strings.Contains(out, want) {
