@@ -1,9 +1,13 @@
 package redis
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -225,4 +229,122 @@ func TestDispatchClose(t *testing.T) {
 	if code := lockstore.CodeOf(err); code != lockstore.ServiceUnavailable {
 		t.Errorf("IsLocked after Close: %v (code %q)", err, code)
 	}
+}
+
+// TestDispatchHungConnection: a connection that stops answering (as a
+// half-open TCP session does) holds up only the calls in its round trip:
+// once it has been out for stallAfter, the calls queued behind it go out on
+// another lane and connection. A dispatcher that never adds a lane must
+// fail this.
+func TestDispatchHungConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		maxBusy int
+		wantOK  bool
+	}{{"sound", lanes, true}, {"broken-one-lane", 1, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, err := url.Parse(testURL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy := newFreezingProxy(t, u.Host, "hang-here")
+			prefix := "hung-" + fmt.Sprint(time.Now().UnixNano())
+			s := openURL(t, "redis://"+proxy+u.Path+"?prefix="+prefix+"&read_timeout=20s&write_timeout=20s")
+			s.d.maxBusy = tc.maxBusy
+
+			hung := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				_, err := s.IsLocked(ctx, "hang-here")
+				hung <- err
+			}()
+			waitTaken(t, s.d, 1)
+
+			// Its deadline ends before the hung call's.
+			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+			defer cancel()
+			_, err = s.IsLocked(ctx, "elsewhere")
+			if ok := err == nil; ok != tc.wantOK {
+				t.Errorf("a call queued behind a hung connection: err=%v, want success %v", err, tc.wantOK)
+			}
+			if err := <-hung; lockstore.CodeOf(err) != lockstore.NetworkTimeout {
+				t.Errorf("the call on the hung connection: %v, want NetworkTimeout", err)
+			}
+		})
+	}
+}
+
+// newFreezingProxy forwards TCP connections to target and stops
+// forwarding, in both directions, on a connection whose client sends
+// marker; other connections are unaffected. It returns its address.
+func newFreezingProxy(t *testing.T, target, marker string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, u)
+			mu.Unlock()
+			var frozen atomic.Bool
+			wg.Go(func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					if bytes.Contains(buf[:n], []byte(marker)) {
+						frozen.Store(true)
+					}
+					if frozen.Load() {
+						continue
+					}
+					if _, err := u.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			})
+			wg.Go(func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := u.Read(buf)
+					if err != nil {
+						return
+					}
+					if frozen.Load() {
+						continue
+					}
+					if _, err := c.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return l.Addr().String()
 }

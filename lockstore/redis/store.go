@@ -99,7 +99,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	} else if moved {
 		s.log.Info("redis audit stream moved to its own key", "from", s.legacyAuditKey(), "to", s.auditKey)
 	}
-	s.d = newDispatcher(s.client, lanes)
+	s.d = newDispatcher(s.client)
 	s.log.Info("redis lock store opened", "config", cfg.String())
 	return s, nil
 }
