@@ -67,6 +67,10 @@ type Client struct {
 
 var _ Locks = (*Client)(nil)
 
+// idleConnsPerHost is how many idle keep-alive connections New's own HTTP
+// client keeps to the gateway.
+const idleConnsPerHost = 64
+
 // New returns a client for the gateway at baseURL (e.g.
 // http://127.0.0.1:8080, or https://… with TLS). It does no I/O. It fails
 // with InvalidArgument on a malformed URL, on a token that would travel in
@@ -93,12 +97,14 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		return nil, invalidOption("TLS options need an https:// URL, not %q", u.Scheme+"://")
 	case tlsCfg != nil && hc != nil:
 		return nil, invalidOption("WithHTTPClient and TLS options conflict: set TLS on the *http.Client")
-	case tlsCfg != nil:
+	case hc == nil:
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.TLSClientConfig = tlsCfg
+		// http.DefaultTransport keeps 2 idle connections per host: a
+		// program acquiring and releasing from more goroutines than that
+		// would open (and leave in TIME_WAIT) a connection per request.
+		tr.MaxIdleConnsPerHost = idleConnsPerHost
 		hc = &http.Client{Transport: tr}
-	case hc == nil:
-		hc = &http.Client{}
 	}
 	if err := o.checkToken(u.Hostname(), u.Scheme == "https"); err != nil {
 		return nil, err

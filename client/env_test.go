@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strconv"
@@ -38,6 +39,8 @@ type gatewayConfig struct {
 	wrap     func(lockstore.Store) lockstore.Store // what the server sees of the store
 	grpcOpts []grpc.ServerOption                   // e.g. a broken server's interceptor
 	proofs   *writeproof.Signer                    // signs write proofs at acquire
+	// connState, if set, sees the HTTP listener's connection state changes.
+	connState func(net.Conn, http.ConnState)
 }
 
 func gateway(t *testing.T) *gatewayEnv { return gatewayWith(t, gatewayConfig{}) }
@@ -66,6 +69,7 @@ func gatewayWith(t *testing.T, cfg gatewayConfig) *gatewayEnv {
 	}
 
 	ts := httptest.NewUnstartedServer(srv.Handler())
+	ts.Config.ConnState = cfg.connState
 	if cfg.tls != nil {
 		ts.TLS = cfg.tls
 		ts.StartTLS()

@@ -2,8 +2,10 @@ package client_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,5 +97,51 @@ func TestTransportStampsFenceHeaders(t *testing.T) {
 	_, got = send(context.Background(), static)
 	if got.Get("X-Fence-Key") != "k" || got.Get("X-Fence-Token") != "000000000000007" {
 		t.Fatalf("static: sent %v", got)
+	}
+}
+
+// TestNewKeepsConnectionsForConcurrentCallers: New's own HTTP client keeps
+// enough idle connections that concurrent callers reuse them instead of
+// opening one per request (http.DefaultTransport keeps 2 per host). A
+// client on the default transport is the broken variant.
+func TestNewKeepsConnectionsForConcurrentCallers(t *testing.T) {
+	const workers, rounds = 16, 25
+	for _, tc := range []struct {
+		name   string
+		opts   []client.Option
+		broken bool
+	}{
+		{"New", nil, false},
+		{"default-transport", []client.Option{client.WithHTTPClient(&http.Client{})}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opened atomic.Int64
+			g := gatewayWith(t, gatewayConfig{connState: func(_ net.Conn, s http.ConnState) {
+				if s == http.StateNew {
+					opened.Add(1)
+				}
+			}})
+			c, err := client.New(g.httpURL, append([]client.Option{client.WithToken(token)}, tc.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					for range rounds {
+						if _, err := c.IsLocked(context.Background(), "orders/1"); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			n := opened.Load()
+			t.Logf("%d connections for %d requests from %d goroutines", n, workers*rounds, workers)
+			if churn := n > 2*workers; churn != tc.broken {
+				t.Errorf("%d connections opened for %d concurrent callers (churn %v, want %v)", n, workers, churn, tc.broken)
+			}
+		})
 	}
 }
