@@ -29,7 +29,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return lockstore.AcquireResult{}, err
 	}
 	reply, err := acquireScript.Run(ctx, s.client, []string{lockKey, idKey, fenceKey},
-		lockID, ttlMs, norm, lockstore.FenceMax).Slice()
+		lockID, ttlMs, norm, ttlMs+lockstore.TimeToleranceMs).Slice()
 	if err != nil {
 		return lockstore.AcquireResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")
 	}

@@ -1,7 +1,11 @@
 package redis
 
 import (
+	"fmt"
+
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // Every lock operation is one of these scripts, run with EVALSHA (go-redis
@@ -55,13 +59,15 @@ const (
 // acquireScript takes a free key.
 //
 // KEYS: lockKey, indexKey, fenceKey
-// ARGV: lockId, ttlMs, normalized user key, FenceMax
+// ARGV: lockId, ttlMs, normalized user key, ttlMs+tolerance
 // →     {1, fence, expiresAtMs} | {0} | {negative status}
 //
 // The overflow check reads the counter before INCR, so a refused acquire
-// writes nothing. Both keys get PX ttl+tolerance: Redis drops them exactly
-// when the liveness predicate stops calling the lock live.
-var acquireScript = newScript(`
+// writes nothing; FenceMax is written into the script. Both keys get PX
+// ttl+tolerance (computed in Go, so no number is formatted for it here):
+// Redis drops them exactly when the liveness predicate stops calling the
+// lock live.
+var acquireScript = newScript(fmt.Sprintf(`
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local raw = redis.call('GET', KEYS[1])
@@ -78,16 +84,15 @@ if cur then
   n = tonumber(cur)
   if n == nil or n ~= math.floor(n) or n < 0 then return {-3} end
 end
-if n + 1 > tonumber(ARGV[4]) then return {-1} end
+if n + 1 > %d then return {-1} end
 local fence = redis.call('INCR', KEYS[3])
-local ttl = tonumber(ARGV[2])
-local exp = now + ttl
+local exp = now + ARGV[2]
 redis.call('SET', KEYS[1], '{"lockId":"' .. ARGV[1] ..
-  string.format('","expiresAtMs":%d,"acquiredAtMs":%d,"key":', exp, now) .. cjson.encode(ARGV[3]) ..
-  string.format(',"fence":"%015d"}', fence), 'PX', ttl + 1000)
-redis.call('SET', KEYS[2], KEYS[1], 'PX', ttl + 1000)
+  string.format('","expiresAtMs":%%d,"acquiredAtMs":%%d,"key":', exp, now) .. cjson.encode(ARGV[3]) ..
+  string.format(',"fence":"%%015d"}', fence), 'PX', ARGV[4])
+redis.call('SET', KEYS[2], KEYS[1], 'PX', ARGV[4])
 return {1, fence, exp}
-`)
+`, lockstore.FenceMax))
 
 // Release/extend status codes.
 const (
@@ -118,7 +123,7 @@ return 1
 // extendScript sets a live lock's expiry to now+ttl (it replaces the TTL).
 //
 // KEYS: indexKey
-// ARGV: lockId, ttlMs
+// ARGV: lockId, ttlMs, ttlMs+tolerance
 // →     {1, expiresAtMs} | {0} | {-1}
 var extendScript = newScript(`
 local lockKey = redis.call('GET', KEYS[1])
@@ -130,15 +135,14 @@ if not ok or type(d) ~= 'table' or type(d.expiresAtMs) ~= 'number' or d.lockId ~
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if not (d.expiresAtMs > now - 1000) then return {-1} end
-local ttl = tonumber(ARGV[2])
-local exp = now + ttl
+local exp = now + ARGV[2]
 local acq = tonumber(d.acquiredAtMs) or now
 -- d.key and d.fence are whatever the acquiring writer stored (SyncGuard's
 -- own encoder among them), so they go through cjson.encode.
 redis.call('SET', lockKey, '{"lockId":"' .. ARGV[1] ..
   string.format('","expiresAtMs":%d,"acquiredAtMs":%d,"key":', exp, acq) .. cjson.encode(d.key) ..
-  ',"fence":' .. cjson.encode(d.fence) .. '}', 'PX', ttl + 1000)
-redis.call('SET', KEYS[1], lockKey, 'PX', ttl + 1000)
+  ',"fence":' .. cjson.encode(d.fence) .. '}', 'PX', ARGV[3])
+redis.call('SET', KEYS[1], lockKey, 'PX', ARGV[3])
 return {1, exp}
 `)
 
