@@ -153,3 +153,16 @@ func FuzzDecodeLock(f *testing.F) {
 		}
 	})
 }
+
+// TestAcquiredReply: the acquire script's success reply parses, and
+// anything else is a bad reply rather than a lock.
+func TestAcquiredReply(t *testing.T) {
+	if f, e, err := acquired("42:1764000000000"); err != nil || f != 42 || e != 1764000000000 {
+		t.Errorf(`acquired("42:1764000000000") = %d, %d, %v`, f, e, err)
+	}
+	for _, r := range []string{"", "42", "42:", ":1", "x:1", "1:x", "1:2:3", "1.5:2"} {
+		if _, _, err := acquired(r); err == nil {
+			t.Errorf("acquired(%q) succeeded", r)
+		}
+	}
+}

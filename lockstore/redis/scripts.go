@@ -47,9 +47,8 @@ import (
 //
 // The liveness tolerance, 1000 ms, is lockstore.TimeToleranceMs.
 
-// Acquire status codes.
+// Acquire status codes (a successful acquire replies with a string).
 const (
-	acquireOK       = 1
 	acquireLocked   = 0
 	acquireOverflow = -1 // the counter would pass FenceMax; nothing written
 	acquireCorrupt  = -2 // the lock key holds something that is not a lock
@@ -60,7 +59,11 @@ const (
 //
 // KEYS: lockKey, indexKey, fenceKey
 // ARGV: lockId, ttlMs, normalized user key, ttlMs+tolerance
-// →     {1, fence, expiresAtMs} | {0} | {negative status}
+// →     "<fence>:<expiresAtMs>" | 0 | negative status
+//
+// The success reply is one string rather than a table: Redis builds an
+// array reply from a script with a deferred length, which costs it a reply
+// buffer allocation and a writev per call.
 //
 // The overflow check reads the counter before INCR, so a refused acquire
 // writes nothing; FenceMax is written into the script. Both keys get PX
@@ -74,24 +77,24 @@ local raw = redis.call('GET', KEYS[1])
 if raw then
   local ok, d = pcall(cjson.decode, raw)
   if not ok or type(d) ~= 'table' or type(d.expiresAtMs) ~= 'number' or type(d.lockId) ~= 'string' then
-    return {-2}
+    return -2
   end
-  if d.expiresAtMs > now - 1000 then return {0} end
+  if d.expiresAtMs > now - 1000 then return 0 end
 end
 local n = 0
 local cur = redis.call('GET', KEYS[3])
 if cur then
   n = tonumber(cur)
-  if n == nil or n ~= math.floor(n) or n < 0 then return {-3} end
+  if n == nil or n ~= math.floor(n) or n < 0 then return -3 end
 end
-if n + 1 > %d then return {-1} end
+if n + 1 > %d then return -1 end
 local fence = redis.call('INCR', KEYS[3])
 local exp = now + ARGV[2]
 redis.call('SET', KEYS[1], '{"lockId":"' .. ARGV[1] ..
   string.format('","expiresAtMs":%%d,"acquiredAtMs":%%d,"key":', exp, now) .. cjson.encode(ARGV[3]) ..
   string.format(',"fence":"%%015d"}', fence), 'PX', ARGV[4])
 redis.call('SET', KEYS[2], KEYS[1], 'PX', ARGV[4])
-return {1, fence, exp}
+return string.format('%%d:%%d', fence, exp)
 `, lockstore.FenceMax))
 
 // Release/extend status codes.
