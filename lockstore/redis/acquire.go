@@ -3,6 +3,8 @@ package redis
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
@@ -29,33 +31,32 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return lockstore.AcquireResult{}, err
 	}
 	reply, err := s.eval(ctx, acquireScript, []string{lockKey, idKey, fenceKey},
-		lockID, ttlMs, norm, lockstore.FenceMax).Slice()
+		lockID, ttlMs, norm, ttlMs+lockstore.TimeToleranceMs).Result()
 	if err != nil {
 		return lockstore.AcquireResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
-	status, err := replyInt(reply, 0)
-	if err != nil {
-		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, err), key, "")
-	}
-	switch status {
-	case acquireOK:
-	case acquireLocked:
-		return lockstore.AcquireResult{Reason: lockstore.ReasonLocked}, nil
-	case acquireOverflow:
-		return lockstore.AcquireResult{}, lockstore.FenceOverflow(op, key)
-	case acquireCorrupt:
-		return lockstore.AcquireResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, Key: key,
-			Msg: "the lock key holds a value that is not a lock; refusing to overwrite it"}
-	case acquireBadFence:
-		return lockstore.AcquireResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, Key: key,
-			Msg: "the fence counter holds a value that is not a non-negative integer"}
+	var n, exp int64
+	switch r := reply.(type) {
+	case string:
+		if n, exp, err = acquired(r); err != nil {
+			return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, err), key, "")
+		}
+	case int64:
+		switch r {
+		case acquireLocked:
+			return lockstore.AcquireResult{Reason: lockstore.ReasonLocked}, nil
+		case acquireOverflow:
+			return lockstore.AcquireResult{}, lockstore.FenceOverflow(op, key)
+		case acquireCorrupt:
+			return lockstore.AcquireResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, Key: key,
+				Msg: "the lock key holds a value that is not a lock; refusing to overwrite it"}
+		case acquireBadFence:
+			return lockstore.AcquireResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, Key: key,
+				Msg: "the fence counter holds a value that is not a non-negative integer"}
+		}
+		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("status %d", r)), key, "")
 	default:
-		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("status %d", status)), key, "")
-	}
-	n, err1 := replyInt(reply, 1)
-	exp, err2 := replyInt(reply, 2)
-	if err1 != nil || err2 != nil {
-		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("fields: %v %v", err1, err2)), key, "")
+		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("reply is %T", reply)), key, "")
 	}
 	fence, err := lockstore.FormatFence(n)
 	if err != nil {
@@ -63,4 +64,18 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	}
 	lockstore.NoteFence(ctx, s.log, norm, n)
 	return lockstore.AcquireResult{OK: true, LockID: lockID, Fence: fence, ExpiresAtMs: exp}, nil
+}
+
+// acquired parses the acquire script's success reply, "<fence>:<expiresAtMs>".
+func acquired(r string) (fence, exp int64, err error) {
+	f, e, ok := strings.Cut(r, ":")
+	if ok {
+		if fence, err = strconv.ParseInt(f, 10, 64); err == nil {
+			exp, err = strconv.ParseInt(e, 10, 64)
+		}
+	}
+	if !ok || err != nil {
+		return 0, 0, fmt.Errorf("acquire reply %q is not <fence>:<expiresAtMs>", r)
+	}
+	return fence, exp, nil
 }

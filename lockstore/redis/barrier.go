@@ -36,15 +36,18 @@ const (
 // them and checks that it agrees): the live fence is the lock's while
 // expiresAt > now - tolerance; the latest fence is the counter, raised to
 // the live lock's fence if a hand-reset counter reads lower.
-var admitScript = newScript(luaPrelude + `
-local now = now_ms()
+var admitScript = newScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local raw = redis.call('GET', KEYS[1])
 local cur = redis.call('GET', KEYS[2])
 local liveFence = nil
 if raw then
-  local d = decode(raw)
-  if d == nil then return {raw, cur, now, -2, 0, 0} end
-  if live(d, now) and type(d.fence) == 'string' then liveFence = d.fence end
+  local ok, d = pcall(cjson.decode, raw)
+  if not ok or type(d) ~= 'table' or type(d.expiresAtMs) ~= 'number' or type(d.lockId) ~= 'string' then
+    return {raw, cur, now, -2, 0, 0}
+  end
+  if d.expiresAtMs > now - 1000 and type(d.fence) == 'string' then liveFence = d.fence end
 end
 local latest = nil
 if cur then
@@ -85,7 +88,7 @@ redis.call('HSET', KEYS[3], ARGV[3], fence .. ':' .. string.format('%d', deadlin
 if deadline > lastDeadline then lastDeadline = deadline end
 -- Past the last deadline every entry counts as finished; the hash may go.
 -- The tolerance is slack between TIME and the expiry clock.
-redis.call('PEXPIRE', KEYS[3], lastDeadline - now + TOLERANCE)
+redis.call('PEXPIRE', KEYS[3], lastDeadline - now + 1000)
 return {raw, cur, now, 1, 0, 0}
 `)
 

@@ -46,7 +46,7 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
-	reply, err := s.eval(ctx, extendScript, []string{idKey}, lockID, ttlMs).Slice()
+	reply, err := s.eval(ctx, extendScript, []string{idKey}, lockID, ttlMs, ttlMs+lockstore.TimeToleranceMs).Slice()
 	if err != nil {
 		return lockstore.ExtendResult{}, lockstore.WithContext(classify(ctx, op, err), "", lockID)
 	}

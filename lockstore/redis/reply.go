@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -17,9 +19,23 @@ type storedLock struct {
 	Fence        string `json:"fence"`
 }
 
-// decodeLock parses a lock value. Times are decoded as JSON numbers so a
-// value another writer stored as 1.7e12 still parses.
+// decodeLock parses a lock value. The value fencegate's scripts write (its
+// fixed field order, integer times, strings whose only escapes are \/, \"
+// and \\) is read by scanLock without encoding/json, which on Inspect's
+// path cost several microseconds a call; anything else (SyncGuard's cjson
+// field order, other escapes, 1.7e12 times, malformed values) goes to
+// decodeLockJSON. Both give the same result for every value scanLock
+// accepts; TestDecodeLockAgrees and FuzzDecodeLock hold them to that.
 func decodeLock(raw string) (*storedLock, error) {
+	if l, ok := scanLock(raw); ok {
+		return &l, nil
+	}
+	return decodeLockJSON(raw)
+}
+
+// decodeLockJSON parses a lock value with encoding/json. Times are decoded
+// as JSON numbers so a value another writer stored as 1.7e12 still parses.
+func decodeLockJSON(raw string) (*storedLock, error) {
 	var v struct {
 		storedLock
 		ExpiresAtMs  json.Number `json:"expiresAtMs"`
@@ -36,6 +52,125 @@ func decodeLock(raw string) (*storedLock, error) {
 	l := v.storedLock
 	l.ExpiresAtMs, l.AcquiredAtMs = exp, acq
 	return &l, nil
+}
+
+// scanLock reads a value of exactly the shape the scripts write,
+//
+//	{"lockId":"…","expiresAtMs":N,"acquiredAtMs":N,"key":"…","fence":"…"}
+//
+// and reports false for anything else, leaving it to encoding/json.
+func scanLock(raw string) (storedLock, bool) {
+	var l storedLock
+	rest, ok := strings.CutPrefix(raw, `{"lockId":`)
+	if !ok {
+		return l, false
+	}
+	if l.LockID, rest, ok = scanString(rest); !ok {
+		return l, false
+	}
+	if rest, ok = strings.CutPrefix(rest, `,"expiresAtMs":`); !ok {
+		return l, false
+	}
+	if l.ExpiresAtMs, rest, ok = scanInt(rest); !ok {
+		return l, false
+	}
+	if rest, ok = strings.CutPrefix(rest, `,"acquiredAtMs":`); !ok {
+		return l, false
+	}
+	if l.AcquiredAtMs, rest, ok = scanInt(rest); !ok {
+		return l, false
+	}
+	if rest, ok = strings.CutPrefix(rest, `,"key":`); !ok {
+		return l, false
+	}
+	if l.Key, rest, ok = scanString(rest); !ok {
+		return l, false
+	}
+	if rest, ok = strings.CutPrefix(rest, `,"fence":`); !ok {
+		return l, false
+	}
+	if l.Fence, rest, ok = scanString(rest); !ok {
+		return l, false
+	}
+	return l, rest == "}"
+}
+
+// scanString reads a JSON string at the start of s and returns its value and
+// what follows. It accepts only valid UTF-8 without control bytes and only
+// the escapes \/, \" and \\ (all cjson writes for a key without control
+// bytes); anything else reports false.
+func scanString(s string) (string, string, bool) {
+	if len(s) == 0 || s[0] != '"' {
+		return "", s, false
+	}
+	escaped := false
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"':
+			v := s[1:i]
+			if !utf8.ValidString(v) {
+				return "", s, false
+			}
+			if escaped {
+				v = unescape(v)
+			}
+			return v, s[i+1:], true
+		case c < 0x20:
+			return "", s, false
+		case c == '\\':
+			if i+1 == len(s) {
+				return "", s, false
+			}
+			switch s[i+1] {
+			case '/', '"', '\\':
+				escaped = true
+				i++
+			default:
+				return "", s, false
+			}
+		}
+	}
+	return "", s, false
+}
+
+// unescape resolves the escapes scanString accepted: a backslash and the
+// byte after it become that byte.
+func unescape(v string) string {
+	var b strings.Builder
+	b.Grow(len(v))
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\\' {
+			i++
+		}
+		b.WriteByte(v[i])
+	}
+	return b.String()
+}
+
+// scanInt reads a JSON integer (no fraction or exponent, at most 18 digits,
+// so it cannot overflow) at the start of s.
+func scanInt(s string) (int64, string, bool) {
+	i := 0
+	neg := len(s) > 0 && s[0] == '-'
+	if neg {
+		i++
+	}
+	start := i
+	var n int64
+	for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+		n = n*10 + int64(s[i]-'0')
+	}
+	digits := i - start
+	if digits == 0 || digits > 18 || (digits > 1 && s[start] == '0') {
+		return 0, s, false
+	}
+	if i < len(s) && (s[i] == '.' || s[i] == 'e' || s[i] == 'E') {
+		return 0, s, false
+	}
+	if neg {
+		n = -n
+	}
+	return n, s[i:], true
 }
 
 func jsonInt(n json.Number) (int64, error) {

@@ -1,7 +1,11 @@
 package redis
 
 import (
+	"fmt"
+
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // Every lock operation is one of these scripts, run with EVALSHA (go-redis
@@ -18,43 +22,33 @@ import (
 // Replies use Lua false for "absent" (a nil reply) and small integer status
 // codes; numbers stay below 2^53, where Lua's doubles are exact.
 
-// luaPrelude is shared by every script.
-const luaPrelude = `
-local TOLERANCE = 1000
+// Each script carries only the Lua it uses, written out in place: Redis
+// runs a script's whole body on every call, so helper functions defined in
+// a shared prelude would be allocated (and garbage-collected) per call. The
+// pieces every lock script repeats are these, and must stay identical:
+//
+//   - the clock: t = TIME; now = t[1] * 1000 + floor(t[2] / 1000) (the
+//     strings coerce exactly as tonumber would);
+//   - the liveness predicate: live iff expiresAtMs > now - 1000 (written
+//     as "not (exp > now - 1000)" for the negation, so that a NaN a foreign
+//     writer stored counts as not live, as it always has);
+//   - decoding a stored value: pcall(cjson.decode), and a value is a lock
+//     only if it decodes to a table with a numeric expiresAtMs and a string
+//     lockId;
+//   - SyncGuard's lock value, built by hand so integers never pass through
+//     cjson's 14-significant-digit number formatting:
+//     {"lockId":…,"expiresAtMs":%d,"acquiredAtMs":%d,"key":…,"fence":…}
+//     where lockId, key and fence are JSON strings as cjson.encode writes
+//     them. A lockId (22 base64url characters, validated in Go) and a fence
+//     ('%015d' of a non-negative counter) contain nothing cjson escapes, so
+//     they are quoted directly; the user key always goes through
+//     cjson.encode (it escapes '"', '\\', '/' and control bytes).
+//     TestValueEncoding holds the bytes to the old cjson-built value.
+//
+// The liveness tolerance, 1000 ms, is lockstore.TimeToleranceMs.
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- decode returns the lock table of a stored value, or nil when the value is
--- not a lock (corrupt, or another kind of key that collides with this name).
-local function decode(raw)
-  local ok, d = pcall(cjson.decode, raw)
-  if not ok or type(d) ~= 'table' or type(d.expiresAtMs) ~= 'number' or type(d.lockId) ~= 'string' then
-    return nil
-  end
-  return d
-end
-
-local function live(d, now)
-  return d.expiresAtMs > now - TOLERANCE
-end
-
--- encode writes SyncGuard's lock value. It is built by hand so integers
--- never pass through cjson's 14-significant-digit number formatting.
-local function encode(lockId, exp, acq, key, fence)
-  return '{"lockId":' .. cjson.encode(lockId) ..
-    ',"expiresAtMs":' .. string.format('%d', exp) ..
-    ',"acquiredAtMs":' .. string.format('%d', acq) ..
-    ',"key":' .. cjson.encode(key) ..
-    ',"fence":' .. cjson.encode(fence) .. '}'
-end
-`
-
-// Acquire status codes.
+// Acquire status codes (a successful acquire replies with a string).
 const (
-	acquireOK       = 1
 	acquireLocked   = 0
 	acquireOverflow = -1 // the counter would pass FenceMax; nothing written
 	acquireCorrupt  = -2 // the lock key holds something that is not a lock
@@ -64,34 +58,44 @@ const (
 // acquireScript takes a free key.
 //
 // KEYS: lockKey, indexKey, fenceKey
-// ARGV: lockId, ttlMs, normalized user key, FenceMax
-// →     {1, fence, expiresAtMs, nowMs} | {0} | {negative status}
+// ARGV: lockId, ttlMs, normalized user key, ttlMs+tolerance
+// →     "<fence>:<expiresAtMs>" | 0 | negative status
+//
+// The success reply is one string rather than a table: Redis builds an
+// array reply from a script with a deferred length, which costs it a reply
+// buffer allocation and a writev per call.
 //
 // The overflow check reads the counter before INCR, so a refused acquire
-// writes nothing. Both keys get PX ttl+tolerance: Redis drops them exactly
-// when the liveness predicate stops calling the lock live.
-var acquireScript = newScript(luaPrelude + `
-local now = now_ms()
+// writes nothing; FenceMax is written into the script. Both keys get PX
+// ttl+tolerance (computed in Go, so no number is formatted for it here):
+// Redis drops them exactly when the liveness predicate stops calling the
+// lock live.
+var acquireScript = newScript(fmt.Sprintf(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local raw = redis.call('GET', KEYS[1])
 if raw then
-  local d = decode(raw)
-  if d == nil then return {-2} end
-  if live(d, now) then return {0} end
+  local ok, d = pcall(cjson.decode, raw)
+  if not ok or type(d) ~= 'table' or type(d.expiresAtMs) ~= 'number' or type(d.lockId) ~= 'string' then
+    return -2
+  end
+  if d.expiresAtMs > now - 1000 then return 0 end
 end
 local n = 0
 local cur = redis.call('GET', KEYS[3])
 if cur then
   n = tonumber(cur)
-  if n == nil or n ~= math.floor(n) or n < 0 then return {-3} end
+  if n == nil or n ~= math.floor(n) or n < 0 then return -3 end
 end
-if n + 1 > tonumber(ARGV[4]) then return {-1} end
+if n + 1 > %d then return -1 end
 local fence = redis.call('INCR', KEYS[3])
-local ttl = tonumber(ARGV[2])
-local exp = now + ttl
-redis.call('SET', KEYS[1], encode(ARGV[1], exp, now, ARGV[3], string.format('%015d', fence)), 'PX', ttl + TOLERANCE)
-redis.call('SET', KEYS[2], KEYS[1], 'PX', ttl + TOLERANCE)
-return {1, fence, exp, now}
-`)
+local exp = now + ARGV[2]
+redis.call('SET', KEYS[1], '{"lockId":"' .. ARGV[1] ..
+  string.format('","expiresAtMs":%%d,"acquiredAtMs":%%d,"key":', exp, now) .. cjson.encode(ARGV[3]) ..
+  string.format(',"fence":"%%015d"}', fence), 'PX', ARGV[4])
+redis.call('SET', KEYS[2], KEYS[1], 'PX', ARGV[4])
+return string.format('%%d:%%d', fence, exp)
+`, lockstore.FenceMax))
 
 // Release/extend status codes.
 const (
@@ -105,16 +109,16 @@ const (
 // KEYS: indexKey
 // ARGV: lockId
 // →     1 | 0 | -1
-var releaseScript = newScript(luaPrelude + `
-local now = now_ms()
+var releaseScript = newScript(`
 local lockKey = redis.call('GET', KEYS[1])
 if not lockKey then return 0 end
 local raw = redis.call('GET', lockKey)
 if not raw then return 0 end
-local d = decode(raw)
+local ok, d = pcall(cjson.decode, raw)
 -- ADR-003: the index could be stale; the lock must name this lockId.
-if d == nil or d.lockId ~= ARGV[1] then return 0 end
-if not live(d, now) then return -1 end
+if not ok or type(d) ~= 'table' or type(d.expiresAtMs) ~= 'number' or d.lockId ~= ARGV[1] then return 0 end
+local t = redis.call('TIME')
+if not (d.expiresAtMs > t[1] * 1000 + math.floor(t[2] / 1000) - 1000) then return -1 end
 redis.call('DEL', lockKey, KEYS[1])
 return 1
 `)
@@ -122,22 +126,26 @@ return 1
 // extendScript sets a live lock's expiry to now+ttl (it replaces the TTL).
 //
 // KEYS: indexKey
-// ARGV: lockId, ttlMs
+// ARGV: lockId, ttlMs, ttlMs+tolerance
 // →     {1, expiresAtMs} | {0} | {-1}
-var extendScript = newScript(luaPrelude + `
-local now = now_ms()
+var extendScript = newScript(`
 local lockKey = redis.call('GET', KEYS[1])
 if not lockKey then return {0} end
 local raw = redis.call('GET', lockKey)
 if not raw then return {0} end
-local d = decode(raw)
-if d == nil or d.lockId ~= ARGV[1] then return {0} end
-if not live(d, now) then return {-1} end
-local ttl = tonumber(ARGV[2])
-local exp = now + ttl
+local ok, d = pcall(cjson.decode, raw)
+if not ok or type(d) ~= 'table' or type(d.expiresAtMs) ~= 'number' or d.lockId ~= ARGV[1] then return {0} end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+if not (d.expiresAtMs > now - 1000) then return {-1} end
+local exp = now + ARGV[2]
 local acq = tonumber(d.acquiredAtMs) or now
-redis.call('SET', lockKey, encode(d.lockId, exp, acq, d.key, d.fence), 'PX', ttl + TOLERANCE)
-redis.call('SET', KEYS[1], lockKey, 'PX', ttl + TOLERANCE)
+-- d.key and d.fence are whatever the acquiring writer stored (SyncGuard's
+-- own encoder among them), so they go through cjson.encode.
+redis.call('SET', lockKey, '{"lockId":"' .. ARGV[1] ..
+  string.format('","expiresAtMs":%d,"acquiredAtMs":%d,"key":', exp, acq) .. cjson.encode(d.key) ..
+  ',"fence":' .. cjson.encode(d.fence) .. '}', 'PX', ARGV[3])
+redis.call('SET', KEYS[1], lockKey, 'PX', ARGV[3])
 return {1, exp}
 `)
 
@@ -154,12 +162,13 @@ return {1, exp}
 // With cleanup on, a lock more than 2000 ms past expiry is deleted along
 // with its index (if the index still points at it). Counters are never
 // touched.
-var readKeyScript = newScript(luaPrelude + `
-local now = now_ms()
+var readKeyScript = newScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local raw = redis.call('GET', KEYS[1])
 if raw and ARGV[1] == '1' then
-  local d = decode(raw)
-  if d ~= nil and now - d.expiresAtMs > 2000 then
+  local ok, d = pcall(cjson.decode, raw)
+  if ok and type(d) == 'table' and type(d.expiresAtMs) == 'number' and type(d.lockId) == 'string' and now - d.expiresAtMs > 2000 then
     redis.call('DEL', KEYS[1])
     if ARGV[2] ~= '' and string.match(d.lockId, '^[A-Za-z0-9_-]+$') and #d.lockId == 22 then
       local idx = ARGV[2] .. d.lockId
@@ -176,14 +185,15 @@ return {raw, now}
 // KEYS: indexKey
 // ARGV: lockId
 // →     {value|nil, nowMs}
-var readLockIDScript = newScript(luaPrelude + `
-local now = now_ms()
+var readLockIDScript = newScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local lockKey = redis.call('GET', KEYS[1])
 if not lockKey then return {false, now} end
 local raw = redis.call('GET', lockKey)
 if not raw then return {false, now} end
-local d = decode(raw)
-if d == nil or d.lockId ~= ARGV[1] then return {false, now} end
+local ok, d = pcall(cjson.decode, raw)
+if not ok or type(d) ~= 'table' or type(d.expiresAtMs) ~= 'number' or d.lockId ~= ARGV[1] then return {false, now} end
 return {raw, now}
 `)
 
@@ -191,9 +201,9 @@ return {raw, now}
 //
 // KEYS: lockKey, fenceKey
 // →     {value|nil, counter|nil, nowMs}
-var inspectScript = newScript(luaPrelude + `
-local now = now_ms()
-return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), now}
+var inspectScript = newScript(`
+local t = redis.call('TIME')
+return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2]), t[1] * 1000 + math.floor(t[2] / 1000)}
 `)
 
 // appendAuditScript adds audit events to the two class streams and trims
