@@ -8,9 +8,10 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// Every lock operation is one of these scripts, run with EVALSHA (go-redis
-// falls back to EVAL on NOSCRIPT, e.g. after SCRIPT FLUSH or a failover to a
-// replica that never loaded them). A script runs atomically and reads the
+// Every lock operation is one of these scripts, run with EVALSHA through
+// the dispatcher (dispatch.go: concurrent callers' scripts share a
+// pipeline), which sends a script again as EVAL on NOSCRIPT, e.g. after
+// SCRIPT FLUSH or a failover to a replica that never loaded them. A script runs atomically and reads the
 // clock with TIME, so Redis is the only time authority: the lockId→key
 // resolution, the ownership and liveness checks and the mutation happen in
 // one step that no other client can interleave with (the TOCTOU rule).
