@@ -25,7 +25,12 @@ func FormatFence(n int64) (string, error) {
 	if n < 1 || n > FenceMax {
 		return "", Errorf(Internal, "fence", "fence counter %d outside [1, %d]", n, FenceMax)
 	}
-	return fmt.Sprintf("%015d", n), nil
+	var b [FenceDigits]byte
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return string(b[:]), nil
 }
 
 // ParseFence parses a 15-digit fence. It accepts exactly FenceDigits ASCII

@@ -5,11 +5,23 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 )
+
+// TestFormatFenceDigits: every digit position is written, against the
+// %015d formatting the fence's spelling is defined by.
+func TestFormatFenceDigits(t *testing.T) {
+	for n := int64(1); n <= FenceMax; n = n*7 + 3 {
+		got, err := FormatFence(n)
+		if want := fmt.Sprintf("%015d", n); err != nil || got != want {
+			t.Errorf("FormatFence(%d) = %q, %v; want %q", n, got, err, want)
+		}
+	}
+}
 
 func TestFormatFence(t *testing.T) {
 	tests := []struct {
