@@ -664,8 +664,14 @@ func startPostgres(t *testing.T) outage {
 	port := strconv.Itoa(freePort(t))
 	var kill func()
 	run := func() {
-		kill = startProcess(t, asPG(filepath.Join(bin, "postgres"), "-D", data, "-p", port, "-k", dir,
-			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"))
+		// Stopped by SIGQUIT, PostgreSQL's immediate shutdown: the postmaster
+		// has every backend quit at once and exits only when they are all
+		// gone. A SIGKILL would not do: each backend runs in a session of its
+		// own (setsid), so it outlives a killed postmaster — process group
+		// and all — long enough to answer one more query on a pooled
+		// connection, and "the store is down" would not yet be true.
+		kill = startProcessStop(t, asPG(filepath.Join(bin, "postgres"), "-D", data, "-p", port, "-k", dir,
+			"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"), syscall.SIGQUIT)
 		waitTCP(t, "127.0.0.1:"+port, 30*time.Second, "")
 		// Listening is not accepting: a server still "starting up" refuses
 		// connections (57P03), and a gateway started then exits 3.
@@ -717,13 +723,18 @@ func startFirestoreEmulator(t *testing.T) outage {
 	}
 }
 
-// startProcess starts cmd and returns a func that SIGKILLs it and waits;
-// the same runs at cleanup.
+// startProcess starts cmd and returns a func that SIGKILLs it (its whole
+// process group) and waits; the same runs at cleanup.
 func startProcess(t testing.TB, cmd *exec.Cmd) func() {
 	t.Helper()
-	// Its own process group, killed whole: a PostgreSQL backend outlives a
-	// SIGKILLed postmaster long enough to answer one more query on a
-	// pooled connection, so "the store is down" would not yet be true.
+	return startProcessStop(t, cmd, syscall.SIGKILL)
+}
+
+// startProcessStop is startProcess with the signal that stops the process:
+// first is sent to cmd's process, and the process group is SIGKILLed only
+// if it has not exited 15 s later.
+func startProcessStop(t testing.TB, cmd *exec.Cmd, first syscall.Signal) func() {
+	t.Helper()
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
@@ -734,6 +745,19 @@ func startProcess(t testing.TB, cmd *exec.Cmd) func() {
 	waited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(waited) }()
 	kill := func() {
+		select {
+		case <-waited:
+			return
+		default:
+		}
+		if first != syscall.SIGKILL {
+			_ = cmd.Process.Signal(first)
+			select {
+			case <-waited:
+				return
+			case <-time.After(15 * time.Second):
+			}
+		}
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-waited
 	}
