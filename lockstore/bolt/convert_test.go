@@ -3,6 +3,7 @@ package bolt
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -326,4 +327,54 @@ func TestRecordsJSONWrites(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestRecordsJSONLeavesUndecodable: a record neither format reads is left
+// byte for byte as it was (it fails closed for its key in every version),
+// the store still opens, and the log line says so at warn level.
+func TestRecordsJSONLeavesUndecodable(t *testing.T) {
+	f := writeBinaryFile(t)
+	bad := map[string][]byte{
+		"short binary":   {recordV1, 0, 0, 1},
+		"unknown format": append([]byte{0x02}, bytes.Repeat([]byte{'A'}, recordV1Length-1)...),
+	}
+	db, err := bbolt.Open(f.path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		for k, v := range bad {
+			if err := tx.Bucket(bucketLocks).Put([]byte(k), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(err, db.Close()); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	s, err := Open(t.Context(), Config{Path: f.path, Records: RecordsJSON, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatalf("Open(records=json) with undecodable records: %v", err)
+	}
+	if got := lockstore.CodeOf(func() error { _, err := s.IsLocked(t.Context(), "short binary"); return err }()); got != lockstore.Internal {
+		t.Errorf("IsLocked on an undecodable record: code %s, want Internal (fail closed)", got)
+	}
+	_ = s.db.View(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketLocks).ForEach(func(k, v []byte) error {
+			if want, ok := bad[string(k)]; ok {
+				if !bytes.Equal(v, want) {
+					t.Errorf("%q: undecodable record changed to %q", k, v)
+				}
+			} else if _, err := oldDecode(v); err != nil {
+				t.Errorf("%q: not converted: %q", k, v)
+			}
+			return nil
+		})
+	})
+	out := logs.String()
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, fmt.Sprintf("converted=%d ", f.binary)) || !strings.Contains(out, "undecodable=2") {
+		t.Errorf("log does not warn of 2 undecodable records next to %d converted:\n%s", f.binary, out)
+	}
 }
