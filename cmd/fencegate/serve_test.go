@@ -86,6 +86,7 @@ func TestServeConfigZeroIsPackageDefault(t *testing.T) {
 func TestStoreTable(t *testing.T) {
 	for raw, want := range map[string]string{
 		"bolt://./x.db":                                "bolt",
+		"bolt://./x.db?records=json":                   "bolt",
 		"redis://127.0.0.1:6379/0":                     "redis",
 		"rediss://127.0.0.1:6379/0":                    "redis",
 		"redis+sentinel://127.0.0.1:26379/0?master=m":  "redis",
@@ -99,7 +100,7 @@ func TestStoreTable(t *testing.T) {
 			t.Errorf("%s: backend %q, %v; want %s", raw, u.backend, err, want)
 		}
 	}
-	for _, raw := range []string{"", "mysql://u:hunter2@h/db", "redis://u:hunter2@h:1/0?nosuch=1", "postgres://u:hunter2@h/db?autoMigrate=perhaps"} {
+	for _, raw := range []string{"", "bolt://./x.db?records=xml", "mysql://u:hunter2@h/db", "redis://u:hunter2@h:1/0?nosuch=1", "postgres://u:hunter2@h/db?autoMigrate=perhaps"} {
 		_, err := parseStoreURL(raw)
 		if err == nil {
 			t.Errorf("%q parsed", raw)

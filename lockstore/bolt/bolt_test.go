@@ -26,7 +26,16 @@ func TestParseURL(t *testing.T) {
 	}
 	for _, c := range []struct {
 		url, want, errHas string
+		records           RecordFormat
 	}{
+		{url: "bolt:///var/lib/fencegate/locks.db?records=json", want: "/var/lib/fencegate/locks.db", records: RecordsJSON},
+		{url: "bolt://./fencegate.db?records=binary", want: filepath.Join(wd, "fencegate.db"), records: RecordsBinary},
+		{url: "bolt:///x.db?records=xml", errHas: `records="xml" is not a lock record format; allowed: binary (default), json`},
+		{url: "bolt:///x.db?records=JSON", errHas: "allowed: binary (default), json"},
+		{url: "bolt:///x.db?records=", errHas: "records= is empty; allowed: binary (default), json"},
+		{url: "bolt:///x.db?records=json&records=binary", errHas: "given 2 times"},
+		{url: "bolt:///x.db?records=json;x", errHas: "query"},
+		{url: "bolt:///x.db#frag", errHas: "no fragment"},
 		{url: "bolt:///var/lib/fencegate/locks.db", want: "/var/lib/fencegate/locks.db"},
 		{url: "bolt:///tmp/a/../b.db", want: "/tmp/b.db"},
 		{url: "bolt://./fencegate.db", want: filepath.Join(wd, "fencegate.db")},
@@ -41,7 +50,7 @@ func TestParseURL(t *testing.T) {
 		{url: "bolt://", errHas: "names no file"},
 		{url: "bolt:///dir/", errHas: "names no file"},
 		{url: "bolt:rel.db", errHas: "not of the form"},
-		{url: "bolt:///x.db?timeout=1s", errHas: "no query"},
+		{url: "bolt:///x.db?timeout=1s", errHas: `unknown store URL parameter "timeout"; the only one is records=binary|json`},
 		{url: "bolt://user@./x.db", errHas: "no user"},
 		{url: "bolt://.:80/x.db", errHas: "no user or port"},
 		{url: "::", errHas: "parse"},
@@ -57,10 +66,21 @@ func TestParseURL(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseURL(%q): %v", c.url, err)
 			}
-			if cfg.Path != c.want {
-				t.Fatalf("ParseURL(%q).Path = %q, want %q", c.url, cfg.Path, c.want)
+			if cfg.Path != c.want || cfg.Records != c.records {
+				t.Fatalf("ParseURL(%q) = %+v, want path %q, records %q", c.url, cfg, c.want, c.records)
 			}
 		})
+	}
+	// A bad records value is the caller's mistake, at parse and at Open.
+	if _, err := ParseURL("bolt:///x.db?records=xml"); lockstore.CodeOf(err) != lockstore.InvalidArgument {
+		t.Errorf("ParseURL(records=xml) = %v, want InvalidArgument", err)
+	}
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "x.db"), Records: "xml"})
+	if err == nil {
+		s.Close()
+	}
+	if lockstore.CodeOf(err) != lockstore.InvalidArgument || !strings.Contains(err.Error(), "allowed: binary (default), json") {
+		t.Errorf("Open(Records: xml) = %v, want InvalidArgument listing the formats", err)
 	}
 }
 

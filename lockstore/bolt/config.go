@@ -31,11 +31,46 @@ type Config struct {
 	// OpenTimeout bounds the wait for the file lock; zero means
 	// DefaultOpenTimeout.
 	OpenTimeout time.Duration
+	// Records is the lock record format this store writes: RecordsBinary
+	// (the default, also for "") or RecordsJSON, the format fencegate
+	// versions before the binary record wrote and read. With RecordsJSON,
+	// Open first rewrites every binary record in the file as JSON, so that
+	// an older fencegate can run on the file afterwards (a rollback).
+	// Both formats are always read.
+	Records RecordFormat
+}
+
+// RecordFormat names a lock record format (record.go).
+type RecordFormat string
+
+// The lock record formats a store can write.
+const (
+	// RecordsBinary writes the 47-byte binary record (the default).
+	RecordsBinary RecordFormat = "binary"
+	// RecordsJSON writes SyncGuard's JSON lock value, key included, byte
+	// for byte as fencegate versions before the binary record did, and
+	// converts the file's binary records to it when the store opens.
+	RecordsJSON RecordFormat = "json"
+)
+
+// recordsParam is the store URL parameter that sets Config.Records.
+const recordsParam = "records"
+
+// check reports a format this package does not know as InvalidArgument,
+// naming the allowed ones.
+func (f RecordFormat) check() error {
+	switch f {
+	case "", RecordsBinary, RecordsJSON:
+		return nil
+	}
+	return lockstore.Errorf(lockstore.InvalidArgument, "config",
+		"bolt: %s=%q is not a lock record format; allowed: %s (default), %s", recordsParam, string(f), RecordsBinary, RecordsJSON)
 }
 
 // ParseURL parses a bolt store URL: bolt:///abs/path.db for an absolute
 // path, or bolt://./rel.db for a path relative to the working directory
 // (resolved to an absolute path now, so a later chdir changes nothing).
+// The one query parameter is records=binary|json (Config.Records).
 func ParseURL(u string) (Config, error) {
 	pu, err := url.Parse(u)
 	if err != nil {
@@ -47,8 +82,12 @@ func ParseURL(u string) (Config, error) {
 	if pu.User != nil || pu.Port() != "" {
 		return Config{}, fmt.Errorf("bolt: store URL names a local file and takes no user or port; want bolt:///abs/path.db or bolt://./rel.db")
 	}
-	if pu.RawQuery != "" || pu.Fragment != "" {
-		return Config{}, fmt.Errorf("bolt: store URL takes no query or fragment; want bolt:///abs/path.db or bolt://./rel.db")
+	if pu.Fragment != "" {
+		return Config{}, fmt.Errorf("bolt: store URL takes no fragment; want bolt:///abs/path.db or bolt://./rel.db")
+	}
+	records, err := parseQuery(pu.RawQuery)
+	if err != nil {
+		return Config{}, err
 	}
 	if pu.Opaque != "" {
 		return Config{}, fmt.Errorf("bolt: store URL %q is not of the form bolt:///abs/path.db or bolt://./rel.db", u)
@@ -72,5 +111,35 @@ func ParseURL(u string) (Config, error) {
 	if p == "" || strings.HasSuffix(p, "/") {
 		return Config{}, fmt.Errorf("bolt: store URL %q names no file; want bolt:///abs/path.db or bolt://./rel.db", u)
 	}
-	return Config{Path: filepath.Clean(p)}, nil
+	return Config{Path: filepath.Clean(p), Records: records}, nil
+}
+
+// parseQuery reads the store URL's query: nothing, or records once.
+func parseQuery(raw string) (RecordFormat, error) {
+	if raw == "" {
+		return "", nil
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return "", lockstore.Errorf(lockstore.InvalidArgument, "config", "bolt: store URL query: %v", err)
+	}
+	var records RecordFormat
+	for name, vals := range q {
+		if name != recordsParam {
+			return "", lockstore.Errorf(lockstore.InvalidArgument, "config",
+				"bolt: unknown store URL parameter %q; the only one is %s=%s|%s", name, recordsParam, RecordsBinary, RecordsJSON)
+		}
+		if len(vals) != 1 {
+			return "", lockstore.Errorf(lockstore.InvalidArgument, "config", "bolt: store URL parameter %s given %d times", name, len(vals))
+		}
+		records = RecordFormat(vals[0])
+		if records == "" {
+			return "", lockstore.Errorf(lockstore.InvalidArgument, "config",
+				"bolt: %s= is empty; allowed: %s (default), %s", recordsParam, RecordsBinary, RecordsJSON)
+		}
+		if err := records.check(); err != nil {
+			return "", err
+		}
+	}
+	return records, nil
 }

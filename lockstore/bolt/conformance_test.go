@@ -3,6 +3,8 @@ package bolt
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,17 +28,34 @@ func TestConformance(t *testing.T) {
 
 // harness opens bolt stores for the suite, each passed through wrap.
 func harness(t *testing.T, wrap func(*Store) lockstore.Store) storetest.Harness {
+	return harnessQuery(t, "", wrap)
+}
+
+// harnessQuery is harness with stores opened from a store URL with this
+// query (as the serve command opens them).
+func harnessQuery(t *testing.T, query string, wrap func(*Store) lockstore.Store) storetest.Harness {
 	dir := t.TempDir()
+	config := func(t *testing.T, ns string) Config {
+		u := url.URL{Scheme: "bolt", Path: filepath.Join(dir, ns+".db"), RawQuery: query}
+		cfg, err := ParseURL(u.String())
+		if err != nil {
+			t.Fatalf("ParseURL(%s): %v", u.String(), err)
+		}
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		return cfg
+	}
 	return storetest.Harness{
 		Open: func(t *testing.T, ns string) lockstore.Store {
-			s, err := Open(t.Context(), Config{Path: filepath.Join(dir, ns+".db")})
+			s, err := Open(t.Context(), config(t, ns))
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
 			return wrap(s)
 		},
 		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
-			s, err := Open(t.Context(), Config{Path: filepath.Join(dir, ns+".db"), AuditRetention: r})
+			cfg := config(t, ns)
+			cfg.AuditRetention = r
+			s, err := Open(t.Context(), cfg)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}

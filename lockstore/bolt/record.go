@@ -39,8 +39,11 @@ func (r *lockRecord) info() *lockstore.LockInfo {
 // Every record written before the binary format was one; files holding
 // them are read, extended and released as they are, forever. A JSON
 // record becomes binary only when a mutation rewrites it anyway (extend).
+// A store opened with Config.Records = RecordsJSON (records=json) writes
+// only JSON records, and first converts the file's binary ones
+// (convertToJSON), so that an older fencegate can take the file over.
 //
-// recordV1 (0x01) starts the binary record every write produces now:
+// recordV1 (0x01) starts the binary record a write produces by default:
 // 47 bytes, integers big-endian so that a hex dump (bbolt get --format hex)
 // reads left to right:
 //
@@ -68,12 +71,9 @@ const (
 // 15-digit fence (every caller got it from lockstore.NextFence or from a
 // decoded record).
 func encodeRecord(r *lockRecord) ([]byte, error) {
-	fence, err := lockstore.ParseFence(r.Fence)
+	fence, err := checkEncodable(r)
 	if err != nil {
-		return nil, lockstore.Errorf(lockstore.Internal, "encode", "bolt: lock record fence: %v", err)
-	}
-	if len(r.LockID) != lockstore.LockIDLength {
-		return nil, lockstore.Errorf(lockstore.Internal, "encode", "bolt: lock record lockId is %d bytes", len(r.LockID))
+		return nil, err
 	}
 	v := make([]byte, 0, recordV1Length)
 	v = append(v, recordV1)
@@ -81,6 +81,40 @@ func encodeRecord(r *lockRecord) ([]byte, error) {
 	v = binary.BigEndian.AppendUint64(v, uint64(r.AcquiredAtMs))
 	v = binary.BigEndian.AppendUint64(v, uint64(fence))
 	return append(v, r.LockID...), nil
+}
+
+// encodeJSONRecord renders r as a JSON record exactly as every fencegate
+// before the binary record wrote it (encoding/json on a struct of these
+// fields in this order, key included), so that those versions read it:
+// they decode it with encoding/json and trust every field.
+func encodeJSONRecord(r *lockRecord) ([]byte, error) {
+	if _, err := checkEncodable(r); err != nil {
+		return nil, err
+	}
+	v, err := json.Marshal(struct {
+		LockID       string `json:"lockId"`
+		ExpiresAtMs  int64  `json:"expiresAtMs"`
+		AcquiredAtMs int64  `json:"acquiredAtMs"`
+		Key          string `json:"key"`
+		Fence        string `json:"fence"`
+	}{r.LockID, r.ExpiresAtMs, r.AcquiredAtMs, r.Key, r.Fence})
+	if err != nil {
+		return nil, lockstore.Errorf(lockstore.Internal, "encode", "bolt: lock record: %v", err)
+	}
+	return v, nil
+}
+
+// checkEncodable refuses to write a record decodeRecord would reject: a
+// fence that is not 15 valid digits or a lockId of the wrong length.
+func checkEncodable(r *lockRecord) (int64, error) {
+	fence, err := lockstore.ParseFence(r.Fence)
+	if err != nil {
+		return 0, lockstore.Errorf(lockstore.Internal, "encode", "bolt: lock record fence: %v", err)
+	}
+	if len(r.LockID) != lockstore.LockIDLength {
+		return 0, lockstore.Errorf(lockstore.Internal, "encode", "bolt: lock record lockId is %d bytes", len(r.LockID))
+	}
+	return fence, nil
 }
 
 // decodeRecord reads the record stored under bucket key k in either

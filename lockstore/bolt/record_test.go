@@ -1,7 +1,6 @@
 package bolt
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -14,19 +13,6 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
-
-// encodeLegacy writes r exactly as every fencegate before the binary
-// record did: SyncGuard's JSON lock value, key included, in this field
-// order.
-func encodeLegacy(r *lockRecord) ([]byte, error) {
-	return json.Marshal(struct {
-		LockID       string `json:"lockId"`
-		ExpiresAtMs  int64  `json:"expiresAtMs"`
-		AcquiredAtMs int64  `json:"acquiredAtMs"`
-		Key          string `json:"key"`
-		Fence        string `json:"fence"`
-	}{r.LockID, r.ExpiresAtMs, r.AcquiredAtMs, r.Key, r.Fence})
-}
 
 // TestRecordCodec: the binary record round-trips, and every malformed
 // value, in either format, is a corrupt record (Internal), never a lock
@@ -42,7 +28,10 @@ func TestRecordCodec(t *testing.T) {
 	if err != nil || *got != *r {
 		t.Fatalf("round trip = %+v, %v; want %+v", got, err, r)
 	}
-	legacy, _ := encodeLegacy(r)
+	legacy, err := encodeJSONRecord(r)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got, err := decodeRecord("k", legacy); err != nil || *got != *r {
 		t.Fatalf("JSON record = %+v, %v; want %+v", got, err, r)
 	}
@@ -240,12 +229,17 @@ func TestLegacyJSONRecords(t *testing.T) {
 	}
 }
 
-// TestConformanceLegacyRecords runs the shared suite on a store that
-// writes every lock record in the legacy JSON format, so every case also
-// covers reading, extending and releasing records of older files.
-func TestConformanceLegacyRecords(t *testing.T) {
-	storetest.Run(t, harness(t, func(s *Store) lockstore.Store {
-		s.encode = encodeLegacy
+// TestConformanceJSONRecords runs the shared suite on stores opened
+// through the URL option records=json: every lock record is written in
+// the JSON format older versions read, so every case also covers reading,
+// extending and releasing the records of older files, and each reopen
+// runs the conversion on a file in use.
+func TestConformanceJSONRecords(t *testing.T) {
+	storetest.Run(t, harnessQuery(t, "records=json", func(s *Store) lockstore.Store {
+		v, err := s.encode(&lockRecord{LockID: "AAAAAAAAAAAAAAAAAAAAAA", Key: "k", Fence: "000000000000001"})
+		if err != nil || len(v) == 0 || v[0] != recordJSON {
+			t.Fatalf("a store opened with records=json writes %q, %v; want a JSON record", v, err)
+		}
 		return s
 	}))
 }

@@ -14,6 +14,15 @@
 // element in each of locks, lock_ids and fence_counters; bbolt's default
 // page fill (50% at a split) is kept on purpose, because a higher fill
 // halves the density of pages that random keys are inserted into.
+//
+// Lock records are written in a binary form that fencegate versions before
+// it cannot read: an older binary on a file this version wrote fails
+// closed (Internal) on every such key, forever. Rolling back therefore
+// takes one step first: open the file once with Config.Records =
+// RecordsJSON (store URL bolt:///path.db?records=json), which rewrites
+// every binary record as the JSON record older versions wrote, in one
+// transaction before serving, and writes only JSON from then on. JSON
+// records are read by every version, this one included.
 package bolt
 
 import (
@@ -54,9 +63,9 @@ type Store struct {
 	retention lockstore.AuditRetention
 	// now is the time authority; tests replace it to move time.
 	now func() time.Time
-	// encode and decode are the lock record codec (encodeRecord,
-	// decodeRecord); tests replace them to write legacy JSON records or
-	// to prove that a broken decoder is caught.
+	// encode and decode are the lock record codec: encodeRecord, or
+	// encodeJSONRecord with records=json, and decodeRecord (both formats);
+	// tests replace decode to prove that a broken decoder is caught.
 	encode func(*lockRecord) ([]byte, error)
 	decode func(k string, v []byte) (*lockRecord, error)
 
@@ -77,13 +86,24 @@ var (
 
 // Open opens (creating if needed) the store file at cfg.Path. If another
 // process holds the file, Open fails after cfg.OpenTimeout with an error
-// saying so rather than waiting forever.
+// saying so rather than waiting forever. With cfg.Records = RecordsJSON it
+// first rewrites every binary lock record as JSON, in the transaction
+// that prepares the file, and logs how many.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
+	return open(ctx, cfg, encodeJSONRecord)
+}
+
+// open is Open with the records=json encoder as a parameter, so that
+// tests can prove theirs catch a broken one.
+func open(ctx context.Context, cfg Config, encodeJSON func(*lockRecord) ([]byte, error)) (*Store, error) {
 	if err := lockstore.ContextError(ctx, "open"); err != nil {
 		return nil, err
 	}
 	if cfg.Path == "" {
 		return nil, lockstore.Errorf(lockstore.InvalidArgument, "open", "bolt: Config.Path is empty")
+	}
+	if err := cfg.Records.check(); err != nil {
+		return nil, err
 	}
 	timeout := cfg.OpenTimeout
 	if timeout <= 0 {
@@ -114,19 +134,28 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: "open",
 			Msg: "bolt: open " + cfg.Path, Err: err}
 	}
+	var conv conversion
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, b := range [][]byte{bucketLocks, bucketIDs, bucketFences, bucketAudit, bucketInput, bucketMeta, bucketWrites} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
 			}
 		}
+		if cfg.Records != RecordsJSON {
+			return nil
+		}
+		c, err := convertToJSON(tx, encodeJSON)
+		if err != nil {
+			return fmt.Errorf("convert lock records to JSON: %w", err)
+		}
+		conv = c
 		return nil
 	})
 	if err != nil {
 		_ = db.Close()
 		return nil, &lockstore.Error{Code: lockstore.Internal, Op: "open", Msg: "bolt: initialise " + cfg.Path, Err: err}
 	}
-	return &Store{
+	s := &Store{
 		db:        db,
 		writes:    &groupCommit{db: db},
 		path:      cfg.Path,
@@ -135,7 +164,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		now:       time.Now,
 		encode:    encodeRecord,
 		decode:    decodeRecord,
-	}, nil
+	}
+	if cfg.Records == RecordsJSON {
+		s.encode = encodeJSON
+		logConversion(ctx, s.log, cfg.Path, conv)
+	}
+	return s, nil
 }
 
 // Capabilities reports bolt on client (this process's) time.
