@@ -55,9 +55,10 @@ const (
 //
 // Deadlines: a caller waits at most until its own context ends and then
 // returns that error, whatever its script's fate. A script whose caller's
-// context ended before its batch was sent is not sent (a lock call that
-// gave up never takes effect later); one already sent may still run, as
-// with any request whose reply is lost. A batch's round trip is bounded by
+// context ended before its batch was sent, or before its resend as EVAL
+// after NOSCRIPT, is not sent (a lock call that gave up never takes effect
+// later); one already sent may still run, as with any request whose reply
+// is lost. A batch's round trip is bounded by
 // the latest deadline among its callers.
 type dispatcher struct {
 	client *goredis.Client
@@ -132,8 +133,9 @@ func (d *dispatcher) run(ctx context.Context, s script, keys []string, args ...a
 // mayStart reports whether an idle lane may send the queue now: no round
 // trip is in flight, or the queue holds joinQueue calls, or every round
 // trip in flight has been out for stallAfter. If not, it makes sure a
-// timer will ask again when the youngest one passes stallAfter (the lane
-// that returns first takes the queue anyway). d.mu is held.
+// timer will ask again when the youngest one passes stallAfter (and a lane
+// whose round trip returns takes the queue at once: that adds no round
+// trip in flight). d.mu is held.
 func (d *dispatcher) mayStart(now time.Time) bool {
 	var youngest time.Time
 	busy := 0
@@ -179,13 +181,16 @@ func (d *dispatcher) close() {
 func (d *dispatcher) lane(i int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	returned := false // this lane's round trip just came back
 	for {
-		for len(d.queue) == 0 || !d.mayStart(time.Now()) {
+		for len(d.queue) == 0 || !(returned || d.mayStart(time.Now())) {
 			if d.closed && len(d.queue) == 0 {
 				return
 			}
+			returned = false
 			d.work.Wait()
 		}
+		returned = false
 		n := min(len(d.queue), maxBatch)
 		batch := d.queue[:n:n]
 		if n == len(d.queue) {
@@ -199,6 +204,7 @@ func (d *dispatcher) lane(i int) {
 		d.exec(batch)
 		d.mu.Lock()
 		d.started[i] = time.Time{}
+		returned = true
 		if d.closed {
 			d.work.Broadcast() // lanes waiting for a stall may now leave
 		}
@@ -233,25 +239,25 @@ func (d *dispatcher) exec(batch []*call) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	if len(live) == 1 {
-		c := live[0]
-		c.cmd = c.s.EvalSha(ctx, d.client, c.keys, c.args...)
-	} else {
-		pipe := d.client.Pipeline()
-		for _, c := range live {
-			c.cmd = c.s.EvalSha(ctx, pipe, c.keys, c.args...)
-		}
-		// Exec's error is the first command's; each command keeps its own.
-		_, _ = pipe.Exec(ctx)
-		d.pipelined.Add(int64(len(live)))
-	}
+	d.send(ctx, live, false)
+	// NOSCRIPT: the server's script cache was flushed (a restart, a
+	// failover to a replica that never loaded it, SCRIPT FLUSH), so these
+	// scripts did not run and sending their source is safe — for callers
+	// still waiting. One whose deadline passed during the first round trip
+	// has returned; its script is not sent, as above.
+	var again []*call
 	for _, c := range live {
-		// The server's script cache was flushed (a restart, a failover to
-		// a replica that never loaded it, SCRIPT FLUSH): this script did
-		// not run, so sending its source is safe.
-		if err := c.cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-			c.cmd = c.s.Eval(ctx, d.client, c.keys, c.args...)
+		if err := c.cmd.Err(); err == nil || !goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			continue
 		}
+		if err := c.ctx.Err(); err != nil && !d.sendAbandoned {
+			c.cmd = failedCmd(c.ctx, err)
+			continue
+		}
+		again = append(again, c)
+	}
+	if len(again) > 0 {
+		d.send(ctx, again, true)
 	}
 	if d.deliver != nil {
 		d.deliver(live)
@@ -259,6 +265,28 @@ func (d *dispatcher) exec(batch []*call) {
 	for _, c := range live {
 		close(c.ready)
 	}
+}
+
+// send runs calls' scripts by digest (EVALSHA), or by source (EVAL) when
+// eval is set: one command alone, several as one pipeline.
+func (d *dispatcher) send(ctx context.Context, calls []*call, eval bool) {
+	run := func(c *call, sc goredis.Scripter) *goredis.Cmd {
+		if eval {
+			return c.s.Eval(ctx, sc, c.keys, c.args...)
+		}
+		return c.s.EvalSha(ctx, sc, c.keys, c.args...)
+	}
+	if len(calls) == 1 {
+		calls[0].cmd = run(calls[0], d.client)
+		return
+	}
+	pipe := d.client.Pipeline()
+	for _, c := range calls {
+		c.cmd = run(c, pipe)
+	}
+	// Exec's error is the first command's; each command keeps its own.
+	_, _ = pipe.Exec(ctx)
+	d.pipelined.Add(int64(len(calls)))
 }
 
 func failedCmd(ctx context.Context, err error) *goredis.Cmd {

@@ -348,3 +348,74 @@ func newFreezingProxy(t *testing.T, target, marker string) string {
 	})
 	return l.Addr().String()
 }
+
+// TestDispatchAbandonedCallIsNotResent: a script that met NOSCRIPT (the
+// server lost its script cache) is sent again as EVAL only for a caller
+// still waiting; an acquire whose caller gave up during the first round
+// trip never takes effect.
+func TestDispatchAbandonedCallIsNotResent(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		sendAbandoned bool
+	}{{"sound", false}, {"broken", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := startServer(t)
+			s := openURL(t, "redis://"+srv.addr()+"/0?prefix=resend&read_timeout=10s&write_timeout=10s")
+			s.d.sendAbandoned = tc.sendAbandoned
+			if err := s.Client().ScriptFlush(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			srv.signal(syscall.SIGSTOP)
+			thawed := false
+			defer func() {
+				if !thawed {
+					srv.signal(syscall.SIGCONT)
+				}
+			}()
+
+			long := func(key string, done chan<- error) {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				_, err := s.IsLocked(ctx, key)
+				done <- err
+			}
+			// A first round trip hangs on the frozen server; the next two
+			// calls queue behind it and leave together when a second lane
+			// joins (after stallAfter), then hang too.
+			first, other := make(chan error, 1), make(chan error, 1)
+			go long("first", first)
+			waitTaken(t, s.d, 1)
+			go long("other", other)
+			acquired := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+				defer cancel()
+				_, err := s.Acquire(ctx, "k", time.Minute)
+				acquired <- err
+			}()
+			waitTaken(t, s.d, 3)
+			if err := <-acquired; lockstore.CodeOf(err) != lockstore.NetworkTimeout {
+				t.Fatalf("acquire during the freeze: %v, want NetworkTimeout", err)
+			}
+
+			// Thawed, both batches come back NOSCRIPT; only callers still
+			// waiting have their scripts sent again.
+			srv.signal(syscall.SIGCONT)
+			thawed = true
+			for _, ch := range []chan error{first, other} {
+				if err := <-ch; err != nil {
+					t.Fatalf("a waiting call after NOSCRIPT: %v", err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			st, err := s.Inspect(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if taken := st.Live != nil || st.LatestFence != ""; taken != tc.sendAbandoned {
+				t.Errorf("abandoned acquire took effect after NOSCRIPT: %v (want %v); state %+v", taken, tc.sendAbandoned, st)
+			}
+		})
+	}
+}

@@ -130,7 +130,9 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Close lets the scripts already queued run, then closes the connection
-// pool; calls after Close fail. Locks stay in Redis until they expire. It
+// pool; calls after Close fail. With Redis unreachable it waits for the
+// round trips in flight to end, at the latest when their callers'
+// deadlines (or the read timeout) pass. Locks stay in Redis until they expire. It
 // is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
