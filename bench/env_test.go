@@ -159,13 +159,18 @@ func openPostgres(tb testing.TB) lockstore.Store {
 
 // deletePrefix removes every key starting with prefix.
 func deletePrefix(ctx context.Context, c *goredis.Client, prefix string) error {
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	// Exactly the store's two key spaces (SyncGuard's "<prefix>:" and its
+	// own "<prefix>.fencegate:"), not every key that merely starts with
+	// prefix.
 	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		return fmt.Errorf("scan: %w", err)
+	for _, pattern := range []string{prefix + ":*", prefix + ".fencegate:*"} {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			return fmt.Errorf("scan: %w", err)
+		}
 	}
 	for len(keys) > 0 {
 		n := min(len(keys), 500)

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -100,6 +101,9 @@ func (p *proc) pids() []int { return []int{p.cmd.Process.Pid} }
 func startProc(tb testing.TB, env []string, ready func(line string) map[string]string, name string, args ...string) *proc {
 	tb.Helper()
 	cmd := exec.Command(name, args...)
+	// Killed with the bench process even when cleanup never runs (a
+	// -timeout panic): `fencegate serve` does not watch its stdin.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Env = append(os.Environ(), env...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw

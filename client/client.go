@@ -68,11 +68,14 @@ type Client struct {
 var _ Locks = (*Client)(nil)
 
 // idleConnsPerHost is how many idle keep-alive connections New's own HTTP
-// client keeps to the gateway.
+// client keeps to the gateway. Each Client has its own pool: make one and
+// share it (it is safe for concurrent use), rather than one per call.
 const idleConnsPerHost = 64
 
 // New returns a client for the gateway at baseURL (e.g.
-// http://127.0.0.1:8080, or https://… with TLS). It does no I/O. It fails
+// http://127.0.0.1:8080, or https://… with TLS). It does no I/O. Its own
+// HTTP client keeps up to 64 idle connections to the gateway: create one
+// Client and share it. It fails
 // with InvalidArgument on a malformed URL, on a token that would travel in
 // plaintext to a host that is not loopback (see WithToken), and on options
 // that do not fit (WithTLSConfig or WithCAFile with an http:// URL or with
