@@ -197,6 +197,7 @@ func (d *dispatcher) lane(i int) {
 			d.queue = nil
 		} else {
 			d.queue = d.queue[n:]
+			d.work.Signal() // more than one batch queued: another lane may join
 		}
 		d.started[i] = time.Now()
 		d.mu.Unlock()
