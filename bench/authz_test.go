@@ -178,20 +178,11 @@ func authzSubjects(tb testing.TB, nw int, prefix string) []subject {
 // lock's key and current fence. It returns the requests and the locks.
 func heldWrites(tb testing.TB, store lockstore.Store, nw int) ([]*authv3.CheckRequest, []lockstore.AcquireResult) {
 	tb.Helper()
+	keys := workerKeys("authz", nw)
+	held := holdWorkerLocks(tb, store, keys)
 	reqs := make([]*authv3.CheckRequest, nw)
-	held := make([]lockstore.AcquireResult, nw)
-	for w, key := range workerKeys("authz", nw) {
-		a, err := store.Acquire(tb.Context(), key, heldTTL)
-		if err != nil || !a.OK {
-			tb.Fatalf("acquire %s: %+v %v", key, a, err)
-		}
-		tb.Cleanup(func() {
-			ctx, cancel := cleanupCtx()
-			defer cancel()
-			_, _ = store.Release(ctx, a.LockID)
-		})
-		reqs[w] = envoyWrite(fmt.Sprintf("/orders/%d", w), key, a.Fence)
-		held[w] = a
+	for w, a := range held {
+		reqs[w] = envoyWrite(fmt.Sprintf("/orders/%d", w), keys[w], a.Fence)
 	}
 	return reqs, held
 }

@@ -81,6 +81,13 @@ func openRedis(tb testing.TB) *redisstore.Store {
 		tb.Fatalf("REDIS_URL: %v", err)
 	}
 	cfg.Prefix = "fencegate-bench-" + runID
+	return openRedisConfig(tb, cfg)
+}
+
+// openRedisConfig opens the Redis store with cfg (its prefix the bench's
+// own) and, at cleanup, deletes every key under that prefix and closes it.
+func openRedisConfig(tb testing.TB, cfg redisstore.Config) *redisstore.Store {
+	tb.Helper()
 	cfg.Logger = logger
 	s, err := redisstore.Open(tb.Context(), cfg)
 	if err != nil {
@@ -95,6 +102,26 @@ func openRedis(tb testing.TB) *redisstore.Store {
 		_ = s.Close()
 	})
 	return s
+}
+
+// holdWorkerLocks acquires keys[w] for each worker w, held for heldTTL and
+// released at cleanup, and returns the locks.
+func holdWorkerLocks(tb testing.TB, store lockstore.Store, keys []string) []lockstore.AcquireResult {
+	tb.Helper()
+	held := make([]lockstore.AcquireResult, len(keys))
+	for w, key := range keys {
+		a, err := store.Acquire(tb.Context(), key, heldTTL)
+		if err != nil || !a.OK {
+			tb.Fatalf("acquire %s: %+v %v", key, a, err)
+		}
+		tb.Cleanup(func() {
+			ctx, cancel := cleanupCtx()
+			defer cancel()
+			_, _ = store.Release(ctx, a.LockID)
+		})
+		held[w] = a
+	}
+	return held
 }
 
 // redisStoreURL is REDIS_URL with store's prefix: the store URL a child

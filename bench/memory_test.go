@@ -259,21 +259,15 @@ func openRedisMemory(tb testing.TB) (*redisstore.Store, string) {
 		}
 		cfg.Options = &o
 		cfg.Prefix = redisstore.DefaultPrefix
-		cfg.Logger = logger
-		s, err := redisstore.Open(ctx, cfg)
-		if err != nil {
-			tb.Fatalf("open redis store: %v", err)
-		}
+		s := openRedisConfig(tb, cfg)
+		// Registered after the store's own cleanup, so it runs first,
+		// while the store is open.
 		tb.Cleanup(func() {
 			ctx, cancel := cleanupCtx()
 			defer cancel()
-			if err := deletePrefix(ctx, s.Client(), s.Prefix()); err != nil {
-				tb.Errorf("delete bench keys: %v", err)
-			}
 			if err := s.Client().Del(ctx, memoryDBClaim).Err(); err != nil {
 				tb.Errorf("delete claim: %v", err)
 			}
-			_ = s.Close()
 		})
 		return s, fmt.Sprintf("prefix %q (the default), database %d claimed empty", s.Prefix(), db)
 	}

@@ -364,19 +364,7 @@ proxy:
 	tb.Cleanup(hc.CloseIdleConnections)
 
 	keys := workerKeys("proxy", nw)
-	held := make([]string, nw) // each worker's current fence
-	for w, key := range keys {
-		a, err := store.Acquire(tb.Context(), key, heldTTL)
-		if err != nil || !a.OK {
-			tb.Fatalf("acquire %s: %+v %v", key, a, err)
-		}
-		tb.Cleanup(func() {
-			ctx, cancel := cleanupCtx()
-			defer cancel()
-			_, _ = store.Release(ctx, a.LockID)
-		})
-		held[w] = a.Fence
-	}
+	held := holdWorkerLocks(tb, store, keys) // each worker's lock and current fence
 	write := func(base, prefix string) op {
 		return func(ctx context.Context, w int) error {
 			req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+prefix+"/"+keys[w], strings.NewReader(`{"v":1}`))
@@ -384,7 +372,7 @@ proxy:
 				return err
 			}
 			req.Header.Set(client.HeaderKey, keys[w])
-			req.Header.Set(client.HeaderToken, held[w])
+			req.Header.Set(client.HeaderToken, held[w].Fence)
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := hc.Do(req)
 			if err != nil {
