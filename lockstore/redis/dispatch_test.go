@@ -106,13 +106,8 @@ func TestDispatchAbandonedCallIsNotSent(t *testing.T) {
 			if tc.sendAbandoned {
 				s.d.sendAbandoned = true
 			}
-			srv.signal(syscall.SIGSTOP)
-			thawed := false
-			defer func() {
-				if !thawed {
-					srv.signal(syscall.SIGCONT)
-				}
-			}()
+			thaw := freeze(srv)
+			defer thaw()
 
 			// One call per lane goes out and hangs on the frozen server
 			// (each waits until the one before has been taken, so no lane
@@ -152,8 +147,7 @@ func TestDispatchAbandonedCallIsNotSent(t *testing.T) {
 			}()
 			waitQueued(t, s.d, 2)
 
-			srv.signal(syscall.SIGCONT)
-			thawed = true
+			thaw()
 			for range lanes {
 				if err := <-inFlight; err != nil {
 					t.Fatalf("a call in flight during the freeze: %v", err)
@@ -174,6 +168,14 @@ func TestDispatchAbandonedCallIsNotSent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// freeze stops srv (SIGSTOP) and returns the func that resumes it; a
+// second call of that func does nothing.
+func freeze(srv *redisServer) (thaw func()) {
+	srv.signal(syscall.SIGSTOP)
+	var once sync.Once
+	return func() { once.Do(func() { srv.signal(syscall.SIGCONT) }) }
 }
 
 // waitTaken waits until the dispatcher's lanes have taken n calls.
@@ -365,13 +367,8 @@ func TestDispatchAbandonedCallIsNotResent(t *testing.T) {
 			if err := s.Client().ScriptFlush(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			srv.signal(syscall.SIGSTOP)
-			thawed := false
-			defer func() {
-				if !thawed {
-					srv.signal(syscall.SIGCONT)
-				}
-			}()
+			thaw := freeze(srv)
+			defer thaw()
 
 			long := func(key string, done chan<- error) {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -400,8 +397,7 @@ func TestDispatchAbandonedCallIsNotResent(t *testing.T) {
 
 			// Thawed, both batches come back NOSCRIPT; only callers still
 			// waiting have their scripts sent again.
-			srv.signal(syscall.SIGCONT)
-			thawed = true
+			thaw()
 			for _, ch := range []chan error{first, other} {
 				if err := <-ch; err != nil {
 					t.Fatalf("a waiting call after NOSCRIPT: %v", err)
