@@ -91,13 +91,9 @@ func encodeJSONRecord(r *lockRecord) ([]byte, error) {
 	if _, err := checkEncodable(r); err != nil {
 		return nil, err
 	}
-	v, err := json.Marshal(struct {
-		LockID       string `json:"lockId"`
-		ExpiresAtMs  int64  `json:"expiresAtMs"`
-		AcquiredAtMs int64  `json:"acquiredAtMs"`
-		Key          string `json:"key"`
-		Fence        string `json:"fence"`
-	}{r.LockID, r.ExpiresAtMs, r.AcquiredAtMs, r.Key, r.Fence})
+	// jsonRecord's fields are pointers (so decoding can tell a missing
+	// field); encoding/json writes a pointer as its value.
+	v, err := json.Marshal(jsonRecord{&r.LockID, &r.ExpiresAtMs, &r.AcquiredAtMs, &r.Key, &r.Fence})
 	if err != nil {
 		return nil, lockstore.Errorf(lockstore.Internal, "encode", "bolt: lock record: %v", err)
 	}
@@ -132,11 +128,13 @@ func decodeRecord(k string, v []byte) (*lockRecord, error) {
 		}
 		r.ExpiresAtMs = int64(binary.BigEndian.Uint64(v[1:9]))
 		r.AcquiredAtMs = int64(binary.BigEndian.Uint64(v[9:17]))
+		// A counter past int64 reads negative: FormatFence refuses it too.
 		fence := binary.BigEndian.Uint64(v[17:25])
-		if fence < 1 || fence > uint64(lockstore.FenceMax) {
+		f, err := lockstore.FormatFence(int64(fence))
+		if err != nil {
 			return nil, corrupt("fence %d out of range", fence)
 		}
-		r.Fence, _ = lockstore.FormatFence(int64(fence))
+		r.Fence = f
 		r.LockID = string(v[25:])
 	case recordJSON:
 		var j jsonRecord

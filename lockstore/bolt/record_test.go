@@ -50,6 +50,7 @@ func TestRecordCodec(t *testing.T) {
 		"long":              append(append([]byte(nil), v...), 'x'),
 		"fence 0":           withFence(0),
 		"fence past max":    withFence(uint64(lockstore.FenceMax) + 1),
+		"fence past int64":  withFence(1 << 63),
 		"bad lockId":        append(append([]byte(nil), v[:25]...), []byte("AAAAAAAAAAAAAAAAAAAAA!")...),
 		"JSON, bad syntax":  []byte(`{"lockId":`),
 		"JSON, other key":   []byte(`{"lockId":"` + id + `","expiresAtMs":1,"acquiredAtMs":1,"key":"other","fence":"000000000000001"}`),
