@@ -3,6 +3,8 @@ package redis
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -90,4 +92,31 @@ func (s *Store) acquireAcked(ctx context.Context, key, lockID string, keys []str
 	s.log.WarnContext(ctx, "redis: replicas did not acknowledge an acquire in time; refused it",
 		"keyHash", lockstore.HashKey(key), "acked", acked, "want", s.ackReplicas, "timeout", timeout)
 	return nil, ackFailed(key, acked, s.ackReplicas, timeout)
+}
+
+var _ lockstore.ReplicationReporter = (*Store)(nil)
+
+// Replication reports synchronous under ack=replicas; otherwise
+// asynchronous when the server has replicas (Redis replication always is),
+// none when it has none.
+func (s *Store) Replication(ctx context.Context) (lockstore.Replication, error) {
+	info, err := s.client.Info(ctx, "replication").Result()
+	if err != nil {
+		return lockstore.Replication{}, classify(ctx, "replication", err)
+	}
+	var replicas int
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			replicas, _ = strconv.Atoi(v)
+		}
+	}
+	detail := fmt.Sprintf("connected replicas=%d", replicas)
+	switch {
+	case s.ackReplicas > 0:
+		return lockstore.Replication{Mode: lockstore.ReplicationSynchronous,
+			Detail: fmt.Sprintf("%s; acquires wait for %d (ack=replicas)", detail, s.ackReplicas)}, nil
+	case replicas > 0:
+		return lockstore.Replication{Mode: lockstore.ReplicationAsynchronous, Detail: detail}, nil
+	}
+	return lockstore.Replication{Mode: lockstore.ReplicationNone, Detail: detail}, nil
 }
