@@ -303,11 +303,13 @@ func splitHostPort(h string) (string, string, error) {
 }
 
 // redactURLError returns err's text without a URL in it: url.Error quotes
-// the whole URL, credentials included.
+// the whole URL, credentials included, and its inner error quotes pieces of
+// it ("invalid port \":pa\" after host" when a password holds '#' or '/'),
+// so a URL that does not parse is described, never quoted.
 func redactURLError(err error) string {
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		return ue.Err.Error()
+		return "the URL does not parse (percent-encode any of @ : / ? # in the user name and password)"
 	}
 	return err.Error()
 }
