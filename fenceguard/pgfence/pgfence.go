@@ -21,8 +21,8 @@
 package pgfence
 
 import (
-	_ "embed"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
