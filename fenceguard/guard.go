@@ -112,6 +112,20 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 	})
 }
 
+// maxRawKey bounds a key before it is normalised: NFC shrinks a string by
+// at most a factor of 3 (Hangul jamo), so anything longer cannot be a key
+// of lockstore.MaxKeyLengthBytes and is not worth normalising.
+const maxRawKey = 4 * lockstore.MaxKeyLengthBytes
+
+// normalizeKey is lockstore.NormalizeKey (NFC, at most 512 bytes) behind a
+// cheap length bound.
+func normalizeKey(k string) (string, error) {
+	if len(k) > maxRawKey {
+		return "", errors.New("fenceguard: key longer than any valid key")
+	}
+	return lockstore.NormalizeKey(k)
+}
+
 // errKeyMismatch: x-fence-key names another key than the handler's.
 var errKeyMismatch = errors.New("fenceguard: x-fence-key names another key than the handler's")
 
@@ -124,7 +138,7 @@ func (g *Guard) Check(r *http.Request) (Fence, Reason, error) {
 	if err != nil {
 		return f, ReasonMalformed, err
 	}
-	key, err := lockstore.NormalizeKey(raw) // bounds it: at most 512 bytes after NFC
+	key, err := normalizeKey(raw)
 	if err != nil {
 		return f, ReasonMalformed, err
 	}
@@ -132,7 +146,7 @@ func (g *Guard) Check(r *http.Request) (Fence, Reason, error) {
 	if hs := r.Header.Values(HeaderKey); len(hs) > 1 {
 		return f, ReasonMalformed, errors.New("fenceguard: x-fence-key sent twice")
 	} else if len(hs) == 1 {
-		if hk, err := lockstore.NormalizeKey(hs[0]); err != nil || hk != key {
+		if hk, err := normalizeKey(hs[0]); err != nil || hk != key {
 			return f, ReasonMalformed, errKeyMismatch
 		}
 	}

@@ -104,6 +104,8 @@ func guardCases(t *testing.T, gw *writeproof.Signer) []guardCase {
 		{"x-fence-key names another key", "/orders/42", h("x-fence-verified", f7, "x-fence-key", "orders/43"), false, fenceguard.ReasonMalformed},
 		{"x-fence-key twice", "/orders/42", h("x-fence-verified", f7, "x-fence-key", "orders/42", "x-fence-key", "orders/42"), false, fenceguard.ReasonMalformed},
 		{"the handler's key function refuses", "/orders/4x2", h("x-fence-verified", f7), false, fenceguard.ReasonMalformed},
+		{"x-fence-key far too long", "/orders/42", h("x-fence-verified", f7, "x-fence-key", strings.Repeat("k", 100_000)), false, fenceguard.ReasonMalformed},
+		{"x-fence-key not UTF-8", "/orders/42", h("x-fence-verified", f7, "x-fence-key", "orders/\xff"), false, fenceguard.ReasonMalformed},
 		{"proof for key and fence", "/orders/42", h("x-fence-verified", f7, "x-fence-proof", good), true, ""},
 		{"proofs required, none", "/orders/42", h("x-fence-verified", f7), true, fenceguard.ReasonBadProof},
 		{"proof for another key", "/orders/43", h("x-fence-verified", f7, "x-fence-proof", good), true, fenceguard.ReasonBadProof},

@@ -246,6 +246,28 @@ func TestCommitsFollowFenceOrder(t *testing.T) {
 	}
 }
 
+// semantics runs the rule's cases through commit (on a fresh key) and
+// returns what went wrong.
+func semantics(commit func(string) (string, bool)) []string {
+	var errs []string
+	for _, c := range []struct {
+		fence, stored string
+		applied       bool
+	}{
+		{fence(7), fence(7), true},
+		{fence(7), fence(7), true}, // one holder, several writes
+		{fence(6), fence(7), false},
+		{fence(1), fence(7), false},
+		{fence(1000), fence(1000), true}, // fences jump
+		{fence(999), fence(1000), false},
+	} {
+		if stored, applied := commit(c.fence); stored != c.stored || applied != c.applied {
+			errs = append(errs, fmt.Sprintf("commit under %s: applied %v, stored %s; want %v, %s", c.fence, applied, stored, c.applied, c.stored))
+		}
+	}
+	return errs
+}
+
 // TestSemantics: the same fence again applies, a lower one is refused
 // naming the stored fence, a higher one (not consecutive) applies.
 func TestSemantics(t *testing.T) {
@@ -269,21 +291,25 @@ func TestSemantics(t *testing.T) {
 		return res.Stored, res.Applied
 	}
 	for name, commit := range map[string]func(string) (string, bool){"Table": commitT, "Column": commitC} {
-		for _, c := range []struct {
-			fence, stored string
-			applied       bool
-		}{
-			{fence(7), fence(7), true},
-			{fence(7), fence(7), true}, // one holder, several writes
-			{fence(6), fence(7), false},
-			{fence(1), fence(7), false},
-			{fence(1000), fence(1000), true}, // fences jump
-			{fence(999), fence(1000), false},
-		} {
-			if stored, applied := commit(c.fence); stored != c.stored || applied != c.applied {
-				t.Errorf("%s: commit under %s: applied %v, stored %s; want %v, %s", name, c.fence, applied, stored, c.applied, c.stored)
-			}
+		for _, e := range semantics(commit) {
+			t.Errorf("%s: %s", name, e)
 		}
+	}
+	// The cases catch a strict comparison (the holder's second write
+	// under its own fence refused).
+	strict := func(fc string) (string, bool) {
+		n, _ := parse(fc)
+		var stored int64
+		err := f.p.QueryRow(ctx, `INSERT INTO `+f.fences.Name+` AS t (key, fence) VALUES ('strict', $1)
+			ON CONFLICT (key) DO UPDATE SET fence = EXCLUDED.fence WHERE t.fence < EXCLUDED.fence RETURNING fence`, n).Scan(&stored)
+		if err == nil {
+			return fence(stored), true
+		}
+		_ = f.p.QueryRow(ctx, `SELECT fence FROM `+f.fences.Name+` WHERE key = 'strict'`).Scan(&stored)
+		return fence(stored), false
+	}
+	if len(semantics(strict)) == 0 {
+		t.Error("the semantics cases pass a strict < comparison")
 	}
 	// A write that fails rolls the fence back with it.
 	boom := errors.New("boom")
