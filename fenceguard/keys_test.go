@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -67,6 +68,28 @@ func rotationSigner(t *testing.T, keys ...writeproof.Key) *writeproof.Signer {
 // TestKeySetRotation walks a key rotation at the gateway and checks what
 // the API's KeySet verifies at each step, and how often it fetches.
 func TestKeySetRotation(t *testing.T) {
+	if err := rotationWalk(t, fenceguard.KeySetOptions{MaxAge: time.Minute, MinRefresh: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKeySetRotationCatchesBrokenCaches: the walk fails for a cache that
+// never expires (a removed key would verify forever) and for one that
+// fetches whenever asked (made-up key ids would hammer the gateway).
+func TestKeySetRotationCatchesBrokenCaches(t *testing.T) {
+	for name, o := range map[string]fenceguard.KeySetOptions{
+		"keys never expire":   {MaxAge: 1000 * time.Hour, MinRefresh: 5 * time.Second},
+		"fetches not paced":   {MaxAge: time.Minute, MinRefresh: time.Nanosecond},
+		"no refetch on a kid": {MaxAge: time.Minute, MinRefresh: time.Hour},
+	} {
+		if err := rotationWalk(t, o); err == nil {
+			t.Errorf("broken key cache %q passed the rotation walk", name)
+		}
+	}
+}
+
+// rotationWalk is the walk; it returns the first step that went wrong.
+func rotationWalk(t *testing.T, o fenceguard.KeySetOptions) error {
 	old := writeproof.Key{KID: "2026-10", Seed: seed(1)}
 	next := writeproof.Key{KID: "2026-11", Seed: seed(2)}
 	srv := &keyServer{}
@@ -74,7 +97,7 @@ func TestKeySetRotation(t *testing.T) {
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	clk := &clock{t: time.Unix(1_800_000_000, 0)}
-	ks := fenceguard.NewKeySet(ts.URL, fenceguard.KeySetOptions{MaxAge: time.Minute, MinRefresh: 5 * time.Second})
+	ks := fenceguard.NewKeySet(ts.URL, o)
 	fenceguard.SetClock(ks, clk.now)
 	ctx := context.Background()
 	verify := func(s *writeproof.Signer) error {
@@ -87,53 +110,55 @@ func TestKeySetRotation(t *testing.T) {
 	// First use fetches; further verifications use the cache.
 	for range 5 {
 		if err := verify(oldOnly); err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
 	if n := srv.fetches.Load(); n != 1 {
-		t.Fatalf("%d fetches for 5 verifications, want 1 (cached)", n)
+		return fmt.Errorf("%d fetches for 5 verifications, want 1 (cached)", n)
 	}
 	// Step 1 and 2 at once: the gateway lists the new key and signs with
 	// it. A proof under the new kid makes the KeySet fetch at once.
 	srv.set(rotationSigner(t, next, old), false)
 	clk.add(6 * time.Second)
 	if err := verify(nextOnly); err != nil {
-		t.Fatalf("a proof signed by the rotated-in key: %v", err)
+		return fmt.Errorf("a proof signed by the rotated-in key: %v", err)
 	}
 	if err := verify(oldOnly); err != nil {
-		t.Fatalf("a proof signed by the old key, still listed: %v", err)
+		return fmt.Errorf("a proof signed by the old key, still listed: %v", err)
 	}
 	if n := srv.fetches.Load(); n != 2 {
-		t.Fatalf("%d fetches, want 2", n)
+		return fmt.Errorf("%d fetches, want 2", n)
 	}
 	// Made-up key ids cannot make it hammer the gateway: within
 	// MinRefresh, at most one fetch whatever arrives.
 	clk.add(6 * time.Second)
 	for i := range 50 {
+		clk.add(time.Millisecond) // a stream of them, 50 ms in all
 		s := rotationSigner(t, writeproof.Key{KID: "bogus" + string(rune('a'+i%26)), Seed: seed(3)})
 		if err := verify(s); !errors.Is(err, writeproof.ErrUnknownKey) {
-			t.Fatalf("proof under an unknown kid: %v, want ErrUnknownKey", err)
+			return fmt.Errorf("proof under an unknown kid: %v, want ErrUnknownKey", err)
 		}
 	}
 	if n := srv.fetches.Load(); n != 3 {
-		t.Fatalf("%d fetches after 50 proofs under unknown key ids, want 3", n)
+		return fmt.Errorf("%d fetches after 50 proofs under unknown key ids, want 3", n)
 	}
 	// Step 3: the gateway drops the old key. Once the cache is older than
 	// MaxAge, proofs signed by it no longer verify.
 	srv.set(nextOnly, false)
 	if err := verify(oldOnly); err != nil {
-		t.Fatalf("within MaxAge the dropped key still verifies: %v", err)
+		return fmt.Errorf("within MaxAge the dropped key still verifies: %v", err)
 	}
 	clk.add(time.Minute)
 	if err := verify(oldOnly); !errors.Is(err, writeproof.ErrUnknownKey) {
-		t.Fatalf("past MaxAge, a proof signed by the dropped key: %v, want ErrUnknownKey", err)
+		return fmt.Errorf("past MaxAge, a proof signed by the dropped key: %v, want ErrUnknownKey", err)
 	}
 	// The gateway is down: the keys fetched go on verifying.
 	srv.set(nextOnly, true)
 	clk.add(2 * time.Minute)
 	if err := verify(nextOnly); err != nil {
-		t.Fatalf("gateway down, cached keys: %v", err)
+		return fmt.Errorf("gateway down, cached keys: %v", err)
 	}
+	return nil
 }
 
 // TestKeySetUnavailable: with no key set fetched yet, verification fails
