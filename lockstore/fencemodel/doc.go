@@ -30,17 +30,18 @@
 //   - A4: after a failover that lost fences the edge admits nothing until
 //     the first acquire on the new primary (the code does not do this);
 //   - A5: barrier entries survive a failover (the code does not ensure it);
-//   - A6: entries leave only by finish (expiry at maxWrite not modelled).
+//   - A6: entries leave only by finish; -DEXPIRY models their expiry at
+//     maxWrite instead, which holds P3 only without clock skew.
 //
 // P1 needs GAP > SKEW + LEAD/PER (in ticks); the defaults GAP=3, SKEW=1,
 // TOL=1 are the smallest that satisfy it.
 //
 // The test runs the correct model (complete search, no error), each
 // broken variant (NO_FLOOR, BIG_SKEW, NO_LEAD_CAP, NO_BARRIER, WINDOW,
-// LOSE_ENTRIES: each must fail the property it breaks) and three
-// witnesses (REACH=1..3) that show the correct model reaches a write after
-// a lossy failover, a draining barrier and a refused acquire. It fails
-// when spin or gcc is missing (apt-get install spin gcc).
+// LOSE_ENTRIES, EXPIRY: each must fail the property it breaks) and four
+// witnesses (REACH=1..4) that show the correct model reaches a write after
+// a lossy failover, a draining barrier, a refused acquire and an expiring
+// entry. It fails when spin or gcc is missing (apt-get install spin gcc).
 //
 // By hand, in a scratch directory:
 //

@@ -29,7 +29,13 @@
  *      (Admit does not wait for replicas); variant LOSE_ENTRIES drops it
  *      and breaks P3.
  *   A6 an entry is removed only by its write's finish: maxWrite is taken
- *      as longer than the modelled time, so expiry is not modelled.
+ *      as longer than the modelled time. -DEXPIRY models expiry instead:
+ *      an entry's deadline is the admitting node's clock + MW; the store
+ *      drops it once its clock reaches that; a write ends (finish, or
+ *      abandon, which leaves the entry) before the admitting clock does,
+ *      as the proxy cuts it at maxWrite counted from before the check; a
+ *      client whose entry lingers waits for it to expire before it
+ *      acquires or writes again. With skew this breaks P3 (below).
  *   The lock's own liveness (TTL, release) is not modelled: any client
  *   may acquire at any time, which covers every expiry and release.
  *
@@ -58,11 +64,15 @@
  *   NO_BARRIER    the barrier's lower-fence rule removed     -> P3
  *   WINDOW        A4 dropped                                 -> P2
  *   LOSE_ENTRIES  A5 dropped: a failover loses the entries   -> P3
+ *   EXPIRY        expiry with SKEW > 0: the new primary's clock runs
+ *                 ahead and drops an entry before its write ends -> P3
+ *                 (EXPIRY with SKEW=0 GAP=2 verifies)
  * Witnesses (-DREACH=n), each must "fail", which shows the correct model
  * reaches the situation, so its verdict is not vacuous:
  *   1 a write admitted after a failover that lost fences
  *   2 a current fence waiting for an older write (draining)
  *   3 an acquire refused by the lead cap
+ *   4 (with EXPIRY) an entry expiring
  * -DNOSYM turns the client symmetry reduction off (readable trails).
  */
 
@@ -96,6 +106,9 @@
 #ifndef NC
 #define NC	3	/* clients */
 #endif
+#ifndef MW
+#define MW	2	/* maxWrite, ticks (only with EXPIRY) */
+#endif
 
 #define FLOOR(t)	((t)*PER)
 #define NOW(n)	(rt + off[n])	/* node n's clock */
@@ -111,9 +124,16 @@ byte earliest;		/* A1: no acquire before this real time */
 bool window;		/* A4: lost fences, and no acquire on the new primary yet */
 bool ent[NC];		/* the barrier's in-flight entries on the store, one per client */
 
+#ifdef EXPIRY
+byte dl[NC];		/* an entry's deadline, on the clock of the node that admitted it */
+#endif
+
 /* ---- clients ---- */
 byte myf[NC];		/* the fence a client holds (0: none) */
 bool busy[NC];		/* a write admitted and not finished */
+#ifdef EXPIRY
+byte wend[NC];		/* real time by which the write has ended (the proxy's maxWrite cut) */
+#endif
 
 byte f;			/* scratch of acquire, 0 between steps */
 byte base;		/* scratch of canon, 0 between steps */
@@ -134,10 +154,37 @@ inline order(i, j)
 		base = myf[i]; myf[i] = myf[j]; myf[j] = base;
 		base = busy[i]; busy[i] = busy[j]; busy[j] = base;
 		base = ent[i]; ent[i] = ent[j]; ent[j] = base;
+#ifdef EXPIRY
+		base = dl[i]; dl[i] = dl[j]; dl[j] = base;
+		base = wend[i]; wend[i] = wend[j]; wend[j] = base;
+#endif
 		base = 0
 	:: else -> skip
 	fi
 }
+
+#ifdef EXPIRY
+inline expire(i)
+{
+	if
+	:: ent[i] && dl[i] <= NOW(p) ->
+		ent[i] = false;
+#if REACH == 4
+		assert(false);	/* witness: an entry expires */
+#endif
+		skip
+	:: else -> skip
+	fi;
+	if
+	:: !ent[i] -> dl[i] = 0
+	:: else -> skip
+	fi;
+	if
+	:: !busy[i] -> wend[i] = 0
+	:: else -> skip
+	fi
+}
+#endif
 
 /*
  * canon ends every step: it forgets what can no longer matter, so states
@@ -147,8 +194,8 @@ inline order(i, j)
  * the counter to it, replication only raises it), else the counter itself.
  * No fence <= base is ever issued again and only fences >= base can be
  * admitted, so a remembered fence or highest admitted fence <= base can
- * never fail an assertion, and a client's idle fence < base can never be
- * admitted: each is reset to 0 (the observer may then pick another fence).
+ * never fail an assertion, and the fence < base of a client with no write
+ * and no entry can never be admitted: each is reset to 0 (the observer may then pick another fence).
  * Timing state that is already in the past is reset the same way.
  */
 inline canon()
@@ -166,16 +213,16 @@ inline canon()
 	:: else -> skip
 	fi;
 	if
-	:: !busy[0] && myf[0] < base -> myf[0] = 0
+	:: !busy[0] && !ent[0] && myf[0] < base -> myf[0] = 0
 	:: else -> skip
 	fi;
 	if
-	:: !busy[1] && myf[1] < base -> myf[1] = 0
+	:: !busy[1] && !ent[1] && myf[1] < base -> myf[1] = 0
 	:: else -> skip
 	fi;
 #if NC > 2
 	if
-	:: !busy[2] && myf[2] < base -> myf[2] = 0
+	:: !busy[2] && !ent[2] && myf[2] < base -> myf[2] = 0
 	:: else -> skip
 	fi;
 #endif
@@ -187,6 +234,14 @@ inline canon()
 	:: earliest <= rt -> earliest = 0
 	:: else -> skip
 	fi;
+#ifdef EXPIRY
+	/* the store drops entries whose deadline is not after its clock */
+	expire(0);
+	expire(1);
+#if NC > 2
+	expire(2);
+#endif
+#endif
 	base = 0;
 	/* symmetry: the clients are alike and stateless between steps, so
 	   their slots are kept sorted (a sorting network on (fence, busy,
@@ -212,7 +267,7 @@ inline canon()
 inline acquire(me, remember)
 {
 	d_step {
-		(!busy[me] && rt >= earliest && cnt[p] < FMAX && (!remember || watch == 0)
+		(!busy[me] && !ent[me] && rt >= earliest && cnt[p] < FMAX && (!remember || watch == 0)
 #ifndef NO_FLOOR
 		&& FLOOR(NOW(p)) <= FMAX
 
@@ -255,7 +310,7 @@ inline acquire(me, remember)
 inline admit(me)
 {
 	d_step {
-		(myf[me] != 0 && !busy[me] && myf[me] == cnt[p]
+		(myf[me] != 0 && !busy[me] && !ent[me] && myf[me] == cnt[p]
 #ifndef WINDOW
 		&& !window
 #endif
@@ -281,6 +336,10 @@ inline admit(me)
 #endif
 		ent[me] = true;
 		busy[me] = true;
+#ifdef EXPIRY
+		dl[me] = NOW(p) + MW;
+		wend[me] = rt + MW;
+#endif
 #if REACH == 1
 		assert(!lost);	/* witness: a write admitted after a lossy failover */
 #endif
@@ -300,6 +359,20 @@ inline finish(me)
 	}
 }
 
+#ifdef EXPIRY
+/* The write's exchange failed: the edge cannot tell whether the API
+   committed, so it leaves the entry to expire (Abandon). */
+inline abandon(me)
+{
+	d_step {
+		(busy[me] && ent[me]);
+		printf("MSC: t=%d abandon: client %d's write under fence %d\n", rt, me, myf[me]);
+		busy[me] = false;
+		canon()
+	}
+}
+#endif
+
 proctype client(byte me)
 {
 end:	/* a client may stop anywhere */
@@ -308,6 +381,9 @@ end:	/* a client may stop anywhere */
 	:: acquire(me, true)	/* and P1's observer remembers the fence */
 	:: admit(me)
 	:: finish(me)
+#ifdef EXPIRY
+	:: abandon(me)
+#endif
 #if REACH == 2
 	/* witness: a current fence waits for an older write (draining) */
 	:: d_step {
@@ -334,7 +410,22 @@ proctype store()
 {
 end:	/* time is bounded: the run stops at TMAX */
 	do
-	:: d_step { rt < TMAX -> rt++; printf("MSC: t=%d\n", rt); canon() }
+	:: d_step {
+		(rt < TMAX
+#ifdef EXPIRY
+		/* a write ends before the clock that admitted it reaches its
+		   entry's deadline: the proxy cuts it at maxWrite counted from
+		   before the check */
+		 && (!busy[0] || wend[0] > rt + 1) && (!busy[1] || wend[1] > rt + 1)
+#if NC > 2
+		 && (!busy[2] || wend[2] > rt + 1)
+#endif
+#endif
+		) ->
+		rt++;
+		printf("MSC: t=%d\n", rt);
+		canon()
+	   }
 	/* the replica catches up with the primary (any older value is
 	   therefore possible for its copy at the failover) */
 	:: d_step {
