@@ -20,7 +20,7 @@
 //
 // Properties: P1 no fence is issued twice; P2 admitted fences never go
 // down; P3 with the barrier, no two writes under different fences are in
-// flight at once. They hold under these assumptions (fence.pml's header
+// flight at once; P4 no issued fence goes back (below an earlier one). They hold under these assumptions (fence.pml's header
 // has them in full):
 //
 //   - A1: after a failover that lost fences, the new primary issues

@@ -55,12 +55,15 @@
  *      lower than one already admitted.
  *   P3 with the barrier on, no two writes are in flight at once under
  *      different fences.
- *   -DCHECK=n keeps only the assertion of Pn (default: all three).
+ *   P4 no fence goes back: each issued fence exceeds every fence issued
+ *      before it (the floor design's "no fence repeats or goes back";
+ *      it implies P1, which is checked on its own as asked).
+ *   -DCHECK=n keeps only the assertion of Pn (default: all four).
  *
  * Broken variants (spin -DNAME -a fence.pml); each must fail:
- *   NO_FLOOR      fence = counter+1 only                     -> P1
- *   BIG_SKEW      SKEW = GAP - TOL, breaking the condition   -> P1
- *   NO_LEAD_CAP   no lead cap: bursts run the counter ahead  -> P1
+ *   NO_FLOOR      fence = counter+1 only                     -> P1, P4
+ *   BIG_SKEW      SKEW = GAP - TOL, breaking the condition   -> P1, P4
+ *   NO_LEAD_CAP   no lead cap: bursts run the counter ahead  -> P1, P4
  *   NO_BARRIER    the barrier's lower-fence rule removed     -> P3
  *   WINDOW        A4 dropped                                 -> P2
  *   LOSE_ENTRIES  A5 dropped: a failover loses the entries   -> P3
@@ -141,6 +144,7 @@ byte base;		/* scratch of canon, 0 between steps */
 /* ---- history for the assertions ---- */
 byte watch;		/* P1: one issued fence the checker chose to remember */
 byte maxAdm;		/* P2: the highest fence admitted so far */
+byte maxIss;		/* P4: the highest fence issued so far */
 #ifdef REACH
 bool lost;		/* witness 1: a failover lost issued fences */
 #endif
@@ -210,6 +214,10 @@ inline canon()
 	fi;
 	if
 	:: maxAdm <= base -> maxAdm = 0
+	:: else -> skip
+	fi;
+	if
+	:: maxIss <= base -> maxIss = 0
 	:: else -> skip
 	fi;
 	if
@@ -287,6 +295,10 @@ inline acquire(me, remember)
 #if !defined(CHECK) || CHECK == 1
 		assert(f != watch);	/* P1 */
 #endif
+#if !defined(CHECK) || CHECK == 4
+		assert(f > maxIss);	/* P4 */
+#endif
+		maxIss = f;
 		printf("MSC: t=%d acquire: client %d gets fence %d (node %d, clock %d, floor %d)\n", rt, me, f, p, NOW(p), FLOOR(NOW(p)));
 		cnt[p] = f;
 		lastIssue = rt;
