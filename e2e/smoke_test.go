@@ -27,6 +27,11 @@ func TestGatewayStartsOnEveryStore(t *testing.T) {
 				if repl["mode"] != lockstore.ReplicationNone || !strings.Contains(g.Logs(), `"store replication`) {
 					t.Errorf("/readyz = %s; want replication mode none, and the start-up log line", ready.Body)
 				}
+				m := Do(t, g.URL(), Call{Method: "GET", Path: "/metrics"})
+				if !strings.Contains(m.Body, `fencegate_store_replication{mode="none"} 1`) ||
+					!strings.Contains(m.Body, `fencegate_store_replication{mode="synchronous"} 0`) {
+					t.Errorf("/metrics lacks fencegate_store_replication with mode none at 1")
+				}
 			default:
 				if repl != nil {
 					t.Errorf("/readyz = %s; %s reports no replication", ready.Body, s.Name)

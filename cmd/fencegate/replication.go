@@ -45,21 +45,34 @@ func watchReplication(ctx context.Context, store lockstore.Store, reg prometheus
 	}
 	log.Log(ctx, level, "store replication: acquires are acknowledged "+ackWording(r.Mode),
 		"mode", r.Mode, "detail", r.Detail)
-	for _, mode := range replicationModes {
-		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "fencegate_store_replication",
-			Help:        "1 on the store's replication mode, checked at scrape: synchronous (a promoted standby has every fence), asynchronous (the clock floor alone keeps fences growing across a failover), none, unknown.",
-			ConstLabels: prometheus.Labels{"mode": mode},
-		}, func() float64 {
-			if look(context.Background()).Mode == mode {
-				return 1
-			}
-			return 0
-		})); err != nil {
-			return nil, err
-		}
+	if err := reg.Register(replicationCollector{look: look}); err != nil {
+		return nil, err
 	}
 	return rr.Replication, nil
+}
+
+// replicationDesc is fencegate_store_replication.
+var replicationDesc = prometheus.NewDesc("fencegate_store_replication",
+	"1 on the store's replication mode, checked at scrape: synchronous (a promoted standby has every fence), asynchronous (the clock floor alone keeps fences growing across a failover), none, unknown.",
+	[]string{"mode"}, nil)
+
+// replicationCollector looks at the store once per scrape and reports one
+// series per mode, 1 on the current one.
+type replicationCollector struct {
+	look func(context.Context) lockstore.Replication
+}
+
+func (c replicationCollector) Describe(ch chan<- *prometheus.Desc) { ch <- replicationDesc }
+
+func (c replicationCollector) Collect(ch chan<- prometheus.Metric) {
+	current := c.look(context.Background()).Mode
+	for _, mode := range replicationModes {
+		v := 0.0
+		if mode == current {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(replicationDesc, prometheus.GaugeValue, v, mode)
+	}
 }
 
 func ackWording(mode string) string {
