@@ -28,8 +28,8 @@ func TestGatewayStartsOnEveryStore(t *testing.T) {
 					t.Errorf("/readyz = %s; want replication mode none, and the start-up log line", ready.Body)
 				}
 				m := Do(t, g.URL(), Call{Method: "GET", Path: "/metrics"})
-				if !strings.Contains(m.Body, `fencegate_store_replication{mode="none"} 1`) ||
-					!strings.Contains(m.Body, `fencegate_store_replication{mode="synchronous"} 0`) {
+				if !strings.Contains(string(m.Body), `fencegate_store_replication{mode="none"} 1`) ||
+					!strings.Contains(string(m.Body), `fencegate_store_replication{mode="synchronous"} 0`) {
 					t.Errorf("/metrics lacks fencegate_store_replication with mode none at 1")
 				}
 			default:
