@@ -77,6 +77,14 @@ func isReplicaSource(ip string) bool { return ip == replicaSourceIP }
 // address (the node announces it with replica-announce-port), so Sentinel
 // sees a consistent topology, and the test can cut replication or make the
 // host vanish at the proxy.
+//
+// A proxy only on the replica→master link (replicaof the proxy's port)
+// does not survive Sentinel: a replica whose master address differs from
+// the one Sentinel monitors is re-pointed at the master itself once
+// failover-timeout has passed (+fix-slave-config), and after a failover
+// Sentinel points the replicas at the new master's announced address.
+// Hence one proxy in front of each node, which tells replication
+// connections (from replicaSourceIP) from all others.
 type redisNode struct {
 	name  string
 	dir   string
