@@ -466,13 +466,11 @@ func tailFile(path string, lines int) string {
 
 // needTool fails the test (never skips it) when an executable is missing,
 // naming the package that installs it.
-func needTool(t testing.TB, path, pkg string) string {
+func needTool(t testing.TB, name, pkg string) {
 	t.Helper()
-	if _, err := exec.LookPath(path); err != nil {
-		t.Fatalf("%s not found (%v): install it (apt-get install -y %s)", path, err, pkg)
+	if _, err := exec.LookPath(name); err != nil {
+		t.Fatalf("%s not found (%v): install it (apt-get install -y %s)", name, err, pkg)
 	}
-	p, _ := exec.LookPath(path)
-	return p
 }
 
 // waitDial waits until addr accepts TCP connections.
