@@ -71,19 +71,6 @@ func FenceOverflow(op, key string) *Error {
 		Msg: fmt.Sprintf("fence counter overflow: the key's counter is at FenceMax (%d) and nothing was written; rotate the key namespace", FenceMax)}
 }
 
-// NextFence is the fence an acquire of key issues after a counter at last:
-// last+1 formatted, or FenceOverflow once last has reached FenceMax.
-func NextFence(op, key string, last int64) (int64, string, error) {
-	if last >= FenceMax {
-		return 0, "", FenceOverflow(op, key)
-	}
-	f, err := FormatFence(last + 1)
-	if err != nil {
-		return 0, "", err
-	}
-	return last + 1, f, nil
-}
-
 // NoteFence is what every backend does with a fence it has just issued for
 // key: past FenceWarn it logs one warning (the key's hash, never the key),
 // so operators have years to rotate the key namespace before FenceOverflow.

@@ -55,8 +55,8 @@ func TestBarrierCasesCatchBrokenStores(t *testing.T) {
 	harness := func(variant string) storetest.Harness {
 		dir := t.TempDir()
 		return storetest.Harness{
-			Open: func(t *testing.T, ns string) lockstore.Store {
-				s, err := Open(t.Context(), Config{Path: filepath.Join(dir, ns+".db")})
+			OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
+				s, err := Open(t.Context(), Config{Path: filepath.Join(dir, ns+".db"), FenceFloor: lockstore.FloorOff})
 				if err != nil {
 					t.Fatalf("Open: %v", err)
 				}

@@ -27,7 +27,12 @@ func TestParseURL(t *testing.T) {
 	for _, c := range []struct {
 		url, want, errHas string
 		records           RecordFormat
+		floor             lockstore.FenceFloor
 	}{
+		{url: "bolt:///x.db?fenceFloor=off&records=json", want: "/x.db", records: RecordsJSON, floor: lockstore.FloorOff},
+		{url: "bolt:///x.db?fenceFloor=clock", want: "/x.db"},
+		{url: "bolt:///x.db?fenceFloor=sometimes", errHas: `fenceFloor="sometimes": want clock (the default) or off`},
+		{url: "bolt:///x.db?fenceFloor=off&fenceFloor=off", errHas: "given 2 times"},
 		{url: "bolt:///var/lib/fencegate/locks.db?records=json", want: "/var/lib/fencegate/locks.db", records: RecordsJSON},
 		{url: "bolt://./fencegate.db?records=binary", want: filepath.Join(wd, "fencegate.db"), records: RecordsBinary},
 		{url: "bolt:///x.db?records=xml", errHas: `records="xml" is not a lock record format; allowed: binary (default), json`},
@@ -50,7 +55,7 @@ func TestParseURL(t *testing.T) {
 		{url: "bolt://", errHas: "names no file"},
 		{url: "bolt:///dir/", errHas: "names no file"},
 		{url: "bolt:rel.db", errHas: "not of the form"},
-		{url: "bolt:///x.db?timeout=1s", errHas: `unknown store URL parameter "timeout"; the only one is records=binary|json`},
+		{url: "bolt:///x.db?timeout=1s", errHas: `unknown store URL parameter "timeout"; the parameters are records=binary|json`},
 		{url: "bolt://user@./x.db", errHas: "no user"},
 		{url: "bolt://.:80/x.db", errHas: "no user or port"},
 		{url: "::", errHas: "parse"},
@@ -66,8 +71,8 @@ func TestParseURL(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseURL(%q): %v", c.url, err)
 			}
-			if cfg.Path != c.want || cfg.Records != c.records {
-				t.Fatalf("ParseURL(%q) = %+v, want path %q, records %q", c.url, cfg, c.want, c.records)
+			if cfg.Path != c.want || cfg.Records != c.records || cfg.FenceFloor != c.floor {
+				t.Fatalf("ParseURL(%q) = %+v, want path %q, records %q, fenceFloor %s", c.url, cfg, c.want, c.records, c.floor)
 			}
 		})
 	}
@@ -252,7 +257,8 @@ func TestFenceWarning(t *testing.T) {
 	var buf bytes.Buffer
 	var mu sync.Mutex
 	logger := slog.New(slog.NewJSONHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
-	s, _ := openFake(t, Config{Logger: logger})
+	// Without the floor: a counter this far ahead of it is refused.
+	s, _ := openFake(t, Config{Logger: logger, FenceFloor: lockstore.FloorOff})
 	s.now = time.Now
 	const key = "tenant-7/secret-resource"
 	if err := s.setFence(key, lockstore.FenceWarn-1); err != nil {

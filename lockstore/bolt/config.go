@@ -38,6 +38,11 @@ type Config struct {
 	// an older fencegate can run on the file afterwards (a rollback).
 	// Both formats are always read.
 	Records RecordFormat
+	// FenceFloor picks the next fence: the zero value, FloorClock, keeps
+	// fences growing with the gateway's clock so that a file restored from
+	// a backup cannot reissue one (lockstore.FloorLeadMax); FloorOff
+	// issues consecutive fences and can.
+	FenceFloor lockstore.FenceFloor
 }
 
 // RecordFormat names a lock record format (record.go).
@@ -70,7 +75,8 @@ func (f RecordFormat) check() error {
 // ParseURL parses a bolt store URL: bolt:///abs/path.db for an absolute
 // path, or bolt://./rel.db for a path relative to the working directory
 // (resolved to an absolute path now, so a later chdir changes nothing).
-// The one query parameter is records=binary|json (Config.Records).
+// The query parameters are records=binary|json (Config.Records) and
+// fenceFloor=clock|off (Config.FenceFloor), each at most once.
 func ParseURL(u string) (Config, error) {
 	pu, err := url.Parse(u)
 	if err != nil {
@@ -85,7 +91,7 @@ func ParseURL(u string) (Config, error) {
 	if pu.Fragment != "" {
 		return Config{}, fmt.Errorf("bolt: store URL takes no fragment; want bolt:///abs/path.db or bolt://./rel.db")
 	}
-	records, err := parseQuery(pu.RawQuery)
+	cfg, err := parseQuery(pu.RawQuery)
 	if err != nil {
 		return Config{}, err
 	}
@@ -111,35 +117,44 @@ func ParseURL(u string) (Config, error) {
 	if p == "" || strings.HasSuffix(p, "/") {
 		return Config{}, fmt.Errorf("bolt: store URL %q names no file; want bolt:///abs/path.db or bolt://./rel.db", u)
 	}
-	return Config{Path: filepath.Clean(p), Records: records}, nil
+	cfg.Path = filepath.Clean(p)
+	return cfg, nil
 }
 
-// parseQuery reads the store URL's query: nothing, or records once.
-func parseQuery(raw string) (RecordFormat, error) {
+// parseQuery reads the store URL's query: records and fenceFloor, each at
+// most once.
+func parseQuery(raw string) (Config, error) {
+	var cfg Config
 	if raw == "" {
-		return "", nil
+		return cfg, nil
 	}
 	q, err := url.ParseQuery(raw)
 	if err != nil {
-		return "", lockstore.Errorf(lockstore.InvalidArgument, "config", "bolt: store URL query: %v", err)
+		return cfg, lockstore.Errorf(lockstore.InvalidArgument, "config", "bolt: store URL query: %v", err)
 	}
-	var records RecordFormat
 	for name, vals := range q {
-		if name != recordsParam {
-			return "", lockstore.Errorf(lockstore.InvalidArgument, "config",
-				"bolt: unknown store URL parameter %q; the only one is %s=%s|%s", name, recordsParam, RecordsBinary, RecordsJSON)
+		if name != recordsParam && name != lockstore.FenceFloorParam {
+			return cfg, lockstore.Errorf(lockstore.InvalidArgument, "config",
+				"bolt: unknown store URL parameter %q; the parameters are %s=%s|%s and %s=clock|off",
+				name, recordsParam, RecordsBinary, RecordsJSON, lockstore.FenceFloorParam)
 		}
 		if len(vals) != 1 {
-			return "", lockstore.Errorf(lockstore.InvalidArgument, "config", "bolt: store URL parameter %s given %d times", name, len(vals))
+			return cfg, lockstore.Errorf(lockstore.InvalidArgument, "config", "bolt: store URL parameter %s given %d times", name, len(vals))
 		}
-		records = RecordFormat(vals[0])
-		if records == "" {
-			return "", lockstore.Errorf(lockstore.InvalidArgument, "config",
+		if name == lockstore.FenceFloorParam {
+			if cfg.FenceFloor, err = lockstore.ParseFenceFloor(vals[0]); err != nil {
+				return cfg, err
+			}
+			continue
+		}
+		cfg.Records = RecordFormat(vals[0])
+		if cfg.Records == "" {
+			return cfg, lockstore.Errorf(lockstore.InvalidArgument, "config",
 				"bolt: %s= is empty; allowed: %s (default), %s", recordsParam, RecordsBinary, RecordsJSON)
 		}
-		if err := records.check(); err != nil {
-			return "", err
+		if err := cfg.Records.check(); err != nil {
+			return cfg, err
 		}
 	}
-	return records, nil
+	return cfg, nil
 }

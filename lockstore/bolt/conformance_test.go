@@ -44,22 +44,22 @@ func harnessQuery(t *testing.T, query string, wrap func(*Store) lockstore.Store)
 		cfg.Logger = slog.New(slog.DiscardHandler)
 		return cfg
 	}
+	open := func(t *testing.T, ns string, edit func(*Config)) lockstore.Store {
+		cfg := config(t, ns)
+		edit(&cfg)
+		s, err := Open(t.Context(), cfg)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return wrap(s)
+	}
 	return storetest.Harness{
-		Open: func(t *testing.T, ns string) lockstore.Store {
-			s, err := Open(t.Context(), config(t, ns))
-			if err != nil {
-				t.Fatalf("Open: %v", err)
-			}
-			return wrap(s)
+		Open: func(t *testing.T, ns string) lockstore.Store { return open(t, ns, func(*Config) {}) },
+		OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
+			return open(t, ns, func(c *Config) { c.FenceFloor = lockstore.FloorOff })
 		},
 		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
-			cfg := config(t, ns)
-			cfg.AuditRetention = r
-			s, err := Open(t.Context(), cfg)
-			if err != nil {
-				t.Fatalf("Open: %v", err)
-			}
-			return wrap(s)
+			return open(t, ns, func(c *Config) { c.AuditRetention = r })
 		},
 		SetFence: func(t *testing.T, s lockstore.Store, ns, key string, n int64) {
 			if w, ok := s.(interface{ base() *Store }); ok {

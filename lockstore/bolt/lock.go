@@ -70,8 +70,9 @@ func deleteLock(tx *bbolt.Tx, r *lockRecord) error {
 }
 
 // Acquire takes key for ttl if it is free, reclaiming an expired lock
-// (its counter untouched). The fence is the key's counter plus one; past
-// lockstore.FenceMax the acquire fails with Internal and nothing is written.
+// (its counter untouched). The fence is lockstore.NextFenceAt's, on the
+// gateway's clock read inside the write transaction; when that refuses
+// (overflow, a clock behind the counter) nothing is written.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	const op = "acquire"
 	k, ttlMs, err := lockstore.BeginAcquire(ctx, key, ttl)
@@ -101,7 +102,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 			return err
 		}
 		// An overflow error rolls the reclaim back too: nothing written.
-		next, fence, err := lockstore.NextFence(op, key, n)
+		next, fence, err := lockstore.NextFenceAt(op, key, n, now, s.floor)
 		if err != nil {
 			return err
 		}

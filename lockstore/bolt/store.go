@@ -61,6 +61,7 @@ type Store struct {
 	path      string
 	log       *slog.Logger
 	retention lockstore.AuditRetention
+	floor     lockstore.FenceFloor
 	// now is the time authority; tests replace it to move time.
 	now func() time.Time
 	// encode and decode are the lock record codec: encodeRecord, or
@@ -161,6 +162,7 @@ func open(ctx context.Context, cfg Config, encodeJSON func(*lockRecord) ([]byte,
 		path:      cfg.Path,
 		log:       logger.With("store", "bolt"),
 		retention: cfg.AuditRetention.WithDefaults(),
+		floor:     cfg.FenceFloor,
 		now:       time.Now,
 		encode:    encodeRecord,
 		decode:    decodeRecord,

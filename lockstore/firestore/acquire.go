@@ -138,7 +138,10 @@ func (s *Store) acquireTx(ctx context.Context, tx *firestore.Transaction, a acqu
 			last = n
 		}
 	}
-	next, fence, err := lockstore.NextFence(op, a.key, last)
+	// The floor reads the clock again, after the reads: they may have
+	// waited on the lock of a transaction that raised the counter to the
+	// floor of a later instant than nowMs.
+	next, fence, err := lockstore.NextFenceAt(op, a.key, last, max(nowMs, s.nowMs()), s.cfg.FenceFloor)
 	if err != nil {
 		return lockstore.AcquireResult{}, 0, err
 	}

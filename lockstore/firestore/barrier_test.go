@@ -76,8 +76,10 @@ func (s outsideReadStore) Admit(ctx context.Context, key string, a lockstore.Wri
 func TestBarrierReadOutsideTransactionIsCaught(t *testing.T) {
 	needEmulator(t)
 	failed := storetest.BarrierFailures(t, storetest.Harness{
-		Open: func(t *testing.T, ns string) lockstore.Store {
-			s, err := Open(context.Background(), nsConfig(t, ns))
+		OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
+			cfg := nsConfig(t, ns)
+			cfg.FenceFloor = lockstore.FloorOff
+			s, err := Open(context.Background(), cfg)
 			if err != nil {
 				t.Fatalf("Open(%s): %v", ns, err)
 			}

@@ -73,6 +73,12 @@ type Config struct {
 	// out of it is ServiceUnavailable, while the caller's own deadline is
 	// NetworkTimeout.
 	OpTimeout time.Duration
+	// FenceFloor picks the next fence: the zero value, FloorClock, keeps
+	// fences growing with the gateway's clock so that a database restored
+	// to an earlier point cannot reissue one (lockstore.FloorLeadMax; the
+	// gateways' clocks must agree within TimeToleranceMs, as expiry already
+	// needs); FloorOff issues consecutive fences.
+	FenceFloor lockstore.FenceFloor
 	// Now is the time authority (default time.Now). Firestore has no server
 	// clock we can read in a transaction, so the gateway's clock decides
 	// expiry; keep it NTP-synced. Tests inject a fake clock here.
@@ -209,7 +215,7 @@ func validDatabaseID(id string) bool {
 // ParseURL parses a store URL:
 //
 //	firestore://PROJECT?database=D&collection=C&fenceCollection=F&auditCollection=A
-//	    &barrierCollection=B&auditMaxEvents=N&auditMaxAge=168h&maxAttempts=N
+//	    &barrierCollection=B&auditMaxEvents=N&auditMaxAge=168h&maxAttempts=N&fenceFloor=clock|off
 //
 // Every query parameter is optional; unknown parameters are an error (a
 // typo must not silently select a default collection). The result is
@@ -268,8 +274,14 @@ func ParseURL(raw string) (Config, error) {
 				probs = append(probs, fmt.Sprintf("maxAttempts %q must be an integer in [1, 100]", v))
 			}
 			c.MaxAttempts = n
+		case lockstore.FenceFloorParam:
+			f, err := lockstore.ParseFenceFloor(v)
+			if err != nil {
+				probs = append(probs, fmt.Sprintf("%s %q must be clock or off", name, v))
+			}
+			c.FenceFloor = f
 		default:
-			probs = append(probs, fmt.Sprintf("unknown parameter %q (known: database, collection, fenceCollection, auditCollection, barrierCollection, auditMaxEvents, auditMaxAge, maxAttempts)", name))
+			probs = append(probs, fmt.Sprintf("unknown parameter %q (known: database, collection, fenceCollection, auditCollection, barrierCollection, auditMaxEvents, auditMaxAge, maxAttempts, fenceFloor)", name))
 		}
 	}
 	if len(probs) > 0 {

@@ -146,3 +146,25 @@ func TestDocIDs(t *testing.T) {
 		t.Errorf("docIDs(\"a/b\") = %q; the derivation changed", lock)
 	}
 }
+
+// TestParseURLFenceFloor: fenceFloor=clock|off reaches Config.FenceFloor
+// (clock when absent), and anything else is refused naming the choices.
+func TestParseURLFenceFloor(t *testing.T) {
+	for _, c := range []struct {
+		query string
+		want  lockstore.FenceFloor
+		err   bool
+	}{{"", lockstore.FloorClock, false}, {"fenceFloor=clock", lockstore.FloorClock, false},
+		{"fenceFloor=off", lockstore.FloorOff, false}, {"fenceFloor=sometimes", 0, true}} {
+		cfg, err := ParseURL("firestore://proj?" + c.query)
+		if c.err {
+			if err == nil || !strings.Contains(err.Error(), "clock") || !strings.Contains(err.Error(), "off") {
+				t.Errorf("ParseURL(?%s) = %v, want an error naming clock and off", c.query, err)
+			}
+			continue
+		}
+		if err != nil || cfg.FenceFloor != c.want {
+			t.Errorf("ParseURL(?%s) = %v, %v; want fenceFloor %s", c.query, cfg.FenceFloor, err, c.want)
+		}
+	}
+}

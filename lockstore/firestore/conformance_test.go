@@ -27,6 +27,15 @@ func TestConformance(t *testing.T) {
 			}
 			return s
 		},
+		OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
+			cfg := nsConfig(t, ns)
+			cfg.FenceFloor = lockstore.FloorOff
+			s, err := Open(context.Background(), cfg)
+			if err != nil {
+				t.Fatalf("Open(%s): %v", ns, err)
+			}
+			return s
+		},
 		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
 			cfg := nsConfig(t, ns)
 			cfg.AuditRetention = r

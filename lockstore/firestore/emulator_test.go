@@ -83,6 +83,14 @@ func nsConfig(t testing.TB, ns string) Config {
 	}
 }
 
+// floorOff is cfg with lockstore.FloorOff, for the tests that pin the
+// layout or count fences one by one (the floor's own cases are in the
+// conformance suite).
+func floorOff(cfg Config) Config {
+	cfg.FenceFloor = lockstore.FloorOff
+	return cfg
+}
+
 // openStore opens a store with cfg and closes it when the test ends.
 func openStore(t testing.TB, cfg Config) *Store {
 	t.Helper()

@@ -58,7 +58,7 @@ func docExists(t testing.TB, ref *firestore.DocumentRef) bool {
 // IDs, field names, value types, 15-digit fences.
 func TestStorageLayout(t *testing.T) {
 	t.Parallel()
-	s := openStore(t, nsConfig(t, uniqueNS(t)))
+	s := openStore(t, floorOff(nsConfig(t, uniqueNS(t))))
 	key := "orders:42"
 	r := mustAcquire(t, s, key, 10*time.Second)
 
@@ -97,7 +97,7 @@ func TestStorageLayout(t *testing.T) {
 // and continues its fence sequence.
 func TestSyncGuardWrittenLock(t *testing.T) {
 	t.Parallel()
-	s := openStore(t, nsConfig(t, uniqueNS(t)))
+	s := openStore(t, floorOff(nsConfig(t, uniqueNS(t))))
 	key := "shared:resource"
 	now := time.Now().UnixMilli()
 	lockID, _ := lockstore.NewLockID()
@@ -129,7 +129,7 @@ func TestSyncGuardWrittenLock(t *testing.T) {
 // reserved __x__ form: they lock, fence and release like any other key.
 func TestKeysThatAreNotDocumentIDs(t *testing.T) {
 	t.Parallel()
-	s := openStore(t, nsConfig(t, uniqueNS(t)))
+	s := openStore(t, floorOff(nsConfig(t, uniqueNS(t))))
 	keys := []string{"a/b", "a/b/c", "/", ".", "..", "__x__", "tenant/orders/42"}
 	for _, k := range keys {
 		r1 := mustAcquire(t, s, k, 10*time.Second)
@@ -159,7 +159,7 @@ func TestKeysThatAreNotDocumentIDs(t *testing.T) {
 func TestClientTimeAuthority(t *testing.T) {
 	t.Parallel()
 	clk := &fakeClock{now: time.UnixMilli(1_900_000_000_000)}
-	cfg := nsConfig(t, uniqueNS(t))
+	cfg := floorOff(nsConfig(t, uniqueNS(t)))
 	cfg.Now = clk.Now
 	s := openStore(t, cfg)
 
@@ -283,7 +283,7 @@ func TestStrayLockDocument(t *testing.T) {
 // neither document changes.
 func TestOverflowWritesNothing(t *testing.T) {
 	t.Parallel()
-	s := openStore(t, nsConfig(t, uniqueNS(t)))
+	s := openStore(t, floorOff(nsConfig(t, uniqueNS(t))))
 	setFence(t, s, "k", lockstore.FenceMax-1)
 	if r := mustAcquire(t, s, "k", time.Millisecond); r.Fence != "900000000000000" {
 		t.Fatalf("last fence = %s, want 900000000000000", r.Fence)
@@ -330,7 +330,7 @@ func TestMalformedCounterIsNeverReset(t *testing.T) {
 // is gone, and the live holder while it is there.
 func TestInspectLatestFence(t *testing.T) {
 	t.Parallel()
-	s := openStore(t, nsConfig(t, uniqueNS(t)))
+	s := openStore(t, floorOff(nsConfig(t, uniqueNS(t))))
 	st, err := s.Inspect(bg(t), "k")
 	if err != nil || st.Live != nil || st.LatestFence != "" || st.NowMs == 0 {
 		t.Fatalf("Inspect of a fresh key = %+v, %v", st, err)
@@ -583,7 +583,7 @@ func TestHashedDocIDCollisionIsNotReported(t *testing.T) {
 func TestFenceWarning(t *testing.T) {
 	t.Parallel()
 	var logs logBuffer
-	cfg := nsConfig(t, uniqueNS(t))
+	cfg := floorOff(nsConfig(t, uniqueNS(t)))
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	s := openStore(t, cfg)
 	const key = "tenant-7/secret-resource"

@@ -11,8 +11,8 @@ import (
 
 // Acquire takes key for ttl in one transaction: the advisory lock on the
 // storage key, the fence counter's insert-if-absent, then one statement that
-// checks the holder, increments the counter (unless that would pass
-// FenceMax) and writes the lock with an expiry computed from the server's
+// checks the holder, moves the counter to the next fence (the clock floor's
+// rule, lockstore.NextFenceAt, on the server's clock) and writes the lock with an expiry computed from the server's
 // now(). The three statements go out as one pgx batch, which pgx sends as a
 // pipeline closed by a single Sync, so PostgreSQL runs them in one implicit
 // transaction and the whole acquire is one network round trip.
@@ -38,12 +38,13 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		free            bool
 		issued, expires *int64
 		prior           *int64
+		floor           int64
 	)
 	b := &pgx.Batch{}
 	b.Queue(s.sql.acquireLock, lockKey)
 	b.Queue(s.sql.acquireInit, fenceKey)
-	b.Queue(s.sql.acquire, lockKey, fenceKey, lockID, ttlMs, nk, lockstore.FenceMax).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&free, &issued, &expires, &prior) })
+	b.Queue(s.sql.acquire, lockKey, fenceKey, lockID, ttlMs, nk, lockstore.FenceMax, s.cfg.FenceFloor == lockstore.FloorClock).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&free, &issued, &expires, &prior, &floor) })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return lockstore.AcquireResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
@@ -51,9 +52,14 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	switch {
 	case !free:
 		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
-	case issued == nil && prior != nil && *prior >= lockstore.FenceMax:
-		// The guarded UPDATE matched nothing, so nothing was written.
-		return lockstore.AcquireResult{}, lockstore.FenceOverflow(op, key)
+	case issued == nil && prior != nil:
+		// The guarded UPDATE matched nothing, so nothing was written; the
+		// rule that refused it is lockstore.NextFenceAt's.
+		if _, _, err := lockstore.NextFenceAt(op, key, *prior, floor/lockstore.FloorPerMs+lockstore.FloorEpochMs, s.cfg.FenceFloor); err != nil {
+			return lockstore.AcquireResult{}, err
+		}
+		return lockstore.AcquireResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, Key: key,
+			Msg: "postgres: acquire issued no fence although the key was free and the counter allows one"}
 	case issued == nil || expires == nil:
 		return lockstore.AcquireResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, Key: key,
 			Msg: "postgres: acquire wrote no lock although the key was free (counter row missing?)"}

@@ -67,11 +67,12 @@ func TestBarrierNeedsTheAdvisoryLock(t *testing.T) {
 	databaseURL(t)
 	harness := func(lock bool) storetest.Harness {
 		return storetest.Harness{
-			Open: func(t *testing.T, ns string) lockstore.Store {
+			OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
 				// Enough connections for every racer of race_handover, so
 				// the handover does not merely queue behind the admissions.
 				cfg := nsConfig(t, ns)
 				cfg.MaxConns = 16
+				cfg.FenceFloor = lockstore.FloorOff
 				dropTablesAtEnd(t, cfg)
 				st, err := Open(t.Context(), cfg)
 				if err != nil {

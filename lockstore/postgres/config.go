@@ -67,6 +67,11 @@ type Config struct {
 	// MaxConns caps the connection pool; 0 means the DSN's pool_max_conns,
 	// or DefaultMaxConns.
 	MaxConns int32
+	// FenceFloor picks the next fence: the zero value, FloorClock, keeps
+	// fences growing with the server's clock so that a promoted
+	// asynchronous standby or a restored backup cannot reissue one
+	// (lockstore.FloorLeadMax); FloorOff issues consecutive fences and can.
+	FenceFloor lockstore.FenceFloor
 	// AuditRetention bounds the audit table; zero fields take lockstore's defaults.
 	AuditRetention lockstore.AuditRetention
 	// Logger receives warnings (fence past the warning level); nil means
@@ -166,6 +171,7 @@ const (
 //	autoMigrate=BOOL    create missing tables on Open (default true)
 //	auditMaxEvents=N    audit retention by count
 //	auditMaxAge=DUR     audit retention by age (Go duration, e.g. 168h)
+//	fenceFloor=clock|off the next fence's rule (Config.FenceFloor; default clock)
 //
 // Everything else (sslmode, pool_max_conns, connect_timeout, …) is left in
 // Config.DSN for pgx. Errors never echo the URL: it may hold a password.
@@ -224,6 +230,13 @@ func ParseURL(raw string) (Config, error) {
 				"postgres: %s=%q must be a positive duration such as 168h", paramAuditMaxAge, v)
 		}
 		c.AuditRetention.MaxAge = d
+	}
+	if v, ok := take(lockstore.FenceFloorParam); ok {
+		f, err := lockstore.ParseFenceFloor(v)
+		if err != nil {
+			return Config{}, err
+		}
+		c.FenceFloor = f
 	}
 	u.RawQuery = q.Encode()
 	c.DSN = u.String()

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"fmt"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -133,7 +134,7 @@ func TestMigrateIdempotent(t *testing.T) {
 		t.Fatalf("Open without auto-migrate over migrated tables: %v", err)
 	}
 	defer s.Close()
-	if r, err := s.Acquire(tctx(t), "k", time.Second); err != nil || r.Fence != "000000000000001" {
+	if r, err := s.Acquire(tctx(t), "k", time.Second); err != nil || !r.OK {
 		t.Fatalf("Acquire = %+v, %v", r, err)
 	}
 }
@@ -201,7 +202,7 @@ func TestBatchIsOneTransaction(t *testing.T) {
 // TestOverflowWritesNothing: an acquire that would pass FenceMax fails with
 // Internal and leaves the counter and the lock table as they were.
 func TestOverflowWritesNothing(t *testing.T) {
-	s := openNS(t, testNS(t))
+	s := openNS(t, testNS(t), func(c *Config) { c.FenceFloor = lockstore.FloorOff })
 	defer s.Close()
 	setFence(t, s, "k", lockstore.FenceMax)
 	_, err := s.Acquire(tctx(t), "k", time.Minute)
@@ -226,7 +227,9 @@ func TestOverflowWritesNothing(t *testing.T) {
 
 // TestSyncGuardInterop writes locks the way SyncGuard's TypeScript acquire
 // does (its statements, its advisory lock, its key_debug column) and checks
-// that fencegate sees them and continues the same fence sequence.
+// that fencegate sees them and continues the same fence sequence: under the
+// clock floor (the default) fencegate's fence jumps to the floor, and
+// SyncGuard's plain increment continues from it.
 func TestSyncGuardInterop(t *testing.T) {
 	s := openNS(t, testNS(t))
 	defer s.Close()
@@ -286,16 +289,18 @@ func TestSyncGuardInterop(t *testing.T) {
 	if r, err := s.Release(tctx(t), sgID); err != nil || !r.OK {
 		t.Fatalf("fencegate Release of a SyncGuard lock = %+v, %v", r, err)
 	}
+	before := time.Now().UnixMilli()
 	r, err := s.Acquire(tctx(t), key, time.Second)
-	if err != nil || !r.OK || r.Fence != "000000000000002" {
-		t.Fatalf("fencegate Acquire after SyncGuard = %+v, %v; want fence 2", r, err)
+	if err != nil || !r.OK || r.Fence < fmt.Sprintf("%015d", lockstore.FenceFloorAt(before-1000)) {
+		t.Fatalf("fencegate Acquire after SyncGuard = %+v, %v; want the clock floor's fence", r, err)
 	}
 	if _, err := s.Release(tctx(t), r.LockID); err != nil {
 		t.Fatal(err)
 	}
+	n, _ := lockstore.ParseFence(r.Fence)
 	sgID2, _ := lockstore.NewLockID()
-	if f := sgAcquire(sgID2, 60_000); f != "000000000000003" {
-		t.Fatalf("SyncGuard fence after fencegate = %s, want 3", f)
+	if f := sgAcquire(sgID2, 60_000); f != fmt.Sprintf("%015d", n+1) {
+		t.Fatalf("SyncGuard fence after fencegate's %s = %s, want one more", r.Fence, f)
 	}
 }
 

@@ -1,6 +1,11 @@
 package postgres
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/fencegate/fencegate/lockstore"
+)
 
 // nowMsSQL is the server clock in Unix milliseconds, floored as SyncGuard
 // floors it. now() is the transaction's start time, so every statement of one
@@ -30,6 +35,9 @@ func buildStatements(cfg Config) statements {
 		"{fences}", ident(cfg.FenceTable),
 		"{audit}", ident(cfg.AuditTable),
 		"{now_ms}", nowMsSQL,
+		"{floor_epoch}", strconv.FormatInt(lockstore.FloorEpochMs, 10),
+		"{floor_per_ms}", strconv.FormatInt(lockstore.FloorPerMs, 10),
+		"{floor_lead}", strconv.FormatInt(lockstore.FloorLeadMax, 10),
 	)
 	return statements{
 		// Serialises acquires of one storage key, SyncGuard's way
@@ -48,22 +56,33 @@ func buildStatements(cfg Config) statements {
 		//   holder  - the current row, locked (a concurrent release or
 		//             extend finishes first, and we re-read its result);
 		//   free    - the clock, present only if no live lock holds the key;
-		//   counter - increment, only when free and only when the result
-		//             stays <= FenceMax ($6 is FenceMax), so an overflow
-		//             writes nothing at all;
+		//   counter - the next fence (lockstore.NextFenceAt): counter+1,
+		//             raised to the clock floor when $7 (FloorClock) is
+		//             true; written only when free, only when it stays <=
+		//             FenceMax ($6) and within the floor's lead cap, so an
+		//             overflow or a clock behind the counter writes
+		//             nothing at all;
 		//   lock    - the upsert, only when a fence was issued.
+		// The floor reads clock_timestamp(), not now(): now() is the
+		// transaction's start, before the advisory lock was granted, and
+		// the acquires that held it meanwhile may have raised the counter
+		// to floors of later instants.
 		// The final row reports which branch ran; prior is the counter as
-		// this statement found it, to tell an overflow apart.
+		// this statement found it and floor the floor it was held to, to
+		// tell an overflow or a clock behind apart.
 		acquire: r.Replace(`WITH clock AS (
-				SELECT {now_ms} AS now_ms
+				SELECT {now_ms} AS now_ms,
+					greatest(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - {floor_epoch}, 0) * {floor_per_ms} AS floor
 			), holder AS MATERIALIZED (
 				SELECT expires_at_ms FROM {locks} WHERE key = $1 FOR UPDATE
 			), free AS (
 				SELECT c.now_ms FROM clock c
 				WHERE NOT EXISTS (SELECT 1 FROM holder h WHERE h.expires_at_ms > c.now_ms - 1000)
 			), counter AS (
-				UPDATE {fences} SET fence = fence + 1
+				UPDATE {fences} SET fence = CASE WHEN $7 THEN greatest(fence + 1, c.floor) ELSE fence + 1 END
+				FROM clock c
 				WHERE fence_key = $2 AND fence < $6 AND EXISTS (SELECT 1 FROM free)
+					AND (NOT $7 OR (fence + 1 - c.floor <= {floor_lead} AND c.floor <= $6))
 				RETURNING fence
 			), lock AS (
 				INSERT INTO {locks} (key, lock_id, expires_at_ms, acquired_at_ms, fence, user_key)
@@ -80,7 +99,8 @@ func buildStatements(cfg Config) statements {
 			SELECT EXISTS (SELECT 1 FROM free),
 				(SELECT fence FROM counter),
 				(SELECT expires_at_ms FROM lock),
-				(SELECT fence FROM {fences} WHERE fence_key = $2)
+				(SELECT fence FROM {fences} WHERE fence_key = $2),
+				floor
 			FROM clock`),
 
 		// Resolve lockId -> row with a row lock, verify ownership and

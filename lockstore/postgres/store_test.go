@@ -18,6 +18,9 @@ func TestConformance(t *testing.T) {
 	databaseURL(t)
 	storetest.Run(t, storetest.Harness{
 		Open: func(t *testing.T, ns string) lockstore.Store { return openNS(t, ns) },
+		OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
+			return openNS(t, ns, func(c *Config) { c.FenceFloor = lockstore.FloorOff })
+		},
 		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
 			return openNS(t, ns, func(c *Config) { c.AuditRetention = r })
 		},
@@ -50,7 +53,7 @@ func setFence(t testing.TB, s *Store, key string, n int64) {
 // TestFenceWarning: an acquire that issues a fence past FenceWarn logs
 // lockstore.NoteFence's warning once, with the key's hash and never the key.
 func TestFenceWarning(t *testing.T) {
-	s := openNS(t, testNS(t))
+	s := openNS(t, testNS(t), func(c *Config) { c.FenceFloor = lockstore.FloorOff })
 	defer s.Close()
 	var buf bytes.Buffer // only this goroutine's acquire logs to it
 	s.log = slog.New(slog.NewTextHandler(&buf, nil))

@@ -11,7 +11,8 @@ import (
 )
 
 // Acquire takes the lock on key for ttl, in one script: read the lock, read
-// the counter and refuse past FenceMax, INCR, write lock and index.
+// the counter, pick the next fence (lockstore.NextFenceAt: past FenceMax or
+// too far ahead of the clock floor, refuse), write counter, lock and index.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	const op = "acquire"
 	norm, ttlMs, err := lockstore.BeginAcquire(ctx, key, ttl)
@@ -31,7 +32,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return lockstore.AcquireResult{}, err
 	}
 	reply, err := s.eval(ctx, acquireScript, []string{lockKey, idKey, fenceKey},
-		lockID, ttlMs, norm, ttlMs+lockstore.TimeToleranceMs).Result()
+		lockID, ttlMs, norm, ttlMs+lockstore.TimeToleranceMs, s.floorArg).Result()
 	if err != nil {
 		return lockstore.AcquireResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
@@ -55,6 +56,11 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 				Msg: "the fence counter holds a value that is not a non-negative integer"}
 		}
 		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("status %d", r)), key, "")
+	case []any:
+		if lead, ok := behind(r); ok {
+			return lockstore.AcquireResult{}, lockstore.FenceClockBehind(op, key, lead)
+		}
+		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("reply %v", r)), key, "")
 	default:
 		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("reply is %T", reply)), key, "")
 	}
@@ -78,4 +84,14 @@ func acquired(r string) (fence, exp int64, err error) {
 		return 0, 0, fmt.Errorf("acquire reply %q is not <fence>:<expiresAtMs>", r)
 	}
 	return fence, exp, nil
+}
+
+// behind parses the acquire script's {-4, lead} reply.
+func behind(r []any) (lead int64, ok bool) {
+	if len(r) != 2 {
+		return 0, false
+	}
+	status, ok1 := r[0].(int64)
+	lead, ok2 := r[1].(int64)
+	return lead, ok1 && ok2 && status == acquireBehind
 }

@@ -56,6 +56,13 @@ type Config struct {
 	// read. Fence counters are never deleted.
 	CleanupInIsLocked bool
 
+	// FenceFloor picks the next fence: the zero value, FloorClock, keeps
+	// fences growing with Redis's clock so that a failover to a replica
+	// that lacked the latest writes, or a restart without persistence,
+	// cannot reissue one (lockstore.FloorLeadMax); FloorOff issues
+	// consecutive fences and can.
+	FenceFloor lockstore.FenceFloor
+
 	// AuditRetention bounds the audit stream; zero fields take the defaults.
 	AuditRetention lockstore.AuditRetention
 
@@ -99,7 +106,7 @@ const (
 //
 // fencegate's own parameters are prefix, cleanup (bool, see
 // Config.CleanupInIsLocked), auditMaxEvents and auditMaxAge (a Go
-// duration). Every other query parameter is handed to go-redis
+// duration), fenceFloor (clock or off, see Config.FenceFloor). Every other query parameter is handed to go-redis
 // (dial_timeout, read_timeout, pool_size, …); unknown ones are an error.
 // Errors never echo the URL, which may hold a password.
 func ParseURL(raw string) (Config, error) {
@@ -229,6 +236,14 @@ func takeOwnParams(cfg *Config, q url.Values) error {
 		cfg.AuditRetention.MaxAge = d
 	}
 	q.Del(queryAuditMaxAge)
+	if v, ok := q[lockstore.FenceFloorParam]; ok {
+		f, err := lockstore.ParseFenceFloor(v[len(v)-1])
+		if err != nil {
+			return err
+		}
+		cfg.FenceFloor = f
+		q.Del(lockstore.FenceFloorParam)
+	}
 	return nil
 }
 

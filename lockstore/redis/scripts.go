@@ -54,20 +54,28 @@ const (
 	acquireOverflow = -1 // the counter would pass FenceMax; nothing written
 	acquireCorrupt  = -2 // the lock key holds something that is not a lock
 	acquireBadFence = -3 // the counter key holds something that is not an integer
+	acquireBehind   = -4 // the fence would lead the clock floor by more than FloorLeadMax; nothing written; the reply is {-4, lead}
 )
 
 // acquireScript takes a free key.
 //
 // KEYS: lockKey, indexKey, fenceKey
-// ARGV: lockId, ttlMs, normalized user key, ttlMs+tolerance
-// →     "<fence>:<expiresAtMs>" | 0 | negative status
+// ARGV: lockId, ttlMs, normalized user key, ttlMs+tolerance, floor
+// →     "<fence>:<expiresAtMs>" | 0 | negative status | {-4, lead}
+//
+// floor is "1" for the clock floor (lockstore.NextFenceAt) or "0" for
+// counter+1.
 //
 // The success reply is one string rather than a table: Redis builds an
 // array reply from a script with a deferred length, which costs it a reply
 // buffer allocation and a writev per call.
 //
-// The overflow check reads the counter before INCR, so a refused acquire
-// writes nothing; FenceMax is written into the script. Both keys get PX
+// The overflow and lead checks read the counter before writing it, so a
+// refused acquire writes nothing; FenceMax, the floor's epoch, rate and lead
+// cap are written into the script. The counter is written with SET (the
+// floor may move it by more than one); SyncGuard's own INCR continues from
+// it. Redis replicates a script's effects, not the script, so replicas and
+// the AOF get the SET of the value TIME produced here. Both keys get PX
 // ttl+tolerance (computed in Go, so no number is formatted for it here):
 // Redis drops them exactly when the liveness predicate stops calling the
 // lock live.
@@ -88,15 +96,23 @@ if cur then
   n = tonumber(cur)
   if n == nil or n ~= math.floor(n) or n < 0 then return -3 end
 end
-if n + 1 > %d then return -1 end
-local fence = redis.call('INCR', KEYS[3])
+if n + 1 > %[1]d then return -1 end
+local fence = n + 1
+if ARGV[5] == '1' then
+  local fl = 0
+  if now > %[2]d then fl = (now - %[2]d) * %[3]d end
+  if fence - fl > %[4]d then return {-4, fence - fl} end
+  if fl > %[1]d then return -1 end
+  if fl > fence then fence = fl end
+end
+redis.call('SET', KEYS[3], string.format('%%d', fence))
 local exp = now + ARGV[2]
 redis.call('SET', KEYS[1], '{"lockId":"' .. ARGV[1] ..
   string.format('","expiresAtMs":%%d,"acquiredAtMs":%%d,"key":', exp, now) .. cjson.encode(ARGV[3]) ..
   string.format(',"fence":"%%015d"}', fence), 'PX', ARGV[4])
 redis.call('SET', KEYS[2], KEYS[1], 'PX', ARGV[4])
 return string.format('%%d:%%d', fence, exp)
-`, lockstore.FenceMax))
+`, lockstore.FenceMax, lockstore.FloorEpochMs, lockstore.FloorPerMs, lockstore.FloorLeadMax))
 
 // Release/extend status codes.
 const (

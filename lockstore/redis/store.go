@@ -23,6 +23,7 @@ type Store struct {
 	auditKey  string // decision-class audit stream, ownKey(auditStreamName)
 	inputKey  string // input-class audit stream, ownKey(auditInputStreamName)
 	cleanup   bool
+	floorArg  string // the acquire script's floor argument: "1" (FloorClock) or "0"
 	retention lockstore.AuditRetention
 	log       *slog.Logger
 
@@ -51,6 +52,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		prefix:    prefix,
 		cleanup:   cfg.CleanupInIsLocked,
 		retention: cfg.AuditRetention.WithDefaults(),
+		floorArg:  floorArg(cfg.FenceFloor),
 		log:       logger.With("store", "redis"),
 	}
 	s.auditKey, s.inputKey = s.ownKey(auditStreamName), s.ownKey(auditInputStreamName)
@@ -170,4 +172,11 @@ func (s *Store) checkEviction(ctx context.Context) error {
 		s.log.Warn("redis maxmemory-policy evicts keys with a TTL: locks may vanish early under memory pressure (fences still protect writes); noeviction is recommended", "policy", policy)
 		return nil
 	}
+}
+
+func floorArg(f lockstore.FenceFloor) string {
+	if f == lockstore.FloorOff {
+		return "0"
+	}
+	return "1"
 }

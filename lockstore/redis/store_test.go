@@ -88,6 +88,9 @@ func TestConformance(t *testing.T) {
 			s := openPrefix(t, "syncguard_test_"+ns)
 			return s
 		},
+		OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
+			return openPrefix(t, "syncguard_test_"+ns, func(c *Config) { c.FenceFloor = lockstore.FloorOff })
+		},
 		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
 			return openPrefix(t, "syncguard_test_"+ns, func(c *Config) { c.AuditRetention = r })
 		},
@@ -151,11 +154,11 @@ func TestLayout(t *testing.T) {
 	if got := c.Get(ctx, idKey).Val(); got != lockKey {
 		t.Errorf("GET %s = %q, want the full lock key %q (ADR-013)", idKey, got, lockKey)
 	}
-	if got, _ := c.Get(ctx, fenceKey).Int64(); got != before+1 {
-		t.Errorf("counter = %d, want %d", got, before+1)
-	}
-	if want, _ := lockstore.FormatFence(before + 1); r.Fence != want {
-		t.Errorf("fence = %q, want %q", r.Fence, want)
+	// The counter holds the fence issued, an integer SyncGuard's INCR
+	// continues from: the clock floor's, or one more than before.
+	got, _ := c.Get(ctx, fenceKey).Int64()
+	if want, _ := lockstore.FormatFence(got); got <= before || r.Fence != want {
+		t.Errorf("counter = %d (before: %d), fence %q; want the fence written back, above the old counter", got, before, r.Fence)
 	}
 
 	raw := c.Get(ctx, lockKey).Val()
@@ -554,6 +557,7 @@ func TestFenceWarnLog(t *testing.T) {
 	var logs lockedBuffer
 	s := openPrefix(t, "syncguard_test_warnlog", func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.FenceFloor = lockstore.FloorOff // a counter at FenceWarn is far ahead of today's floor
 	})
 	t.Cleanup(func() { dropPrefix(t, s.Client(), s.Prefix()) })
 	ctx := context.Background()

@@ -67,7 +67,7 @@ func (s *suite) barrierCases() []testCase {
 	var out []testCase
 	for _, c := range s.barrierCaseList() {
 		out = append(out, testCase{name: "barrier_" + c.name, fn: func(t *testing.T) {
-			c.fn(t, &barrierEnv{s: s, open: func(ns string) lockstore.Store { return s.open(t, ns) }})
+			c.fn(t, &barrierEnv{s: s, open: func(ns string) lockstore.Store { return s.openConsecutive(t, ns) }})
 		}})
 	}
 	return out
@@ -77,10 +77,15 @@ func (s *suite) barrierCases() []testCase {
 // with a recorder in place of *testing.T, and returns the cases that failed
 // (by name, as they appear under "conformance/barrier_<name>") with what
 // they reported. A backend's test uses it to prove the cases catch a
-// deliberately broken store. h.Open and h.SetFence get t; the cases run in
-// parallel, like in Run.
+// deliberately broken store. The barrier cases count fences one by one, so
+// they open their stores with h.OpenFloorOff (the only Open they use, and
+// required); it and h.SetFence get t; the cases run in parallel, like in
+// Run.
 func BarrierFailures(t *testing.T, h Harness) map[string][]string {
 	t.Helper()
+	if h.OpenFloorOff == nil {
+		t.Fatal("storetest: BarrierFailures needs Harness.OpenFloorOff")
+	}
 	s := &suite{h: h, scale: h.ConcurrencyScale, margin: (baseClockMargin + h.ExtraClockMargin).Milliseconds()}
 	if s.scale <= 0 || s.scale > 1 {
 		s.scale = 1
@@ -95,7 +100,7 @@ func BarrierFailures(t *testing.T, h Harness) map[string][]string {
 			r := newRecorder(t, "barrier_"+c.name)
 			r.run(func() {
 				c.fn(r, &barrierEnv{s: s, open: func(ns string) lockstore.Store {
-					st := h.Open(t, ns)
+					st := h.OpenFloorOff(t, ns)
 					r.Cleanup(func() { _ = st.Close() })
 					return st
 				}})

@@ -21,9 +21,21 @@ const (
 // checked with a per-key occupancy counter that must never exceed one, and
 // fencing by recording each fence the moment its holder enters the
 // critical section: per key, the recorded sequence must be strictly
-// increasing, which also makes every fence unique.
+// increasing, which also makes every fence unique. It runs on the default
+// store (the clock floor on), as gateways do; under lockstore.FloorOff the
+// sequence must also be dense, and stress/concurrency_floor_off checks that.
 func (s *suite) concurrency(t *testing.T) {
 	st, _ := s.fresh(t)
+	s.stress(t, st, false)
+}
+
+// concurrencyFloorOff is concurrency under lockstore.FloorOff, where a
+// refused acquire that consumed a fence shows as a gap.
+func (s *suite) concurrencyFloorOff(t *testing.T) {
+	st, _ := s.freshConsecutive(t)
+	s.stress(t, st, true)
+}
+func (s *suite) stress(t *testing.T, st lockstore.Store, dense bool) {
 	cycles := max(5, int(float64(stressCycles)*s.scale))
 	// A TTL far beyond any plausible hold time, so no lock expires under a
 	// holder and the exclusion check is about the store, not the clock.
@@ -112,8 +124,9 @@ func (s *suite) concurrency(t *testing.T) {
 				break
 			}
 		}
-		// Refused acquires consume no fence, so the sequence is dense.
-		if first, last := ks.fences[0], ks.fences[len(ks.fences)-1]; last-first+1 != int64(len(ks.fences)) {
+		// Refused acquires consume no fence, so without the floor the
+		// sequence is dense.
+		if first, last := ks.fences[0], ks.fences[len(ks.fences)-1]; dense && last-first+1 != int64(len(ks.fences)) {
 			t.Errorf("key %d: %d fences span %d..%d; fences were skipped", i, len(ks.fences), first, last)
 		}
 	}

@@ -46,9 +46,10 @@ func (s *suite) extendReplacesTTL(t *testing.T) {
 }
 
 // noResurrection: extending an expired lock fails and leaves the key free;
-// the next acquire continues the fence sequence.
+// the next acquire continues the fence sequence (counted one by one, under
+// lockstore.FloorOff).
 func (s *suite) noResurrection(t *testing.T) {
-	st, _ := s.fresh(t)
+	st, _ := s.freshConsecutive(t)
 	const key = "lazarus"
 	r := acquire(t, st, key, 100*time.Millisecond)
 	sleepUntil(s.freeAt(r.ExpiresAtMs))

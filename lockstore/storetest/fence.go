@@ -8,11 +8,11 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// fenceSequence: a key's fences are 15 digits, start at 1, grow by one per
-// successful acquire, and string order equals numeric order; JSON round
+// fenceSequence: under lockstore.FloorOff a key's fences are 15 digits,
+// start at 1, grow by one per successful acquire, and string order equals numeric order; JSON round
 // trips them unchanged.
 func (s *suite) fenceSequence(t *testing.T) {
-	st, _ := s.fresh(t)
+	st, _ := s.freshConsecutive(t)
 	const key = "seq"
 	var prev string
 	for i := int64(1); i <= 12; i++ {
@@ -40,7 +40,7 @@ func (s *suite) fenceSequence(t *testing.T) {
 
 // fencePerKey: counters are per key; key A's acquires don't advance B's.
 func (s *suite) fencePerKey(t *testing.T) {
-	st, _ := s.fresh(t)
+	st, _ := s.freshConsecutive(t)
 	b1 := acquire(t, st, "key-b", 10*time.Second)
 	release(t, st, b1.LockID)
 	for range 3 {
@@ -65,7 +65,7 @@ func (s *suite) fencePerKey(t *testing.T) {
 // reopened store continues the sequence and still sees the held lock.
 func (s *suite) fenceSurvivesReopen(t *testing.T) {
 	ns := newNS(t)
-	st := s.open(t, ns)
+	st := s.openConsecutive(t, ns)
 	r1 := acquire(t, st, "durable", 10*time.Second)
 	release(t, st, r1.LockID)
 	held := acquire(t, st, "held", time.Minute)
@@ -73,7 +73,7 @@ func (s *suite) fenceSurvivesReopen(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 
-	st2 := s.open(t, ns)
+	st2 := s.openConsecutive(t, ns)
 	r2 := acquire(t, st2, "durable", 10*time.Second)
 	if got, want := fenceNum(t, r2.Fence), fenceNum(t, r1.Fence)+1; got != want {
 		t.Fatalf("fence after reopen = %d, want %d (fence counters must survive a restart)", got, want)
@@ -90,7 +90,7 @@ func (s *suite) fenceSurvivesReopen(t *testing.T) {
 // fenceOverflow: a counter at FenceMax refuses to issue more with Internal
 // and writes nothing: the key stays free and the counter is unchanged.
 func (s *suite) fenceOverflow(t *testing.T) {
-	st, ns := s.fresh(t)
+	st, ns := s.freshConsecutive(t)
 	const key = "overflow"
 	s.h.SetFence(t, st, ns, key, lockstore.FenceMax)
 	r, err := st.Acquire(ctx(t), key, 10*time.Second)
@@ -121,7 +121,7 @@ func (s *suite) fenceOverflow(t *testing.T) {
 // fenceWarnLevel: fences past FenceWarn are still issued (the backend only
 // logs); the count continues from a seeded value.
 func (s *suite) fenceWarnLevel(t *testing.T) {
-	st, ns := s.fresh(t)
+	st, ns := s.freshConsecutive(t)
 	const key = "warn"
 	s.h.SetFence(t, st, ns, key, lockstore.FenceWarn)
 	r := acquire(t, st, key, time.Second)

@@ -26,7 +26,7 @@ func (s *suite) capabilities(t *testing.T) {
 // lifecycle walks one lock through acquire → isLocked → lookup → extend →
 // release → free, checking every read path at each step.
 func (s *suite) lifecycle(t *testing.T) {
-	st, _ := s.fresh(t)
+	st, _ := s.freshConsecutive(t)
 	const key = "resource:123"
 	wantFree(t, st, key, "")
 
@@ -64,7 +64,7 @@ func (s *suite) lifecycle(t *testing.T) {
 // contention: a held key refuses a second acquire with Reason "locked",
 // hands out nothing and consumes no fence.
 func (s *suite) contention(t *testing.T) {
-	st, _ := s.fresh(t)
+	st, _ := s.freshConsecutive(t)
 	const key = "contended"
 	r1 := acquire(t, st, key, 10*time.Second)
 
@@ -210,7 +210,7 @@ func (s *suite) doubleRelease(t *testing.T) {
 // fence counter. A store may refuse such keys with InvalidArgument; if it
 // takes them, they are ordinary independent locks.
 func (s *suite) internalKeys(t *testing.T) {
-	st, _ := s.fresh(t)
+	st, _ := s.freshConsecutive(t)
 	victim := acquire(t, st, "victim", 10*time.Second)
 	for _, key := range []string{"id:" + victim.LockID, "fence:victim", "fence:" + victim.LockID, "id:"} {
 		r, err := st.Acquire(ctx(t), key, 10*time.Second)
@@ -243,7 +243,7 @@ func (s *suite) internalKeys(t *testing.T) {
 // manyKeys: concurrent acquires of distinct keys all succeed, each with
 // its own fence sequence.
 func (s *suite) manyKeys(t *testing.T) {
-	st, _ := s.fresh(t)
+	st, _ := s.freshConsecutive(t)
 	const n = 24
 	var (
 		wg      sync.WaitGroup
@@ -324,7 +324,7 @@ func (s *suite) foreignLockIDs(t *testing.T) {
 // staleHolder: after a lock expires and another holder takes the key, the
 // old lockId must not release or extend the new holder's lock.
 func (s *suite) staleHolder(t *testing.T) {
-	st, _ := s.fresh(t)
+	st, _ := s.freshConsecutive(t)
 	const key = "stale"
 	old := acquire(t, st, key, 100*time.Millisecond)
 	sleepUntil(s.freeAt(old.ExpiresAtMs))

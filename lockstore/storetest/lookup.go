@@ -58,7 +58,7 @@ func (s *suite) lookupReadOnly(t *testing.T) {
 
 // nfcKeys: canonically equivalent spellings name one lock and one counter.
 func (s *suite) nfcKeys(t *testing.T) {
-	st, _ := s.fresh(t)
+	st, _ := s.freshConsecutive(t)
 	const (
 		decomposed = "caf" + "e\u0301"
 		composed   = "caf\u00e9"
@@ -85,7 +85,7 @@ func (s *suite) nfcKeys(t *testing.T) {
 // maxKey: keys of exactly 512 bytes after NFC work end to end, including
 // one that is longer before normalisation.
 func (s *suite) maxKey(t *testing.T) {
-	st, _ := s.fresh(t)
+	st, _ := s.freshConsecutive(t)
 	for _, c := range []struct{ name, key string }{
 		{"ascii-512", strings.Repeat("k", 512)},
 		{"2-byte-512", strings.Repeat("\u00e9", 256)},

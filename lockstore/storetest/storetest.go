@@ -31,8 +31,13 @@ type Harness struct {
 	// OpenAudit is Open with the given audit retention (the audit
 	// retention case needs a small one).
 	OpenAudit func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store
+	// OpenFloorOff is Open with lockstore.FloorOff: consecutive fences, for
+	// the cases that count them. Open (and OpenAudit) use the backend's
+	// default, lockstore.FloorClock.
+	OpenFloorOff func(t *testing.T, ns string) lockstore.Store
 	// SetFence seeds the fence counter of user key `key` in ns to n, so the
-	// next successful acquire of key issues fence n+1 (used for overflow).
+	// next successful acquire of key issues fence n+1 under FloorOff (used
+	// for overflow), and so that a store that lost writes can be played.
 	SetFence func(t *testing.T, s lockstore.Store, ns, key string, n int64)
 
 	// ConcurrencyScale scales the number of acquire/release cycles of the
@@ -80,8 +85,8 @@ type testCase struct {
 // the timing-sensitive cases.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
-	if h.Open == nil || h.SetFence == nil || h.OpenAudit == nil {
-		t.Fatal("storetest: Harness.Open, Harness.OpenAudit and Harness.SetFence are required")
+	if h.Open == nil || h.SetFence == nil || h.OpenAudit == nil || h.OpenFloorOff == nil {
+		t.Fatal("storetest: Harness.Open, Harness.OpenAudit, Harness.OpenFloorOff and Harness.SetFence are required")
 	}
 	s := &suite{h: h, scale: h.ConcurrencyScale}
 	if s.scale <= 0 || s.scale > 1 {
@@ -99,6 +104,7 @@ func Run(t *testing.T, h Harness) {
 	})
 	t.Run("stress", func(t *testing.T) {
 		t.Run("concurrency", s.concurrency)
+		t.Run("concurrency_floor_off", s.concurrencyFloorOff)
 	})
 }
 
@@ -119,6 +125,9 @@ func (s *suite) cases() []testCase {
 		{"fence_survives_reopen", s.fenceSurvivesReopen},
 		{"fence_overflow", s.fenceOverflow},
 		{"fence_warn_level", s.fenceWarnLevel},
+		{"fence_floor", s.fenceFloor},
+		{"fence_floor_survives_lost_writes", s.fenceFloorSurvivesLostWrites},
+		{"fence_floor_lead_cap", s.fenceFloorLeadCap},
 		{"lookup_sanitised", s.lookupSanitised},
 		{"lookup_read_only", s.lookupReadOnly},
 		{"nfc_keys", s.nfcKeys},
@@ -187,6 +196,29 @@ func (s *suite) fresh(t *testing.T) (lockstore.Store, string) {
 	t.Helper()
 	ns := newNS(t)
 	return s.open(t, ns), ns
+}
+
+// freshConsecutive opens a store with lockstore.FloorOff over a new
+// namespace, for the cases that count fences one by one.
+func (s *suite) freshConsecutive(t *testing.T) (lockstore.Store, string) {
+	t.Helper()
+	ns := newNS(t)
+	return s.openConsecutive(t, ns), ns
+}
+
+// openConsecutive is open with lockstore.FloorOff.
+func (s *suite) openConsecutive(t *testing.T, ns string) lockstore.Store {
+	t.Helper()
+	st := s.h.OpenFloorOff(t, ns)
+	if st == nil {
+		t.Fatalf("Harness.OpenFloorOff(%q) returned nil", ns)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return st
 }
 
 // ctx returns a context bounded by opTimeout for one store call.

@@ -22,7 +22,7 @@ import (
 func TestReferenceStore(t *testing.T) {
 	var mu sync.Mutex
 	spaces := map[string]*refData{}
-	open := func(ns string, r lockstore.AuditRetention) lockstore.Store {
+	open := func(ns string, r lockstore.AuditRetention, floor lockstore.FenceFloor) lockstore.Store {
 		mu.Lock()
 		defer mu.Unlock()
 		d, ok := spaces[ns]
@@ -30,12 +30,17 @@ func TestReferenceStore(t *testing.T) {
 			d = &refData{locks: map[string]refLock{}, fences: map[string]int64{}}
 			spaces[ns] = d
 		}
-		return &refStore{d: d, retention: r.WithDefaults(), broken: os.Getenv(brokenEnv)}
+		return &refStore{d: d, retention: r.WithDefaults(), floor: floor, broken: os.Getenv(brokenEnv)}
 	}
 	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T, ns string) lockstore.Store { return open(ns, lockstore.AuditRetention{}) },
+		Open: func(t *testing.T, ns string) lockstore.Store {
+			return open(ns, lockstore.AuditRetention{}, lockstore.FloorClock)
+		},
+		OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
+			return open(ns, lockstore.AuditRetention{}, lockstore.FloorOff)
+		},
 		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
-			return open(ns, r)
+			return open(ns, r, lockstore.FloorClock)
 		},
 		SetFence: func(t *testing.T, s lockstore.Store, ns, key string, n int64) {
 			d := s.(*refStore).d
@@ -67,6 +72,7 @@ type refData struct {
 type refStore struct {
 	d         *refData
 	retention lockstore.AuditRetention
+	floor     lockstore.FenceFloor
 	broken    string // a deliberate bug (brokenEnv), for TestSuiteCatches
 	closed    atomic.Bool
 }
@@ -87,6 +93,10 @@ func TestSuiteCatches(t *testing.T) {
 		{"hash-filter", "conformance/audit"},
 		// One count budget for both classes lets input events evict a stale one.
 		{"shared-retention", "conformance/audit_retention"},
+		// Consecutive fences under the default: a store that loses writes repeats them.
+		{"no-floor", "conformance/fence_floor_survives_lost_writes"},
+		// The floor without its lead cap: a clock that stepped back goes unnoticed.
+		{"no-lead-cap", "conformance/fence_floor_lead_cap"},
 	} {
 		t.Run(c.bug, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestReferenceStore$/^conformance$/^"+
@@ -134,7 +144,19 @@ func (s *refStore) Acquire(ctx context.Context, key string, ttl time.Duration) (
 	if l, ok := s.d.locks[k]; ok && lockstore.IsLive(l.exps, n) {
 		return lockstore.AcquireResult{Reason: lockstore.ReasonLocked}, nil
 	}
-	f, err := lockstore.FormatFence(s.d.fences[k] + 1)
+	if s.d.fences[k] >= lockstore.FenceMax {
+		return lockstore.AcquireResult{}, lockstore.Errorf(lockstore.Internal, "acquire", "fence overflow")
+	}
+	next := s.d.fences[k] + 1
+	if s.floor == lockstore.FloorClock && s.broken != "no-floor" {
+		// The floor, (now - epoch) * per-ms rate, and its lead cap.
+		floor := max(n-lockstore.FloorEpochMs, 0) * lockstore.FloorPerMs
+		if next-floor > lockstore.FloorLeadMax && s.broken != "no-lead-cap" {
+			return lockstore.AcquireResult{}, lockstore.Errorf(lockstore.ServiceUnavailable, "acquire", "clock behind the counter")
+		}
+		next = max(next, floor)
+	}
+	f, err := lockstore.FormatFence(next)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
@@ -142,8 +164,8 @@ func (s *refStore) Acquire(ctx context.Context, key string, ttl time.Duration) (
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
-	s.d.fences[k]++
-	s.d.locks[k] = refLock{key: k, id: id, fence: s.d.fences[k], acquired: n, exps: n + ms}
+	s.d.fences[k] = next
+	s.d.locks[k] = refLock{key: k, id: id, fence: next, acquired: n, exps: n + ms}
 	return lockstore.AcquireResult{OK: true, LockID: id, Fence: f, ExpiresAtMs: n + ms}, nil
 }
 

@@ -145,7 +145,7 @@ func (s *suite) validation(t *testing.T) {
 // expired deadline is NetworkTimeout, on every operation, and neither
 // changes anything.
 func (s *suite) contextErrors(t *testing.T) {
-	st, _ := s.fresh(t)
+	st, _ := s.freshConsecutive(t)
 	const key = "ctx"
 	live := acquire(t, st, "live", 10*time.Second)
 
