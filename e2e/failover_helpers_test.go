@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,15 +93,16 @@ type fenceLoad struct {
 
 	mu     sync.Mutex
 	grants map[string][]grant
-	total  atomic.Int64 // grants so far
-	failed atomic.Int64 // acquires that got an error (store away, gateway down)
-	busy   atomic.Int64 // acquires answered "locked"
+	why    map[string]int // failed acquires by reason
+	total  atomic.Int64   // grants so far
+	failed atomic.Int64   // acquires that got an error (store away, gateway down)
+	busy   atomic.Int64   // acquires answered "locked"
 }
 
 func startFenceLoad(t *testing.T, gatewayURL string) *fenceLoad {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &fenceLoad{t: t, cancel: cancel, grants: map[string][]grant{}}
+	l := &fenceLoad{t: t, cancel: cancel, grants: map[string][]grant{}, why: map[string]int{}}
 	for i := range loadKeys {
 		l.keys = append(l.keys, fmt.Sprintf("failover/k%d", i))
 	}
@@ -148,12 +150,53 @@ func (l *fenceLoad) work(ctx context.Context) {
 		switch {
 		case err != nil:
 			l.failed.Add(1)
+			if ctx.Err() == nil {
+				l.mu.Lock()
+				l.why[failReason(err)]++
+				l.mu.Unlock()
+			}
 			sleepCtx(ctx, 20*time.Millisecond)
 		case !res.OK:
 			l.busy.Add(1)
 			sleepCtx(ctx, 2*time.Millisecond)
 		}
 	}
+}
+
+// hashes is a key or lockId hash in an error, left out so that one reason
+// is counted once.
+var hashes = regexp.MustCompile(`(keyHash|lockIdHash)=[0-9a-f]+`)
+
+func failReason(err error) string {
+	msg := hashes.ReplaceAllString(err.Error(), "$1=…")
+	if len(msg) > 300 {
+		msg = msg[:300] + "…"
+	}
+	return msg
+}
+
+// reasons is why acquires failed, most frequent first.
+func (l *fenceLoad) reasons() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	type kv struct {
+		why string
+		n   int
+	}
+	var all []kv
+	for w, n := range l.why {
+		all = append(all, kv{w, n})
+	}
+	slices.SortFunc(all, func(a, b kv) int { return b.n - a.n })
+	var sb strings.Builder
+	for i, e := range all {
+		if i == 5 {
+			fmt.Fprintf(&sb, "\n\t… %d other reasons", len(all)-i)
+			break
+		}
+		fmt.Fprintf(&sb, "\n\t%6d× %s", e.n, e.why)
+	}
+	return sb.String()
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
@@ -168,17 +211,35 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 func (l *fenceLoad) pause()  { l.gate.Lock() }
 func (l *fenceLoad) resume() { l.gate.Unlock() }
 
-// run lets the clients work for d, failing the test if not one acquire
-// succeeds in that time (the gateway never found its store again).
+// phaseMin is how many acquires each phase must grant at least: a phase
+// that falls short runs on (up to phaseBound) until it has. A blip right
+// after the store came back (a pool still failing fast on the last dial
+// error, keys held by locks whose release was lost) may pass without a
+// grant; a gateway that never finds its store again fails the test.
+const (
+	phaseMin   = 20
+	phaseBound = 30 * time.Second
+)
+
+// run lets the clients work for d, and on until the phase has granted at
+// least phaseMin acquires.
 func (l *fenceLoad) run(ctx context.Context, d time.Duration, what string) {
 	l.t.Helper()
-	before := l.total.Load()
+	want := l.total.Load() + phaseMin
 	sleepCtx(ctx, d)
 	if ctx.Err() != nil {
 		l.t.Fatalf("%s: %v", what, ctx.Err())
 	}
-	if l.total.Load() == before {
-		l.t.Fatalf("%s: no acquire succeeded in %v (%d failed)", what, d, l.failed.Load())
+	if l.total.Load() >= want {
+		return
+	}
+	deadline := time.Now().Add(phaseBound)
+	for l.total.Load() < want {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			l.t.Fatalf("%s: fewer than %d acquires granted in %v (%d failed and %d found the key locked so far); why they failed:%s",
+				what, phaseMin, d+phaseBound, l.failed.Load(), l.busy.Load(), l.reasons())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -186,7 +247,14 @@ func (l *fenceLoad) run(ctx context.Context, d time.Duration, what string) {
 func (l *fenceLoad) waitGrants(ctx context.Context, n int64, bound time.Duration, what string) {
 	l.t.Helper()
 	want := l.total.Load() + n
-	waitFor(l.t, ctx, bound, what, func() bool { return l.total.Load() >= want })
+	deadline := time.Now().Add(bound)
+	for l.total.Load() < want {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			l.t.Fatalf("waited %v for %s (%d failed and %d found the key locked so far); why they failed:%s",
+				bound, what, l.failed.Load(), l.busy.Load(), l.reasons())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (l *fenceLoad) stop() {
@@ -198,13 +266,17 @@ func (l *fenceLoad) stop() {
 type fenceTally struct {
 	Acquires int64 // granted
 	Failed   int64 // acquires that got an error
+	Busy     int64 // acquires that found the key locked
+	// Gap is the longest stretch without a grant on any key, from one
+	// grant's reply to the next.
+	Gap      time.Duration
 	Repeats  int64 // grants whose fence the key had already been given
 	Backward int64 // grants whose fence is not above one answered before they were sent
 }
 
 func (ft fenceTally) String() string {
-	return fmt.Sprintf("%d acquires granted (%d failed while the store was away), %d repeated fences, %d backward steps",
-		ft.Acquires, ft.Failed, ft.Repeats, ft.Backward)
+	return fmt.Sprintf("%d acquires granted (%d failed, %d found the key locked), %d repeated fences, %d backward steps",
+		ft.Acquires, ft.Failed, ft.Busy, ft.Repeats, ft.Backward)
 }
 
 // tally stops the clients and checks every key's fences: a repeat is a
@@ -215,8 +287,12 @@ func (l *fenceLoad) tally() fenceTally {
 	l.stop()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ft := fenceTally{Failed: l.failed.Load()}
+	ft := fenceTally{Failed: l.failed.Load(), Busy: l.busy.Load()}
+	var answers []time.Time
 	for _, gs := range l.grants {
+		for _, g := range gs {
+			answers = append(answers, g.answered)
+		}
 		ft.Acquires += int64(len(gs))
 		seen := make(map[int64]bool, len(gs))
 		for _, g := range gs {
@@ -240,6 +316,10 @@ func (l *fenceLoad) tally() fenceTally {
 				ft.Backward++
 			}
 		}
+	}
+	slices.SortFunc(answers, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 1; i < len(answers); i++ {
+		ft.Gap = max(ft.Gap, answers[i].Sub(answers[i-1]))
 	}
 	return ft
 }

@@ -53,10 +53,10 @@ func withQuery(base string, q url.Values) string {
 }
 
 // logRun logs a scenario's figures in one line, for the closing note.
-func logRun(t *testing.T, fc floorCase, rounds int, ft fenceTally, took time.Duration, extra string) {
+func logRun(t *testing.T, rounds int, ft fenceTally, took time.Duration, extra string) {
 	t.Helper()
-	t.Logf("FIGURES %s %s: rounds=%d acquires=%d repeats=%d backward=%d failed=%d took=%.1fs%s",
-		t.Name(), fc.name, rounds, ft.Acquires, ft.Repeats, ft.Backward, ft.Failed, took.Seconds(), extra)
+	t.Logf("FIGURES %s: rounds=%d acquires=%d repeats=%d backward=%d failed=%d busy=%d longest_gap=%.1fs took=%.1fs%s",
+		t.Name(), rounds, ft.Acquires, ft.Repeats, ft.Backward, ft.Failed, ft.Busy, ft.Gap.Seconds(), took.Seconds(), extra)
 }
 
 // ---- Redis with Sentinel ----
@@ -266,7 +266,7 @@ func testFailoverRedisSentinel(t *testing.T, fc floorCase, rounds int) {
 		master = promoted
 	}
 	ft := load.tally()
-	logRun(t, fc, rounds, ft, time.Since(began), fmt.Sprintf(" promoted_after=%v acquiring_again_after=%v", promotions, follows))
+	logRun(t, rounds, ft, time.Since(began), fmt.Sprintf(" promoted_after=%v acquiring_again_after=%v", promotions, follows))
 	ft.check(t, fc)
 }
 
@@ -479,7 +479,7 @@ func testFailoverPostgres(t *testing.T, fc floorCase, rounds int) {
 		}
 	}
 	ft := load.tally()
-	logRun(t, fc, rounds, ft, time.Since(began), fmt.Sprintf(" acquiring_again_after=%v", follows))
+	logRun(t, rounds, ft, time.Since(began), fmt.Sprintf(" acquiring_again_after=%v", follows))
 	ft.check(t, fc)
 }
 
@@ -521,7 +521,7 @@ func testRestartRedis(t *testing.T, fc floorCase, rounds int) {
 		load.run(ctx, phaseAfter, "after the restart")
 	}
 	ft := load.tally()
-	logRun(t, fc, rounds, ft, time.Since(began), "")
+	logRun(t, rounds, ft, time.Since(began), "")
 	ft.check(t, fc)
 }
 
@@ -564,7 +564,7 @@ func testRestoreBolt(t *testing.T, fc floorCase, rounds int) {
 		load.run(ctx, phaseAfter, "after the restore")
 	}
 	ft := load.tally()
-	logRun(t, fc, rounds, ft, time.Since(began), "")
+	logRun(t, rounds, ft, time.Since(began), "")
 	ft.check(t, fc)
 }
 
