@@ -12,6 +12,10 @@ package e2e
 // clock floor (the default: it must hold) and with fenceFloor=off (fences
 // must repeat: the scenario can catch the bug the floor fixes).
 //
+// Each failover also checks, with a marker written to the old primary
+// before and during the cut, that the promoted copy has the first and
+// lacks the second: the scenario did lose writes, in both rows.
+//
 // FENCEGATE_FAILOVER_ROUNDS=N makes each scenario lose writes N times
 // (default 1) for a longer run.
 
@@ -19,6 +23,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -55,8 +60,8 @@ func withQuery(base string, q url.Values) string {
 // logRun logs a scenario's figures in one line, for the closing note.
 func logRun(t *testing.T, rounds int, ft fenceTally, took time.Duration, extra string) {
 	t.Helper()
-	t.Logf("FIGURES %s: rounds=%d acquires=%d repeats=%d backward=%d failed=%d busy=%d longest_gap=%.1fs took=%.1fs%s",
-		t.Name(), rounds, ft.Acquires, ft.Repeats, ft.Backward, ft.Failed, ft.Busy, ft.Gap.Seconds(), took.Seconds(), extra)
+	t.Logf("FIGURES %s: rounds=%d acquires=%d repeats=%d backward=%d failed=%d busy=%d longest_gap=%v took=%.1fs%s",
+		t.Name(), rounds, ft.Acquires, ft.Repeats, ft.Backward, ft.Failed, ft.Busy, ft.Gap.Round(time.Millisecond), took.Seconds(), extra)
 }
 
 // ---- Redis with Sentinel ----
@@ -128,6 +133,30 @@ func (n *redisNode) kill(t *testing.T) {
 
 func (n *redisNode) client() *goredis.Client {
 	return goredis.NewClient(&goredis.Options{Addr: n.front.Addr, DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1})
+}
+
+// set writes a marker key on the node.
+func (n *redisNode) set(t *testing.T, ctx context.Context, key string) {
+	t.Helper()
+	c := n.client()
+	defer c.Close()
+	if err := c.Set(ctx, key, "1", 0).Err(); err != nil {
+		t.Fatalf("SET %s on %s: %v", key, n.name, err)
+	}
+}
+
+// checkHas asserts whether the node has a marker key.
+func (n *redisNode) checkHas(t *testing.T, ctx context.Context, key string, want bool) {
+	t.Helper()
+	c := n.client()
+	defer c.Close()
+	got, err := c.Exists(ctx, key).Result()
+	if err != nil {
+		t.Fatalf("EXISTS %s on %s: %v", key, n.name, err)
+	}
+	if (got == 1) != want {
+		t.Fatalf("%s has marker %s: %v, want %v (the scenario did not lose exactly the writes of the cut)", n.name, key, got == 1, want)
+	}
 }
 
 // waitReplicas waits until master has n replicas online (synced).
@@ -220,6 +249,11 @@ func waitPromotion(t *testing.T, ctx context.Context, sentinels []string, nodes 
 func TestFailoverRedisSentinel(t *testing.T) {
 	needTool(t, "redis-server", "redis-server")
 	needTool(t, "redis-sentinel", "redis-sentinel")
+	if ln, err := net.Listen("tcp", replicaSourceIP+":0"); err != nil {
+		t.Fatalf("replicas connect from %s, which must be a loopback address (Linux routes all of 127/8 to lo; elsewhere add an alias, e.g. ifconfig lo0 alias %s): %v", replicaSourceIP, replicaSourceIP, err)
+	} else {
+		ln.Close()
+	}
 	rounds := failoverRounds(t)
 	for _, fc := range floorCases {
 		t.Run(fc.name, func(t *testing.T) { testFailoverRedisSentinel(t, fc, rounds) })
@@ -245,12 +279,19 @@ func testFailoverRedisSentinel(t *testing.T, fc floorCase, rounds int) {
 	load := startFenceLoad(t, g.URL())
 	var promotions, follows []string
 	for r := range rounds {
+		kept, lost := fmt.Sprintf("failover-e2e:kept:%d", r), fmt.Sprintf("failover-e2e:lost:%d", r)
+		master.set(t, ctx, kept)
 		load.run(ctx, phaseBefore, "before the cut")
 		master.front.cut(isReplicaSource)
 		load.run(ctx, phaseCut, "while the replicas are cut off")
+		master.set(t, ctx, lost)
 		master.kill(t)
 		killed := time.Now()
 		promoted := waitPromotion(t, ctx, sentinels, nodes, master)
+		// The promoted replica has what the master wrote before the cut
+		// and lacks what it wrote during it: the failover lost writes.
+		promoted.checkHas(t, ctx, kept, true)
+		promoted.checkHas(t, ctx, lost, false)
 		promotions = append(promotions, fmt.Sprintf("%.1fs", time.Since(killed).Seconds()))
 		load.waitGrants(ctx, 1, followBound, "the gateway to acquire on the promoted replica")
 		follows = append(follows, fmt.Sprintf("%.1fs", time.Since(killed).Seconds()))
@@ -424,6 +465,39 @@ func waitStreaming(t *testing.T, ctx context.Context, primary *pgNode) {
 	})
 }
 
+func pgConnect(t *testing.T, ctx context.Context, n *pgNode) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", n.port))
+	if err != nil {
+		t.Fatalf("connect to %s: %v", n.name, err)
+	}
+	return conn
+}
+
+// pgExec runs a statement on the node.
+func pgExec(t *testing.T, ctx context.Context, n *pgNode, sql string) {
+	t.Helper()
+	conn := pgConnect(t, ctx, n)
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s on %s: %v", sql, n.name, err)
+	}
+}
+
+// pgCheckTable asserts whether the node has a marker table.
+func pgCheckTable(t *testing.T, ctx context.Context, n *pgNode, table string, want bool) {
+	t.Helper()
+	conn := pgConnect(t, ctx, n)
+	defer conn.Close(ctx)
+	var got bool
+	if err := conn.QueryRow(ctx, "select to_regclass($1) is not null", table).Scan(&got); err != nil {
+		t.Fatalf("look for table %s on %s: %v", table, n.name, err)
+	}
+	if got != want {
+		t.Fatalf("%s has table %s: %v, want %v (the scenario did not lose exactly the writes of the cut)", n.name, table, got, want)
+	}
+}
+
 // TestFailoverPostgres: a PostgreSQL 15 primary and an asynchronous
 // streaming standby (pg_basebackup -R) that replicates through a proxy; the
 // gateway on a multi-host DSN with target_session_attrs=read-write. Each
@@ -459,13 +533,21 @@ func testFailoverPostgres(t *testing.T, fc floorCase, rounds int) {
 	load := startFenceLoad(t, g.URL())
 	var follows []string
 	for r := range rounds {
+		kept, lost := fmt.Sprintf("failover_e2e_kept_%d", r), fmt.Sprintf("failover_e2e_lost_%d", r)
+		pgExec(t, ctx, primary, "create table "+kept+" ()")
 		load.run(ctx, phaseBefore, "before the cut")
 		link.cut(func(string) bool { return true })
 		load.run(ctx, phaseCut, "while the standby is cut off")
+		pgExec(t, ctx, primary, "create table "+lost+" ()")
 		c.kill(t, primary)
 		killed := time.Now()
 		c.run(t, "pg_ctl", "-D", standby.dir, "-w", "-t", "30", "promote")
 		promoted := time.Since(killed)
+		// The promoted standby has what the primary committed before the
+		// cut and lacks what it committed during it: the failover lost
+		// writes.
+		pgCheckTable(t, ctx, standby, kept, true)
+		pgCheckTable(t, ctx, standby, lost, false)
 		load.waitGrants(ctx, 1, followBound, "the gateway to acquire on the promoted standby")
 		follows = append(follows, fmt.Sprintf("%.1fs", time.Since(killed).Seconds()))
 		t.Logf("round %d: killed %s, promoted %s in %.1fs, the gateway acquired again after %s",
@@ -511,11 +593,20 @@ func testRestartRedis(t *testing.T, fc floorCase, rounds int) {
 	srv := start()
 	g := StartGateway(t, withQuery(fmt.Sprintf("redis://127.0.0.1:%d/0", port), fc.params()), "--log-level", "info")
 	load := startFenceLoad(t, g.URL())
+	rdb := goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), DialTimeout: time.Second, MaxRetries: 3})
+	defer rdb.Close()
 	for r := range rounds {
 		load.run(ctx, phaseBefore+phaseCut, "before the restart")
+		if err := rdb.Set(ctx, "failover-e2e:lost", "1", 0).Err(); err != nil {
+			t.Fatalf("SET marker: %v", err)
+		}
 		srv.kill(t)
 		killed := time.Now()
 		srv = start()
+		// It came back empty: the restart lost every write.
+		if n, err := rdb.Exists(ctx, "failover-e2e:lost").Result(); err != nil || n != 0 {
+			t.Fatalf("restarted Redis: EXISTS marker = %d, %v; want 0 (it should come back empty)", n, err)
+		}
 		load.waitGrants(ctx, 1, followBound, "the gateway to acquire on the restarted Redis")
 		t.Logf("round %d: Redis killed and restarted, the gateway acquired again after %.1fs", r+1, time.Since(killed).Seconds())
 		load.run(ctx, phaseAfter, "after the restart")
