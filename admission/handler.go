@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"k8s.io/apimachinery/pkg/types"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -145,7 +146,7 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 	// called directly, outside any listener.
 	defer func() {
 		if p := recover(); p != nil {
-			h.log.Error("admission: panic while deciding a review", "panic", p, "uid", req.UID)
+			h.log.Error("admission: panic while deciding a review", "panic", p, "uid", logUID(req.UID))
 			h.count(op, decisionError, reasonPanic)
 			resp = Denied(req.UID, http.StatusInternalServerError, metav1.StatusReasonInternalError, "fencegate: internal error while checking the fence")
 		}
@@ -179,7 +180,7 @@ func (h *Handler) Review(ctx context.Context, req *admissionv1.AdmissionRequest)
 			return h.decide(ctx, req, op, newAnn, oldAnn)
 		}
 	}
-	h.log.Warn("admission: undecodable object in review", "uid", req.UID, "err", err)
+	h.log.Warn("admission: undecodable object in review", "uid", logUID(req.UID), "err", err)
 	h.count(op, decisionError, reasonBadObject)
 	return Denied(req.UID, http.StatusBadRequest, "BadRequest", "fencegate: the object in the review is not a JSON object: "+err.Error())
 }
@@ -222,10 +223,10 @@ func (h *Handler) decide(ctx context.Context, req *admissionv1.AdmissionRequest,
 	if err != nil {
 		// d is the fail-closed denial; say why in the log, not to the client.
 		h.log.Warn("admission: could not decide; failing closed",
-			"uid", req.UID, "decisionId", d.DecisionID, "keyHash", lockstore.HashKey(key), "err", err)
+			"uid", logUID(req.UID), "decisionId", d.DecisionID, "keyHash", lockstore.HashKey(key), "err", err)
 	}
 	h.log.Debug("admission: decided",
-		"uid", req.UID, "operation", req.Operation, "resource", routeOf(req),
+		"uid", logUID(req.UID), "operation", req.Operation, "resource", lockstore.Clip(routeOf(req), lockstore.MaxAuditRoute),
 		"decisionId", d.DecisionID, "allowed", d.Allowed, "wouldDeny", d.WouldDeny,
 		"reason", d.Reason, "dryRun", dryRun, "keyHash", lockstore.HashKey(key))
 
@@ -357,3 +358,7 @@ func apiPath(req *admissionv1.AdmissionRequest) string {
 	p = path.Join(p, req.Resource.Resource, req.Name, req.SubResource)
 	return p
 }
+
+// logUID is a review's UID as log lines carry it: the caller chose it, so it
+// is cut to a bound (a real one is a 36-character UUID).
+func logUID(uid types.UID) string { return lockstore.Clip(string(uid), 64) }

@@ -46,6 +46,8 @@ func openStore(t *testing.T) *bolt.Store {
 	t.Helper()
 	s, err := bolt.Open(context.Background(), bolt.Config{
 		Path: filepath.Join(t.TempDir(), "fencegate.db"), Logger: discard(),
+		// These tests count fences from 1; the floor is the stores' to test.
+		FenceFloor: lockstore.FloorOff,
 	})
 	if err != nil {
 		t.Fatal(err)

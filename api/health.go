@@ -6,6 +6,7 @@ import (
 	"time"
 
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/lockstore"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -13,6 +14,8 @@ import (
 type healthReply struct {
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
+	// Replication is the store's, on /readyz when the store reports it.
+	Replication *lockstore.Replication `json:"replication,omitempty"`
 }
 
 // healthz answers 200 while the process can serve HTTP at all; it touches
@@ -40,7 +43,18 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, healthReply{Status: "unavailable", Error: "backend not ready"})
 		return
 	}
-	writeJSON(w, http.StatusOK, healthReply{Status: "ok"})
+	reply := healthReply{Status: "ok"}
+	if s.repl != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		// Informational: a store that cannot say still serves.
+		if rep, err := s.repl(ctx); err == nil {
+			reply.Replication = &rep
+		} else {
+			reply.Replication = &lockstore.Replication{Mode: lockstore.ReplicationUnknown}
+		}
+		cancel()
+	}
+	writeJSON(w, http.StatusOK, reply)
 }
 
 // Ready runs the readiness checks: the store's Ping, then Options.Ready,

@@ -244,7 +244,10 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	// allocate one per header per reply.
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
-	h["Cache-Control"] = noStore
+	// no-store unless the handler chose its caching (GET /v1/proof/keys).
+	if _, set := h["Cache-Control"]; !set {
+		h["Cache-Control"] = noStore
+	}
 	h["X-Content-Type-Options"] = nosniff
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())

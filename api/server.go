@@ -54,6 +54,9 @@ type Options struct {
 	// Ready is an extra readiness check for /readyz, run after the store's
 	// Ping (optional).
 	Ready func(ctx context.Context) error
+	// Replication, when set, reports the store's replication for /readyz
+	// (the "replication" field) after a successful check (optional).
+	Replication func(ctx context.Context) (lockstore.Replication, error)
 }
 
 // Server is the lock API over HTTP/JSON and gRPC. Build one per process
@@ -68,6 +71,7 @@ type Server struct {
 	log       *slog.Logger
 	access    AccessLog
 	ready     func(ctx context.Context) error
+	repl      func(ctx context.Context) (lockstore.Replication, error)
 	metrics   *metrics
 
 	fenceWarnings prometheus.Counter // fences issued past FenceWarn (fencemetric.go)
@@ -96,6 +100,7 @@ func New(o Options) (*Server, error) {
 		log:       o.Logger,
 		access:    o.AccessLog,
 		ready:     o.Ready,
+		repl:      o.Replication,
 		proofs:    o.Proofs,
 	}
 	if s.maxWait == 0 {

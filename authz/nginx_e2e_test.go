@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/deploy/nginx/nginxtest"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
 
@@ -21,7 +22,7 @@ import (
 // lock on the key the raw path spells ("orders/orders", "orders/x") must not
 // write /orders/42 with it: such paths are 400 malformed.
 func TestNginxNonCanonicalPaths(t *testing.T) {
-	s, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db")})
+	s, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db"), FenceFloor: lockstore.FloorOff})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,9 +61,12 @@ func cleanupCtx() (context.Context, context.CancelFunc) {
 
 // openBolt opens the embedded store on a file in a temp dir, with its
 // default durability (fsync on every commit, shared by concurrent writers).
-func openBolt(tb testing.TB) lockstore.Store {
+func openBolt(tb testing.TB) lockstore.Store { return openBoltFloor(tb, lockstore.FloorClock) }
+
+// openBoltFloor is openBolt with the given fence floor.
+func openBoltFloor(tb testing.TB, floor lockstore.FenceFloor) lockstore.Store {
 	tb.Helper()
-	s, err := bolt.Open(tb.Context(), bolt.Config{Path: filepath.Join(tb.TempDir(), "bench.db"), Logger: logger})
+	s, err := bolt.Open(tb.Context(), bolt.Config{Path: filepath.Join(tb.TempDir(), "bench.db"), Logger: logger, FenceFloor: floor})
 	if err != nil {
 		tb.Fatalf("open bolt store: %v", err)
 	}
@@ -81,6 +84,19 @@ func openRedis(tb testing.TB) *redisstore.Store {
 		tb.Fatalf("REDIS_URL: %v", err)
 	}
 	cfg.Prefix = "fencegate-bench-" + runID
+	return openRedisConfig(tb, cfg)
+}
+
+// openRedisFloor is openRedis with the given fence floor, under a prefix of
+// its own.
+func openRedisFloor(tb testing.TB, floor lockstore.FenceFloor) *redisstore.Store {
+	tb.Helper()
+	cfg, err := redisstore.ParseURL(redisURL(tb))
+	if err != nil {
+		tb.Fatalf("REDIS_URL: %v", err)
+	}
+	cfg.Prefix = "fencegate-bench-" + runID + "-floor-" + floor.String()
+	cfg.FenceFloor = floor
 	return openRedisConfig(tb, cfg)
 }
 
@@ -151,7 +167,10 @@ func databaseURL(tb testing.TB) string {
 // openPostgres opens the PostgreSQL store on DATABASE_URL over tables of
 // this run's own, dropped at cleanup, with a pool of one connection per
 // worker (the default pool would queue the 16 workers).
-func openPostgres(tb testing.TB) lockstore.Store {
+func openPostgres(tb testing.TB) lockstore.Store { return openPostgresFloor(tb, lockstore.FloorClock) }
+
+// openPostgresFloor is openPostgres with the given fence floor.
+func openPostgresFloor(tb testing.TB, floor lockstore.FenceFloor) lockstore.Store {
 	tb.Helper()
 	cfg, err := pgstore.ParseURL(databaseURL(tb))
 	if err != nil {
@@ -161,6 +180,7 @@ func openPostgres(tb testing.TB) lockstore.Store {
 	cfg.Table, cfg.FenceTable, cfg.AuditTable, cfg.BarrierTable = ns+"_locks", ns+"_fences", ns+"_audit", ns+"_writes"
 	cfg.MaxConns = int32(max(*workers, 4))
 	cfg.Logger = logger
+	cfg.FenceFloor = floor
 	s, err := pgstore.Open(tb.Context(), cfg)
 	if err != nil {
 		tb.Fatalf("open postgres store: %v", err)

@@ -235,6 +235,19 @@ var sections = []section{
 		},
 	},
 	{
+		title: "3b. The clock floor's cost: acquire+release, fenceFloor=clock (the default) vs off, each store in-process (floor: off)",
+		unit:  "cycles/s",
+		note:  "The same store opened twice, fenceFloor=off (counter+1) and clock (max(counter+1, floor(store now)), docs/fences.md), 16 workers on keys of their own. Both are one store round trip. Target (issue #18): no measurable change, i.e. the ratio's range across rounds includes 1.",
+		rows: []row{
+			{id: "floor/bolt/off", baseline: "floor/bolt/off"},
+			{id: "floor/bolt/clock", baseline: "floor/bolt/off"},
+			{id: "floor/redis/off", baseline: "floor/redis/off"},
+			{id: "floor/redis/clock", baseline: "floor/redis/off"},
+			{id: "floor/postgres/off", baseline: "floor/postgres/off"},
+			{id: "floor/postgres/clock", baseline: "floor/postgres/off"},
+		},
+	},
+	{
 		title: "4. fencegate proxy (barrier off, on) and nginx + forward-auth vs a plain httputil.ReverseProxy (floor)",
 		unit:  "writes/s",
 		note: "A PUT carrying the current fence of a lock its worker holds, to an upstream that answers at once. floor: httputil.ReverseProxy in its own process; fencegate: the `fencegate proxy` binary on Redis, route without and with the barrier; nginx-forward-auth: the shipped nginx.conf in front of `fencegate serve` on Redis (peer). " +

@@ -36,6 +36,7 @@ func TestSuites(t *testing.T) {
 		{"authz", authzSuite, []string{"authz/noop", "authz/fencegate-redis"}},
 		{"authz-open", authzOpenSuite, []string{"authz-open/noop", "authz-open/fencegate-redis"}},
 		{"peer", peerSuite, []string{"peer/redislock", "peer/fencegate-redis"}},
+		{"floor", floorSuite, []string{"floor/bolt/off", "floor/bolt/clock", "floor/redis/off", "floor/redis/clock", "floor/postgres/off", "floor/postgres/clock"}},
 		{"proxy", proxySuite, []string{"proxy/floor", "proxy/fencegate", "proxy/fencegate-barrier", "proxy/nginx-forward-auth"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,6 +35,11 @@ func TestProofThroughClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Public keys may be cached briefly (and were once overwritten with
+	// no-store by the reply writer).
+	if cc := resp.Header.Get("Cache-Control"); cc != "public, max-age=300" {
+		t.Errorf("keys' Cache-Control = %q, want public, max-age=300", cc)
+	}
 
 	forEachKind(t, func(t *testing.T, k kind) {
 		c := k.client(t, k.addr(g), token)

@@ -367,30 +367,49 @@ func IsLoopback(addr string) bool {
 
 // redactURL hides secrets in a URL for messages: the userinfo password and
 // query parameters that carry one (pgx's password=, go-redis's
-// sentinel_password=, …).
+// sentinel_password=, …). A secret may hold any of / ? # @ unescaped (a URL
+// that then does not parse is exactly the one an error message repeats), so
+// a secret parameter's value runs to the next '&' or the end, and the
+// userinfo is everything up to the last '@' that is left: a '@' elsewhere
+// makes it hide more than the password, never less.
 func redactURL(u string) string {
 	scheme := strings.Index(u, "://")
 	if scheme < 0 {
 		return u
 	}
-	rest, query, hasQuery := strings.Cut(u[scheme+3:], "?")
+	out := redactSecretParams(u, scheme+3)
+	rest := out[scheme+3:]
 	if at := strings.LastIndex(rest, "@"); at >= 0 {
 		if i := strings.Index(rest[:at], ":"); i >= 0 {
 			rest = rest[:i] + ":xxxxx" + rest[at:]
 		}
 	}
-	out := u[:scheme+3] + rest
-	if !hasQuery {
-		return out
-	}
-	params := strings.Split(query, "&")
-	for i, p := range params {
-		name, _, _ := strings.Cut(p, "=")
-		if secretParam(name) {
-			params[i] = name + "=xxxxx"
+	return out[:scheme+3] + rest
+}
+
+// redactSecretParams replaces, after from, the value of every "name=value"
+// that follows a '?' or '&' and whose name is a secret's, up to the next
+// '&' or the end.
+func redactSecretParams(u string, from int) string {
+	var b strings.Builder
+	b.WriteString(u[:from])
+	for i := from; i < len(u); {
+		c := u[i]
+		b.WriteByte(c)
+		i++
+		if c != '?' && c != '&' {
+			continue
+		}
+		end := strings.IndexByte(u[i:], '&')
+		if end < 0 {
+			end = len(u) - i
+		}
+		if name, _, ok := strings.Cut(u[i:i+end], "="); ok && secretParam(name) {
+			b.WriteString(name + "=xxxxx")
+			i += end
 		}
 	}
-	return out + "?" + strings.Join(params, "&")
+	return b.String()
 }
 
 func secretParam(name string) bool {

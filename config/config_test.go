@@ -170,6 +170,11 @@ func TestRedactURL(t *testing.T) {
 		"postgres://u:p@h/db?x=1":      "postgres://u:xxxxx@h/db?x=1",
 		"bolt://./fencegate.db":        "bolt://./fencegate.db",
 		"redis://:onlypass@h:6379":     "redis://:xxxxx@h:6379",
+		// Unescaped / ? # @ in the password (the URLs that do not parse).
+		"redis://user:pa?ss@h:6379/0":                 "redis://user:xxxxx@h:6379/0",
+		"redis://user:pa#ss@h:6379/0":                 "redis://user:xxxxx@h:6379/0",
+		"postgres://u:a/b?c#d@e@h/db?sslmode=disable": "postgres://u:xxxxx@h/db?sslmode=disable",
+		"redis://h:6379/0?sentinel_password=s3cret":   "redis://h:6379/0?sentinel_password=xxxxx",
 	} {
 		if got := RedactURL(in); got != want {
 			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)

@@ -19,6 +19,15 @@ func (v viewer) canLocks() bool   { return v.p == nil || v.p.CanDo(api.OpLookup)
 func (v viewer) canDenials() bool { return v.p == nil || v.p.CanDo(api.OpAudit) }
 func (v viewer) allKeys() bool    { return v.p == nil || v.p.CanUseAllKeys() }
 
+// name is the viewer's token name ("" with auth off), for per-principal
+// bounds.
+func (v viewer) name() string {
+	if v.p == nil {
+		return ""
+	}
+	return v.p.Name
+}
+
 // seesKey reports whether the viewer's prefixes cover a raw key.
 func (v viewer) seesKey(raw string) bool {
 	if v.p == nil || v.p.CanUseAllKeys() {

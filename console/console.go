@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fencegate/fencegate/api"
@@ -34,8 +33,12 @@ const (
 	pollInterval = time.Second
 	// locksInterval is how often an event stream sends the live locks.
 	locksInterval = 2 * time.Second
-	// maxStreams bounds concurrent event streams per process.
-	maxStreams = 64
+	// maxStreams bounds concurrent event streams per process, and
+	// maxStreamsPerPrincipal those of one token (every session of it
+	// included), so that one token cannot take every slot: a browser needs
+	// one stream per open tab.
+	maxStreams             = 64
+	maxStreamsPerPrincipal = 8
 	// readTimeout bounds each store read the console makes.
 	readTimeout = 5 * time.Second
 )
@@ -71,7 +74,7 @@ type Console struct {
 	log      *slog.Logger
 	now      func() time.Time
 	sessions *sessions
-	streams  atomic.Int64
+	streams  streamSlots
 
 	listMu  sync.Mutex
 	listAt  time.Time

@@ -32,14 +32,18 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), status)
 		return
 	}
+	if !v.canLocks() && !v.canDenials() {
+		// Nothing to stream: the slot would be held for nothing.
+		http.Error(w, "this token may see neither locks (lookup) nor denials (audit)", http.StatusForbidden)
+		return
+	}
 	rc := http.NewResponseController(w)
-	if n := c.streams.Add(1); n > maxStreams {
-		c.streams.Add(-1)
+	if !c.streams.take(v.name()) {
 		w.Header().Set("Retry-After", "5")
 		http.Error(w, "too many console streams", http.StatusServiceUnavailable)
 		return
 	}
-	defer c.streams.Add(-1)
+	defer c.streams.give(v.name())
 
 	since, _ := strconv.ParseInt(r.URL.Query().Get("since"), 10, 64)
 	if since <= 0 {

@@ -250,3 +250,46 @@ func TestConsoleRecorder(t *testing.T) {
 		t.Errorf("ring of 2 after 5 adds = %+v", got)
 	}
 }
+
+// TestConsoleStreamsPerPrincipal: a token that may see nothing gets no
+// event stream, and one token holds at most maxStreamsPerPrincipal of them,
+// so it cannot take the process's slots from the operator (the probe's
+// ui-only token took all 64). The old process-wide counter alone is the
+// broken variant: it would open the ninth stream.
+func TestConsoleStreamsPerPrincipal(t *testing.T) {
+	f := newFixture(t, true, []api.Token{
+		{Name: "ops", SHA256: api.HashToken("t-ops"), Operations: []string{"ui", "lookup", "audit"}},
+		{Name: "watcher", SHA256: api.HashToken("t-watch"), Operations: []string{"ui", "lookup"}},
+		{Name: "uionly", SHA256: api.HashToken("t-uionly"), Operations: []string{"ui"}},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	open := func(tok string) int {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/ui/events?locks=0", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+		}
+		// An open stream stays open until ctx ends.
+		return resp.StatusCode
+	}
+	if got := open("t-uionly"); got != http.StatusForbidden {
+		t.Errorf("a token that may see nothing: %d, want 403", got)
+	}
+	for i := range maxStreamsPerPrincipal {
+		if got := open("t-watch"); got != http.StatusOK {
+			t.Fatalf("watcher's stream #%d: %d", i+1, got)
+		}
+	}
+	if got := open("t-watch"); got != http.StatusServiceUnavailable {
+		t.Errorf("watcher's stream #%d: %d, want 503 (per-token bound)", maxStreamsPerPrincipal+1, got)
+	}
+	if got := open("t-ops"); got != http.StatusOK {
+		t.Errorf("the operator's stream while the watcher holds its share: %d, want 200", got)
+	}
+}

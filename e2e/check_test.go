@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // TestCheckCommand: `fencegate check` asks the gateway the edge's question
@@ -36,7 +38,12 @@ func TestCheckCommand(t *testing.T) {
 	if out, code := run("--key", "jobs/1", "--fence", fence); code != 0 || !strings.Contains(out, `"allowed":true`) {
 		t.Fatalf("current fence: exit %d\n%s", code, out)
 	}
-	if out, code := run("--key", "jobs/1", "--fence", "000000000000009"); code != 1 || !strings.Contains(out, `"unknown"`) {
+	issued, err := lockstore.ParseFence(fence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	never, _ := lockstore.FormatFence(issued + 1000)
+	if out, code := run("--key", "jobs/1", "--fence", never); code != 1 || !strings.Contains(out, `"unknown"`) {
 		t.Fatalf("never-issued fence: exit %d\n%s", code, out)
 	}
 	time.Sleep(500*time.Millisecond + 1500*time.Millisecond) // TTL + the 1 s liveness tolerance + margin

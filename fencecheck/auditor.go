@@ -110,6 +110,7 @@ func NewAuditor(sink lockstore.AuditLog, o AuditorOptions) *Auditor {
 // that queue is full, or the Auditor is closed, the event is dropped and
 // counted in fencegate_audit_dropped_total{reason,class}.
 func (a *Auditor) Record(ev lockstore.AuditEvent) {
+	ev = ev.Bounded() // whoever made it: nothing unbounded reaches the store
 	class := ev.Class()
 	if a.closed.Load() {
 		a.dropped.WithLabelValues(dropClosed, class.String()).Inc()

@@ -108,6 +108,7 @@ func New(s lockstore.Store, o Options) *Checker {
 // 503), except in dry-run and warn modes, which allow and return a nil error
 // (see the package doc).
 func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
+	r = r.bounded()
 	start := time.Now()
 	d, err := c.tracedCheck(ctx, r)
 	c.m.duration.Observe(time.Since(start).Seconds())
@@ -155,7 +156,7 @@ func modeLabel(m Mode) string {
 }
 
 func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
-	d := Decision{Presented: r.Fence, Key: r.Key, Policy: r.Policy, Mode: r.Mode}
+	d := Decision{Presented: lockstore.Clip(r.Fence, lockstore.MaxAuditPresented), Key: r.Key, Policy: r.Policy, Mode: r.Mode}
 	if !r.Write {
 		// Reads pass whatever the route's options say, even broken ones.
 		d.Allowed, d.Status = true, http.StatusOK
@@ -324,7 +325,22 @@ func (c *Checker) event(r Request, d Decision) lockstore.AuditEvent {
 		// ("orders/{2}") the path spells the key out.
 		ev.Key, ev.Path = r.Key, r.Path
 	}
-	return ev
+	return ev.Bounded()
+}
+
+// bounded cuts the request's audit context (route, source, peer, method,
+// path) to the audit event's bounds where it enters the check, so that no
+// log line, event or page downstream repeats an attacker-sized value. The
+// key, fence, lockId and proof are not cut: the check itself refuses values
+// past their sizes (malformed, bad-proof); their copies in the Decision and
+// the event are.
+func (r Request) bounded() Request {
+	r.Route = lockstore.Clip(r.Route, lockstore.MaxAuditRoute)
+	r.Source = lockstore.Clip(r.Source, lockstore.MaxAuditSource)
+	r.Peer = lockstore.Clip(r.Peer, lockstore.MaxAuditPeer)
+	r.Method = lockstore.Clip(r.Method, lockstore.MaxAuditMethod)
+	r.Path = lockstore.Clip(r.Path, lockstore.MaxAuditPath)
+	return r
 }
 
 // decisionIDBytes gives 72 random bits: unique enough to find one decision

@@ -3,6 +3,7 @@ package fencecheck
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
@@ -417,4 +418,48 @@ func TestMetricsModeLabelBounded(t *testing.T) {
 	if got := testutil.ToFloat64(c.m.decisions.WithLabelValues("allow", "none", "enforce")); got != 4 {
 		t.Errorf("reads counted under mode enforce = %v, want 4 (3 invalid modes and the default)", got)
 	}
+}
+
+// TestCheckBoundsWhatItAudits: a tokenless request can put any size into
+// the method, route name, peer (X-Forwarded-For), path or fence; the event
+// it leaves, and every debug line, holds a bounded cut of each (the probe
+// stored 1 MB events). An event built from the raw request is the broken
+// variant: its size is the inputs'.
+func TestCheckBoundsWhatItAudits(t *testing.T) {
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	sink := &memLog{}
+	a := NewAuditor(sink, AuditorOptions{})
+	c := New(&stateStore{state: lockstore.KeyState{LatestFence: f5}}, Options{Logger: log, Audit: a, AuditRawKeys: true})
+	huge := strings.Repeat("A", 500<<10)
+	r := Request{Key: "orders/1", Write: true, Fence: "9" + huge, Route: huge, Source: huge, Peer: huge, Method: huge, Path: "/" + huge}
+	d, _ := c.Check(context.Background(), r)
+	if d.Allowed || d.Reason != ReasonMalformed || len(d.Presented) > lockstore.MaxAuditPresented {
+		t.Fatalf("decision %s, presented %d bytes; want malformed, presented bounded", d.Reason, len(d.Presented))
+	}
+	_ = a.Close()
+	evs := sink.snapshot()
+	if len(evs) != 1 {
+		t.Fatalf("%d events, want 1", len(evs))
+	}
+	size := func(e lockstore.AuditEvent) int {
+		b, _ := json.Marshal(e)
+		return len(b)
+	}
+	if n := size(evs[0]); n > 4<<10 {
+		t.Errorf("the stored event is %d bytes; every field has a bound, 4 KiB in all", n)
+	}
+	if broken := size(c.eventUnbounded(r, d)); broken < 500<<10 {
+		t.Errorf("the broken variant's event is only %d bytes; the test would not catch it", broken)
+	}
+	if n := len(logs.String()); n > 8<<10 {
+		t.Errorf("the check logged %d bytes for one request", n)
+	}
+}
+
+// eventUnbounded is event without its bounds: the broken variant.
+func (c *Checker) eventUnbounded(r Request, d Decision) lockstore.AuditEvent {
+	ev := c.event(r, d)
+	ev.Route, ev.Peer, ev.Method, ev.Path, ev.Presented = r.Route, r.Peer, r.Method, r.Path, r.Fence
+	return ev
 }

@@ -22,7 +22,7 @@ import (
 // openBolt opens a real embedded store in a temp dir, closed at cleanup.
 func openBolt(t testing.TB) *bolt.Store {
 	t.Helper()
-	s, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db")})
+	s, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db"), FenceFloor: lockstore.FloorOff})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
 
@@ -114,13 +115,15 @@ proxy:
 `, dbPath, addr, up.URL))
 
 	stop := startCommand(t, runProxy, []string{"--config", cfg}, "fencegate proxy ready")
+	issued, _ := lockstore.ParseFence(l.Fence)
+	never, _ := lockstore.FormatFence(issued + 1000)
 	for _, tc := range []struct {
 		fence  string
 		status int
 		body   string
 	}{
 		{l.Fence, 200, "verified=" + l.Fence + " lockid="},
-		{"000000000000009", 409, `"error":"unknown"`},
+		{never, 409, `"error":"unknown"`},
 		{"", 428, `"error":"missing"`},
 	} {
 		req, _ := http.NewRequestWithContext(t.Context(), "PUT", "http://"+addr+"/orders/7", strings.NewReader("x"))

@@ -28,10 +28,13 @@ type runtime struct {
 	// store itself, for the optional interfaces the decorator does not
 	// pass through (lockstore.LockLister).
 	store, opened lockstore.Store
-	caps          lockstore.Capabilities
-	auditLog      lockstore.AuditLog
-	reg           *prometheus.Registry
-	checker       *fencecheck.Checker
+	// replication reports the opened store's replication for /readyz, or
+	// is nil (replication.go).
+	replication func(context.Context) (lockstore.Replication, error)
+	caps        lockstore.Capabilities
+	auditLog    lockstore.AuditLog
+	reg         *prometheus.Registry
+	checker     *fencecheck.Checker
 	// goBG runs fn until close: every background goroutine has this owner.
 	goBG func(fn func(context.Context))
 
@@ -75,6 +78,9 @@ func startRuntime(ctx context.Context, cfg config.Config, set runtimeSettings, l
 	// path (the decorator's worker observes; a full queue drops and counts).
 	sm, err := api.NewStoreMetrics(rt.reg, rt.caps.Backend)
 	if err != nil {
+		return nil, err
+	}
+	if rt.replication, err = watchReplication(ctx, rt.opened, rt.reg, log); err != nil {
 		return nil, err
 	}
 	rt.store = lockstore.WithTelemetry(rt.opened, lockstore.TelemetryOptions{OnEvent: sm.Observe, Logger: log})

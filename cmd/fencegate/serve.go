@@ -173,6 +173,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	srv, err := api.New(api.Options{
 		Store: ui.Record(store), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
 		Registerer: reg, Gatherer: reg, Logger: log, AccessLog: set.accessLog, Ready: ready, Proofs: set.proofs,
+		Replication: rt.replication,
 	})
 	if err != nil {
 		return err

@@ -78,7 +78,7 @@ type denial struct {
 }
 
 func TestNginxForwardAuth(t *testing.T) {
-	store, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db")})
+	store, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db"), FenceFloor: lockstore.FloorOff})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/deploy/nginx/nginxtest"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 	"github.com/fencegate/fencegate/writeproof"
 )
@@ -21,7 +22,7 @@ import (
 // before it reaches the app; with the holder's proof the write passes and
 // the app receives the proof (to verify it itself) and x-fence-verified.
 func TestNginxSignedRoute(t *testing.T) {
-	store, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db")})
+	store, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db"), FenceFloor: lockstore.FloorOff})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -224,7 +224,7 @@ func validDatabaseID(id string) bool {
 func ParseURL(raw string) (Config, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return Config{}, &lockstore.Error{Code: lockstore.InvalidArgument, Op: "config", Msg: "firestore store URL does not parse", Err: err}
+		return Config{}, &lockstore.Error{Code: lockstore.InvalidArgument, Op: "config", Msg: "firestore store URL does not parse"} // url.Error would quote the URL
 	}
 	if u.Scheme != Scheme {
 		return Config{}, lockstore.Errorf(lockstore.InvalidArgument, "config", "store URL scheme is %q, want %q", u.Scheme, Scheme)

@@ -1,10 +1,10 @@
 package postgres
 
 import (
-	"fmt"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"reflect"
 	"sort"
 	"strings"

@@ -31,10 +31,15 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
-	reply, err := s.eval(ctx, acquireScript, []string{lockKey, idKey, fenceKey},
-		lockID, ttlMs, norm, ttlMs+lockstore.TimeToleranceMs, s.floorArg).Result()
+	keys, args := []string{lockKey, idKey, fenceKey}, []any{lockID, ttlMs, norm, ttlMs + lockstore.TimeToleranceMs, s.floorArg}
+	var reply any
+	if s.ackReplicas > 0 {
+		reply, err = s.acquireAcked(ctx, key, lockID, keys, args...)
+	} else if reply, err = s.eval(ctx, acquireScript, keys, args...).Result(); err != nil {
+		err = classify(ctx, op, err)
+	}
 	if err != nil {
-		return lockstore.AcquireResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")
+		return lockstore.AcquireResult{}, lockstore.WithContext(err, key, "")
 	}
 	var n, exp int64
 	switch r := reply.(type) {

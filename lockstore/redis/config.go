@@ -63,6 +63,14 @@ type Config struct {
 	// consecutive fences and can.
 	FenceFloor lockstore.FenceFloor
 
+	// AckReplicas > 0 makes every acquire wait until that many replicas
+	// have its writes (WAIT), and fail closed otherwise (ack.go): fences
+	// then survive a failover with no assumption about clocks. Set it to
+	// the number of replicas a failover may promote. Zero: no waiting.
+	AckReplicas int
+	// AckTimeout bounds that wait; zero means DefaultAckTimeout.
+	AckTimeout time.Duration
+
 	// AuditRetention bounds the audit stream; zero fields take the defaults.
 	AuditRetention lockstore.AuditRetention
 
@@ -86,6 +94,9 @@ const (
 	queryAuditMaxEvents  = "auditMaxEvents"
 	queryAuditMaxAge     = "auditMaxAge"
 	queryMaster          = "master"
+	queryAck             = "ack"
+	queryAckReplicas     = "ackReplicas"
+	queryAckTimeout      = "ackTimeout"
 	querySentinelUser    = "sentinel_username"
 	querySentinelPass    = "sentinel_password"
 	defaultSentinelPort  = "26379"
@@ -106,7 +117,9 @@ const (
 //
 // fencegate's own parameters are prefix, cleanup (bool, see
 // Config.CleanupInIsLocked), auditMaxEvents and auditMaxAge (a Go
-// duration), fenceFloor (clock or off, see Config.FenceFloor). Every other query parameter is handed to go-redis
+// duration), fenceFloor (clock or off, see Config.FenceFloor), and
+// ack=replicas with ackReplicas=N and optionally ackTimeout (a Go duration):
+// Config.AckReplicas and Config.AckTimeout. Every other query parameter is handed to go-redis
 // (dial_timeout, read_timeout, pool_size, …); unknown ones are an error.
 // Errors never echo the URL, which may hold a password.
 func ParseURL(raw string) (Config, error) {
@@ -244,6 +257,39 @@ func takeOwnParams(cfg *Config, q url.Values) error {
 		cfg.FenceFloor = f
 		q.Del(lockstore.FenceFloorParam)
 	}
+	return takeAckParams(cfg, q)
+}
+
+// takeAckParams moves ack, ackReplicas and ackTimeout out of q: ack=replicas
+// needs ackReplicas (WAIT needs a number, and "whoever is connected" passes
+// when the replicas are cut off), and the other two need ack=replicas.
+func takeAckParams(cfg *Config, q url.Values) error {
+	ack, n, timeout := q.Get(queryAck), q.Get(queryAckReplicas), q.Get(queryAckTimeout)
+	q.Del(queryAck)
+	q.Del(queryAckReplicas)
+	q.Del(queryAckTimeout)
+	switch ack {
+	case "":
+		if n != "" || timeout != "" {
+			return invalidConfig("store URL: %s and %s need %s=replicas", queryAckReplicas, queryAckTimeout, queryAck)
+		}
+		return nil
+	case "replicas":
+	default:
+		return invalidConfig("store URL: %s=%q: the only acknowledgement mode is %s=replicas", queryAck, ack, queryAck)
+	}
+	r, err := strconv.Atoi(n)
+	if err != nil || r < 1 || r > 64 {
+		return invalidConfig("store URL: %s=replicas needs %s=N, the number of replicas a failover may promote (1 to 64)", queryAck, queryAckReplicas)
+	}
+	cfg.AckReplicas = r
+	if timeout != "" {
+		d, err := time.ParseDuration(timeout)
+		if err != nil || d <= 0 || d > MaxAckTimeout {
+			return invalidConfig("store URL: %s must be a duration in (0, %s], such as 250ms", queryAckTimeout, MaxAckTimeout)
+		}
+		cfg.AckTimeout = d
+	}
 	return nil
 }
 
@@ -257,11 +303,13 @@ func splitHostPort(h string) (string, string, error) {
 }
 
 // redactURLError returns err's text without a URL in it: url.Error quotes
-// the whole URL, credentials included.
+// the whole URL, credentials included, and its inner error quotes pieces of
+// it ("invalid port \":pa\" after host" when a password holds '#' or '/'),
+// so a URL that does not parse is described, never quoted.
 func redactURLError(err error) string {
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		return ue.Err.Error()
+		return "the URL does not parse (percent-encode any of @ : / ? # in the user name and password)"
 	}
 	return err.Error()
 }

@@ -57,13 +57,15 @@
 //
 // # Durability
 //
-// Fence monotonicity across a Redis restart needs persistence: with neither
-// AOF (appendonly yes, ideally appendfsync everysec or always) nor RDB
-// snapshots, a restarted server has lost its counters and will issue fences
-// again from 1, which defeats fencing. With RDB alone, fences issued after
-// the last snapshot are lost. Behind Sentinel, a failover to a replica that
-// had not yet received the latest INCRs can likewise reissue a fence;
-// WAIT-style guarantees are outside this store.
+// A server that loses writes it acknowledged — a restart without AOF or RDB,
+// a crash past the last fsync or snapshot, a Sentinel failover to a replica
+// that had not yet received the latest acquires — loses fence counters. The
+// clock floor (Config.FenceFloor, the default; lockstore.NextFenceAt) keeps
+// fences growing all the same: the acquire script issues
+// max(counter+1, floor(TIME)) and writes it back. With fenceFloor=off such a
+// loss reissues fences. ack=replicas (ack.go) makes every acquire wait for
+// the replicas instead, with no clock assumption. docs/fences.md has the
+// guarantee per deployment.
 //
 // Eviction must not touch counters either: Open refuses a server whose
 // maxmemory-policy is allkeys-* (it may evict a counter, which then starts

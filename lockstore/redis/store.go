@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -16,16 +17,19 @@ import (
 // (a single server, or a master found through Sentinel). It is safe for
 // concurrent use.
 type Store struct {
-	client    *goredis.Client
-	d         *dispatcher // runs every lock script (dispatch.go)
-	prefix    string
-	idPrefix  string // prefix of lockId index keys when they are not hashed, else ""
-	auditKey  string // decision-class audit stream, ownKey(auditStreamName)
-	inputKey  string // input-class audit stream, ownKey(auditInputStreamName)
-	cleanup   bool
-	floorArg  string // the acquire script's floor argument: "1" (FloorClock) or "0"
-	retention lockstore.AuditRetention
-	log       *slog.Logger
+	client   *goredis.Client
+	d        *dispatcher // runs every lock script (dispatch.go)
+	prefix   string
+	idPrefix string // prefix of lockId index keys when they are not hashed, else ""
+	auditKey string // decision-class audit stream, ownKey(auditStreamName)
+	inputKey string // input-class audit stream, ownKey(auditInputStreamName)
+	cleanup  bool
+	floorArg string // the acquire script's floor argument: "1" (FloorClock) or "0"
+	// ackReplicas > 0: acquires wait for that many replicas (ack.go).
+	ackReplicas int64
+	ackTimeout  time.Duration
+	retention   lockstore.AuditRetention
+	log         *slog.Logger
 
 	closeOnce sync.Once
 	closeErr  error
@@ -49,11 +53,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		logger = slog.Default()
 	}
 	s := &Store{
-		prefix:    prefix,
-		cleanup:   cfg.CleanupInIsLocked,
-		retention: cfg.AuditRetention.WithDefaults(),
-		floorArg:  floorArg(cfg.FenceFloor),
-		log:       logger.With("store", "redis"),
+		prefix:      prefix,
+		cleanup:     cfg.CleanupInIsLocked,
+		retention:   cfg.AuditRetention.WithDefaults(),
+		floorArg:    floorArg(cfg.FenceFloor),
+		ackReplicas: int64(cfg.AckReplicas),
+		ackTimeout:  orDefault(cfg.AckTimeout, DefaultAckTimeout),
+		log:         logger.With("store", "redis"),
 	}
 	s.auditKey, s.inputKey = s.ownKey(auditStreamName), s.ownKey(auditInputStreamName)
 	// The IsLocked cleanup derives index keys inside the script, which only
