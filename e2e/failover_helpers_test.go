@@ -42,7 +42,7 @@ var floorCases = []floorCase{{"floor_on", false}, {"floor_off", true}}
 // params is the store URL parameter that turns the floor off, or nothing.
 func (fc floorCase) params() url.Values {
 	if fc.off {
-		return url.Values{"fenceFloor": {"off"}}
+		return url.Values{lockstore.FenceFloorParam: {lockstore.FloorOff.String()}}
 	}
 	return url.Values{}
 }
