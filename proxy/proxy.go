@@ -80,6 +80,13 @@ type Route struct {
 	// PreserveHost sends the client's Host header upstream instead of the
 	// upstream URL's host.
 	PreserveHost bool
+	// BodyIdleTimeout cuts a request whose client sends no body byte for
+	// this long (408, connection closed); 0 is DefaultBodyIdleTimeout.
+	BodyIdleTimeout time.Duration
+	// BodyTimeout bounds the whole request body, counted from the
+	// request's arrival at the proxy; 0 is DefaultBodyTimeout, or MaxWrite
+	// on a barrier route (where it is never longer than MaxWrite).
+	BodyTimeout time.Duration
 }
 
 // Validate lists every problem of the route.
@@ -119,6 +126,9 @@ func (r Route) Validate() error {
 	}
 	if r.MaxWrite < 0 {
 		errs = append(errs, errors.New("maxWrite must not be negative"))
+	}
+	if r.BodyIdleTimeout < 0 || r.BodyTimeout < 0 {
+		errs = append(errs, errors.New("bodyIdleTimeout and bodyTimeout must not be negative"))
 	}
 	if len(errs) == 0 {
 		return nil
@@ -162,6 +172,10 @@ type Options struct {
 	// reads after its client went away (default 1 MiB); a longer body
 	// leaves the write abandoned (it expires at MaxWrite).
 	DrainLimit int64
+
+	// skipBodyBounds leaves request bodies unbounded, only so the tests
+	// can show what the bounds prevent; production code never sets it.
+	skipBodyBounds bool
 }
 
 // NewTransport returns the default upstream transport: Go's default
@@ -186,6 +200,8 @@ type Proxy struct {
 	log     *slog.Logger
 	trust   bool
 	drain   int64
+	// skipBodyBounds: Options.skipBodyBounds.
+	skipBodyBounds bool
 	// inflight counts barrier writes between admission and Finish/Abandon.
 	inflight atomic.Int64
 }
@@ -196,6 +212,14 @@ type route struct {
 	Route
 	methods fencecheck.MethodSet
 	rp      *httputil.ReverseProxy
+}
+
+// maxWrite is the route's MaxWrite with its default.
+func (r *route) maxWrite() time.Duration {
+	if r.MaxWrite <= 0 {
+		return fencecheck.DefaultMaxWrite
+	}
+	return r.MaxWrite
 }
 
 // New returns a proxy serving routes, deciding with c. Every route must be
@@ -210,7 +234,7 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 	if o.DrainLimit <= 0 {
 		o.DrainLimit = DefaultDrainLimit
 	}
-	p := &Proxy{checker: c, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit}
+	p := &Proxy{checker: c, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit, skipBodyBounds: o.skipBodyBounds}
 	var errs []error
 	seen := map[string]bool{}
 	for _, r := range routes {
@@ -279,6 +303,19 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	start := time.Now()
+	var body *deadlineBody
+	if r.Body != nil && r.Body != http.NoBody && !p.skipBodyBounds {
+		idle, total := rt.bodyBounds()
+		body = newDeadlineBody(w, r.Body, idle, start.Add(total))
+		if err := body.arm(); err != nil {
+			// A body read nothing bounds could hold the connection for
+			// ever: fail closed.
+			p.log.LogAttrs(r.Context(), slog.LevelError, "proxy: cannot set a read deadline on the connection", slog.Any("error", err))
+			http.Error(w, "request body cannot be bounded", http.StatusInternalServerError)
+			return
+		}
+		r.Body = body
+	}
 	req := p.request(r, rt)
 	if req.Write && rt.Policy != fencecheck.PolicyOff && httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") {
 		// After a 101 the client and the upstream talk directly, for as
@@ -296,7 +333,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if dec.WriteID == "" {
-		rt.rp.ServeHTTP(w, withDecision(r.Context(), r, dec, nil))
+		rt.rp.ServeHTTP(w, withDecision(r.Context(), r, dec, nil, body))
 		return
 	}
 
@@ -305,11 +342,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// the admission (the store counts from the admission itself); and it
 	// no longer follows the client: a client that leaves must not cut the
 	// exchange short of a response the proxy can see complete.
-	maxWrite := rt.MaxWrite
-	if maxWrite <= 0 {
-		maxWrite = fencecheck.DefaultMaxWrite
-	}
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), start.Add(maxWrite))
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), start.Add(rt.maxWrite()))
 	defer cancel()
 	bw := &barrierWrite{p: p, dec: dec}
 	p.inflight.Add(1)
@@ -317,17 +350,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// that went away), a write not finished by its response body is
 	// abandoned: the entry expires at MaxWrite.
 	defer bw.abandon(ctx)
-	rt.rp.ServeHTTP(w, withDecision(ctx, r, dec, bw))
+	rt.rp.ServeHTTP(w, withDecision(ctx, r, dec, bw, body))
 }
 
-func withDecision(ctx context.Context, r *http.Request, dec fencecheck.Decision, bw *barrierWrite) *http.Request {
-	return r.WithContext(context.WithValue(ctx, ctxKey{}, &exchange{dec: dec, bw: bw}))
+func withDecision(ctx context.Context, r *http.Request, dec fencecheck.Decision, bw *barrierWrite, body *deadlineBody) *http.Request {
+	return r.WithContext(context.WithValue(ctx, ctxKey{}, &exchange{dec: dec, bw: bw, body: body}))
 }
 
 // exchange is what the proxy knows of a request on its way upstream.
 type exchange struct {
-	dec fencecheck.Decision
-	bw  *barrierWrite // nil unless admitted under the barrier
+	dec  fencecheck.Decision
+	bw   *barrierWrite // nil unless admitted under the barrier
+	body *deadlineBody // nil for a request without a body
 }
 
 // request turns r into the check's request.
@@ -479,6 +513,12 @@ func (p *Proxy) errorHandler(rt *route) func(http.ResponseWriter, *http.Request,
 		status := http.StatusBadGateway
 		if errors.Is(err, context.DeadlineExceeded) {
 			status = http.StatusGatewayTimeout
+		}
+		if ex, _ := r.Context().Value(ctxKey{}).(*exchange); ex != nil && ex.body != nil && ex.body.timedOut.Load() {
+			// The client, not the upstream, was too slow: its connection
+			// cannot carry another request (the body is unread).
+			status = http.StatusRequestTimeout
+			w.Header().Set("Connection", "close")
 		}
 		p.log.LogAttrs(r.Context(), slog.LevelWarn, "proxy: upstream exchange failed",
 			slog.String("route", rt.Name), slog.String("upstream", rt.Upstream.Redacted()), slog.Any("error", err))
