@@ -64,6 +64,9 @@ type ProxyRoute struct {
 	Barrier      bool     `yaml:"barrier"`
 	MaxWrite     Duration `yaml:"maxWrite"`
 	PreserveHost bool     `yaml:"preserveHost"`
+	// Upgrade lets the route's reads switch protocols (WebSocket, h2c);
+	// off by default, never for a fenced write.
+	Upgrade bool `yaml:"upgrade"`
 	// BodyIdleTimeout cuts a request whose client sends no body byte for
 	// this long (default 30 s); BodyTimeout bounds the whole body (default
 	// 2 min; a barrier route's maxWrite, which it may only shorten).

@@ -80,6 +80,12 @@ type Route struct {
 	// PreserveHost sends the client's Host header upstream instead of the
 	// upstream URL's host.
 	PreserveHost bool
+	// Upgrade lets the route's reads switch protocols (Connection:
+	// Upgrade: WebSocket, h2c; CONNECT). Off (the default) every upgrade
+	// request is refused 400: after a 101 the client and the upstream talk
+	// directly, and a write sent down the tunnel is never checked. A
+	// fenced write may never upgrade.
+	Upgrade bool
 	// BodyIdleTimeout cuts a request whose client sends no body byte for
 	// this long (408, connection closed); 0 is DefaultBodyIdleTimeout.
 	BodyIdleTimeout time.Duration
@@ -317,13 +323,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = body
 	}
 	req := p.request(r, rt)
-	if req.Write && rt.Policy != fencecheck.PolicyOff && httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") {
+	if wantsUpgrade(r) {
 		// After a 101 the client and the upstream talk directly, for as
-		// long as they like: a holder that lost its lock could go on
-		// writing under its old fence. A fenced write is one exchange.
-		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: protocol upgrade on a fenced write refused", slog.String("route", rt.Name))
-		http.Error(w, "protocol upgrades are not allowed on fenced writes", http.StatusBadRequest)
-		return
+		// long as they like: writes sent down the tunnel are never
+		// checked, and a holder that lost its lock could go on writing
+		// under its old fence. A fenced write is one exchange.
+		switch {
+		case !rt.Upgrade:
+			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: protocol upgrade refused", slog.String("route", rt.Name))
+			http.Error(w, "protocol upgrades are not allowed on this route", http.StatusBadRequest)
+			return
+		case req.Write && rt.Policy != fencecheck.PolicyOff:
+			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: protocol upgrade on a fenced write refused", slog.String("route", rt.Name))
+			http.Error(w, "protocol upgrades are not allowed on fenced writes", http.StatusBadRequest)
+			return
+		}
 	}
 	// The check's span joins the client's trace (W3C or b3 headers); the
 	// headers themselves go upstream unchanged.
@@ -351,6 +365,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// abandoned: the entry expires at MaxWrite.
 	defer bw.abandon(ctx)
 	rt.rp.ServeHTTP(w, withDecision(ctx, r, dec, bw, body))
+}
+
+// wantsUpgrade reports whether r asks to leave HTTP request/response for a
+// tunnel: Connection: Upgrade (WebSocket, h2c), an Upgrade or
+// HTTP2-Settings header even without it (an upstream or a later hop may
+// honour it), or CONNECT (a tunnel by definition; also HTTP/2's extended
+// CONNECT for WebSocket).
+func wantsUpgrade(r *http.Request) bool {
+	return httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") ||
+		len(r.Header["Upgrade"]) > 0 || len(r.Header["Http2-Settings"]) > 0 || r.Method == http.MethodConnect
 }
 
 func withDecision(ctx context.Context, r *http.Request, dec fencecheck.Decision, bw *barrierWrite, body *deadlineBody) *http.Request {
