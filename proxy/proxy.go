@@ -179,9 +179,11 @@ type Options struct {
 	// leaves the write abandoned (it expires at MaxWrite).
 	DrainLimit int64
 
-	// skipBodyBounds leaves request bodies unbounded, only so the tests
-	// can show what the bounds prevent; production code never sets it.
-	skipBodyBounds bool
+	// skipBodyBounds leaves request bodies unbounded, and skipHeaders
+	// lets every client header through as httputil.ReverseProxy alone
+	// would, only so the tests can show what each prevents; production
+	// code never sets them.
+	skipBodyBounds, skipHeaders bool
 }
 
 // NewTransport returns the default upstream transport: Go's default
@@ -206,8 +208,8 @@ type Proxy struct {
 	log     *slog.Logger
 	trust   bool
 	drain   int64
-	// skipBodyBounds: Options.skipBodyBounds.
-	skipBodyBounds bool
+	// skipBodyBounds, skipHeaders: Options'.
+	skipBodyBounds, skipHeaders bool
 	// inflight counts barrier writes between admission and Finish/Abandon.
 	inflight atomic.Int64
 }
@@ -218,6 +220,7 @@ type route struct {
 	Route
 	methods fencecheck.MethodSet
 	rp      *httputil.ReverseProxy
+	headers headerPolicy
 }
 
 // maxWrite is the route's MaxWrite with its default.
@@ -240,7 +243,7 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 	if o.DrainLimit <= 0 {
 		o.DrainLimit = DefaultDrainLimit
 	}
-	p := &Proxy{checker: c, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit, skipBodyBounds: o.skipBodyBounds}
+	p := &Proxy{checker: c, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit, skipBodyBounds: o.skipBodyBounds, skipHeaders: o.skipHeaders}
 	var errs []error
 	seen := map[string]bool{}
 	for _, r := range routes {
@@ -256,7 +259,7 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 		seen[pfx] = true
 		r.Prefix = pfx
 		ms, _ := fencecheck.WriteMethods(r.Methods)
-		rt := &route{Route: r, methods: ms}
+		rt := &route{Route: r, methods: ms, headers: newHeaderPolicy(r)}
 		rt.rp = &httputil.ReverseProxy{
 			Rewrite:        p.rewrite(rt),
 			Transport:      o.Transport,
@@ -308,6 +311,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if name := methodOverride(r.Header); name != "" && !p.skipHeaders {
+		// The check decides on r.Method; an upstream that honours the
+		// override would run another one (a GET passed as a read, acting
+		// as a DELETE).
+		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: method override refused", slog.String("route", rt.Name))
+		http.Error(w, "method override headers are not allowed", http.StatusBadRequest)
+		return
+	}
 	start := time.Now()
 	var body *deadlineBody
 	if r.Body != nil && r.Body != http.NoBody && !p.skipBodyBounds {
@@ -468,6 +479,9 @@ func writeDenial(w http.ResponseWriter, dec fencecheck.Decision) {
 // X-Forwarded-*, and the fence headers the upstream may rely on.
 func (p *Proxy) rewrite(rt *route) func(*httputil.ProxyRequest) {
 	return func(pr *httputil.ProxyRequest) {
+		if !p.skipHeaders {
+			rt.headers.strip(pr.Out.Header)
+		}
 		if p.trust {
 			// ReverseProxy drops the client's X-Forwarded-* before
 			// Rewrite; a trusted chain keeps its hops.
