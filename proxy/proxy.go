@@ -179,11 +179,11 @@ type Options struct {
 	// leaves the write abandoned (it expires at MaxWrite).
 	DrainLimit int64
 
-	// skipBodyBounds leaves request bodies unbounded, and skipHeaders
-	// lets every client header through as httputil.ReverseProxy alone
-	// would, only so the tests can show what each prevents; production
-	// code never sets them.
-	skipBodyBounds, skipHeaders bool
+	// skipBodyBounds leaves request bodies unbounded, skipHeaders lets
+	// every client header through as httputil.ReverseProxy alone would,
+	// and skipRouteFolds routes by the exact match alone, only so the
+	// tests can show what each prevents; production code never sets them.
+	skipBodyBounds, skipHeaders, skipRouteFolds bool
 }
 
 // NewTransport returns the default upstream transport: Go's default
@@ -208,8 +208,8 @@ type Proxy struct {
 	log     *slog.Logger
 	trust   bool
 	drain   int64
-	// skipBodyBounds, skipHeaders: Options'.
-	skipBodyBounds, skipHeaders bool
+	// skipBodyBounds, skipHeaders, skipRouteFolds: Options'.
+	skipBodyBounds, skipHeaders, skipRouteFolds bool
 	// inflight counts barrier writes between admission and Finish/Abandon.
 	inflight atomic.Int64
 }
@@ -221,6 +221,11 @@ type route struct {
 	methods fencecheck.MethodSet
 	rp      *httputil.ReverseProxy
 	headers headerPolicy
+	// path is the prefix decoded, without a trailing "/" ("" for "/"):
+	// what a request's decoded path is matched against. folded[i] is path
+	// under reading i (routematch.go; the last: all readings).
+	path   string
+	folded []string
 }
 
 // maxWrite is the route's MaxWrite with its default.
@@ -243,7 +248,7 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 	if o.DrainLimit <= 0 {
 		o.DrainLimit = DefaultDrainLimit
 	}
-	p := &Proxy{checker: c, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit, skipBodyBounds: o.skipBodyBounds, skipHeaders: o.skipHeaders}
+	p := &Proxy{checker: c, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit, skipBodyBounds: o.skipBodyBounds, skipHeaders: o.skipHeaders, skipRouteFolds: o.skipRouteFolds}
 	var errs []error
 	seen := map[string]bool{}
 	for _, r := range routes {
@@ -260,6 +265,10 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 		r.Prefix = pfx
 		ms, _ := fencecheck.WriteMethods(r.Methods)
 		rt := &route{Route: r, methods: ms, headers: newHeaderPolicy(r)}
+		rt.path, _ = url.PathUnescape(pfx) // CheckPath passed: valid escapes, no %2F
+		for i := 0; i <= len(pathFolds); i++ {
+			rt.folded = append(rt.folded, folded(i, rt.path))
+		}
 		rt.rp = &httputil.ReverseProxy{
 			Rewrite:        p.rewrite(rt),
 			Transport:      o.Transport,
@@ -270,13 +279,25 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 		}
 		p.routes = append(p.routes, rt)
 	}
+	for i := 0; i <= len(pathFolds) && len(errs) == 0; i++ {
+		// Under a reading that makes two prefixes one, no request could be
+		// told apart: an upstream reading it so could serve either.
+		byFold := map[string]*route{}
+		for _, r := range p.routes {
+			if o := byFold[r.folded[i]]; o != nil {
+				errs = append(errs, fmt.Errorf("route %q: prefix %q is prefix %q of route %q to an upstream that reads paths %s", r.Name, r.Prefix, o.Prefix, o.Name, foldName(i)))
+				continue
+			}
+			byFold[r.folded[i]] = r
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	if len(p.routes) == 0 {
 		return nil, errors.New("proxy: no routes")
 	}
-	sort.SliceStable(p.routes, func(i, j int) bool { return len(p.routes[i].Prefix) > len(p.routes[j].Prefix) })
+	sort.SliceStable(p.routes, func(i, j int) bool { return len(p.routes[i].path) > len(p.routes[j].path) })
 	return p, nil
 }
 
@@ -287,7 +308,7 @@ func (p *Proxy) InFlight() int64 { return p.inflight.Load() }
 // match returns the route of a (canonical, decoded) path, or nil.
 func (p *Proxy) match(path string) *route {
 	for _, r := range p.routes {
-		if r.Prefix == "" || path == r.Prefix || strings.HasPrefix(path, r.Prefix+"/") {
+		if r.path == "" || path == r.path || strings.HasPrefix(path, r.path+"/") {
 			return r
 		}
 	}
@@ -306,6 +327,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt := p.match(r.URL.Path)
+	if how := p.ambiguousRoute(r.URL.Path, rt); how != "" && !p.skipRouteFolds {
+		p.refuseAmbiguousPath(w, r, rt, how)
+		return
+	}
 	if rt == nil {
 		http.Error(w, "no route", http.StatusNotFound)
 		return
@@ -386,6 +411,25 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func wantsUpgrade(r *http.Request) bool {
 	return httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") ||
 		len(r.Header["Upgrade"]) > 0 || len(r.Header["Http2-Settings"]) > 0 || r.Method == http.MethodConnect
+}
+
+// refuseAmbiguousPath answers a path that an upstream reading it another
+// way (case-insensitively, say) would route elsewhere: 400 malformed, as
+// an input that cannot be read one way, with a decision id and an audit
+// event, whatever the route's method rules, policy or mode (no route's
+// rules apply to a path without one route).
+func (p *Proxy) refuseAmbiguousPath(w http.ResponseWriter, r *http.Request, rt *route, how string) {
+	name := ""
+	if rt != nil {
+		name = rt.Name
+	}
+	dec, _ := p.checker.Check(r.Context(), fencecheck.Request{
+		Write: true, Ambiguous: true, Policy: fencecheck.PolicyHolder, Mode: fencecheck.ModeEnforce,
+		Route: name, Source: Source, Peer: p.clientAddr(r), Method: r.Method, Path: r.URL.EscapedPath(),
+	})
+	p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: path routes elsewhere when read another way; refused",
+		slog.String("route", name), slog.String("reading", how), slog.String("decisionId", dec.DecisionID))
+	writeDenial(w, dec)
 }
 
 func withDecision(ctx context.Context, r *http.Request, dec fencecheck.Decision, bw *barrierWrite, body *deadlineBody) *http.Request {
