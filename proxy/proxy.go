@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -184,6 +185,10 @@ type Options struct {
 	// and skipRouteFolds routes by the exact match alone, only so the
 	// tests can show what each prevents; production code never sets them.
 	skipBodyBounds, skipHeaders, skipRouteFolds bool
+	// skipLogBounds logs every line in full, as before the throttle;
+	// logWindow replaces DefaultLogWindow (tests only).
+	skipLogBounds bool
+	logWindow     time.Duration
 }
 
 // NewTransport returns the default upstream transport: Go's default
@@ -208,8 +213,10 @@ type Proxy struct {
 	log     *slog.Logger
 	trust   bool
 	drain   int64
-	// skipBodyBounds, skipHeaders, skipRouteFolds: Options'.
-	skipBodyBounds, skipHeaders, skipRouteFolds bool
+	// skipBodyBounds, skipHeaders, skipRouteFolds, skipLogBounds: Options'.
+	skipBodyBounds, skipHeaders, skipRouteFolds, skipLogBounds bool
+	// warn throttles the warn and error lines clients can cause.
+	warn *logThrottle
 	// inflight counts barrier writes between admission and Finish/Abandon.
 	inflight atomic.Int64
 }
@@ -248,7 +255,14 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 	if o.DrainLimit <= 0 {
 		o.DrainLimit = DefaultDrainLimit
 	}
-	p := &Proxy{checker: c, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit, skipBodyBounds: o.skipBodyBounds, skipHeaders: o.skipHeaders, skipRouteFolds: o.skipRouteFolds}
+	p := &Proxy{checker: c, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit, skipBodyBounds: o.skipBodyBounds, skipHeaders: o.skipHeaders, skipRouteFolds: o.skipRouteFolds,
+		skipLogBounds: o.skipLogBounds}
+	window := o.logWindow
+	if window <= 0 {
+		window = DefaultLogWindow
+	}
+	p.warn = newLogThrottle(DefaultLogBurst, window)
+	p.warn.off = o.skipLogBounds
 	var errs []error
 	seen := map[string]bool{}
 	for _, r := range routes {
@@ -275,7 +289,7 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 			FlushInterval:  o.FlushInterval,
 			ModifyResponse: p.modifyResponse,
 			ErrorHandler:   p.errorHandler(rt),
-			ErrorLog:       slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+			ErrorLog:       log.New(throttledWriter{t: p.warn, log: o.Logger, bound: !o.skipLogBounds}, "", 0),
 		}
 		p.routes = append(p.routes, rt)
 	}
@@ -322,7 +336,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A path the upstream would normalise into another one may land under
 	// another route than the prefix we match: refuse it before routing.
 	if err := fencecheck.CheckPath(r.URL.EscapedPath()); err != nil {
-		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: non-canonical path refused", slog.Any("error", err))
+		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: non-canonical path refused", errAttr(err))
 		http.Error(w, "non-canonical request path", http.StatusBadRequest)
 		return
 	}
@@ -352,7 +366,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err := body.arm(); err != nil {
 			// A body read nothing bounds could hold the connection for
 			// ever: fail closed.
-			p.log.LogAttrs(r.Context(), slog.LevelError, "proxy: cannot set a read deadline on the connection", slog.Any("error", err))
+			p.warn.log(r.Context(), p.log, slog.LevelError, "proxy: cannot set a read deadline on the connection", errAttr(err))
 			http.Error(w, "request body cannot be bounded", http.StatusInternalServerError)
 			return
 		}
@@ -481,7 +495,7 @@ func (p *Proxy) request(r *http.Request, rt *route) fencecheck.Request {
 		key, err := fencecheck.ExpandKey(rt.Key, r.URL.EscapedPath())
 		if err != nil {
 			// An empty key is denied 400 malformed without a store read.
-			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: key template did not expand", slog.String("route", rt.Name), slog.Any("error", err))
+			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: key template did not expand", slog.String("route", rt.Name), errAttr(err))
 		}
 		req.Key = key
 	}
@@ -602,8 +616,12 @@ func (p *Proxy) errorHandler(rt *route) func(http.ResponseWriter, *http.Request,
 			status = http.StatusRequestTimeout
 			w.Header().Set("Connection", "close")
 		}
-		p.log.LogAttrs(r.Context(), slog.LevelWarn, "proxy: upstream exchange failed",
-			slog.String("route", rt.Name), slog.String("upstream", rt.Upstream.Redacted()), slog.Any("error", err))
+		ea := errAttr(err)
+		if p.skipLogBounds {
+			ea = slog.Any("error", err)
+		}
+		p.warn.log(r.Context(), p.log, slog.LevelWarn, "proxy: upstream exchange failed",
+			slog.String("route", rt.Name), slog.String("upstream", rt.Upstream.Redacted()), ea)
 		w.WriteHeader(status)
 	}
 }
