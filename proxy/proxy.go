@@ -315,6 +315,14 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 	return p, nil
 }
 
+// ValidateRoutes lists every problem of a set of routes, as New would
+// report them: each route's own (Route.Validate), two routes with one
+// prefix, and prefixes an upstream's reading of paths makes one.
+func ValidateRoutes(routes []Route) error {
+	_, err := New(fencecheck.New(nil, fencecheck.Options{}), routes, Options{Transport: http.DefaultTransport})
+	return err
+}
+
 // InFlight is how many barrier writes this proxy has admitted and not yet
 // finished or abandoned.
 func (p *Proxy) InFlight() int64 { return p.inflight.Load() }

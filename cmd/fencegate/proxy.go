@@ -166,6 +166,13 @@ func proxyRoutes(c config.Proxy) ([]proxy.Route, error) {
 		}
 		routes = append(routes, rt)
 	}
+	if len(errs) == 0 && len(routes) == len(c.Routes) {
+		// Problems between routes: one prefix twice, or two that an
+		// upstream reading paths case-insensitively (say) cannot tell apart.
+		if err := proxy.ValidateRoutes(routes); err != nil {
+			errs = append(errs, unjoin(err)...)
+		}
+	}
 	return routes, errors.Join(errs...)
 }
 
