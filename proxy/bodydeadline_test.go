@@ -162,3 +162,50 @@ func TestProxyBodyWithinBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyBodyBoundsHTTP2: over HTTP/2 (TLS) the bound is the stream's
+// read deadline: a stalled body is answered 408 within the bound, and the
+// broken variant (no bounds) still waits.
+func TestProxyBodyBoundsHTTP2(t *testing.T) {
+	const idle = 500 * time.Millisecond
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
+			s := openBolt(t)
+			l := acquire(t, s, "k")
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.ReadAll(r.Body) }))
+			t.Cleanup(up.Close)
+			p, err := New(fencecheck.New(s, fencecheck.Options{}), []Route{{Prefix: "/", Upstream: mustURL(t, up.URL), Key: "k", BodyIdleTimeout: idle, Barrier: true, MaxWrite: time.Minute}},
+				Options{skipBodyBounds: broken})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewUnstartedServer(p)
+			srv.EnableHTTP2 = true
+			srv.StartTLS()
+			t.Cleanup(srv.Close)
+			pr, pw := io.Pipe()
+			t.Cleanup(func() { pw.Close() })
+			go func() { _, _ = io.WriteString(pw, "first-part") }()
+			req, _ := http.NewRequestWithContext(t.Context(), "PUT", srv.URL+"/k", pr)
+			req.Header.Set("X-Fence-Token", l.Fence)
+			client := srv.Client()
+			client.Timeout = 4 * time.Second
+			res, err := client.Do(req)
+			if broken {
+				if err == nil {
+					res.Body.Close()
+					t.Fatalf("without bounds the stalled stream was answered: %d", res.StatusCode)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("no answer within the client's 4 s: %v", err)
+			}
+			res.Body.Close()
+			if res.ProtoMajor != 2 || res.StatusCode != http.StatusRequestTimeout {
+				t.Fatalf("%s %d, want HTTP/2 408", res.Proto, res.StatusCode)
+			}
+			waitFor(t, "the write to settle", func() bool { return p.InFlight() == 0 })
+		})
+	}
+}

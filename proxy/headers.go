@@ -10,7 +10,9 @@ import (
 // Request headers a client must not be able to hand an upstream. The rules
 // compare a header's name the way CGI, WSGI, Rack and PHP read it: "_" as
 // "-", any case (X_Fence_Verified and X-Fence-Verified are both
-// HTTP_X_FENCE_VERIFIED there, while net/http keeps them apart).
+// HTTP_X_FENCE_VERIFIED there, while net/http keeps them apart). Every
+// other punctuation a header name may hold ("." "~" "!" and the rest) is
+// read as "-" too: some gateways map any of it to "_".
 var (
 	// methodOverrideHeaders make frameworks (Rails, Laravel, Symfony,
 	// Express's method-override, ASP.NET) run another method than the one
@@ -30,9 +32,16 @@ var (
 	}
 )
 
-// foldHeader is a header name as CGI-style upstreams read it.
+// foldHeader is a header name as CGI-style upstreams read it: lower case,
+// every byte but a letter or digit as "-".
 func foldHeader(name string) string {
-	return strings.ToLower(strings.ReplaceAll(name, "_", "-"))
+	b := []byte(strings.ToLower(name))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			b[i] = '-'
+		}
+	}
+	return string(b)
 }
 
 // methodOverride returns the first header of h that asks the upstream to
@@ -95,10 +104,13 @@ func newHeaderPolicy(r Route) headerPolicy {
 //   - the client-claim headers above;
 //   - any other spelling of the route's own fence or key header.
 //
-// Each in any case and with "_" for "-".
+// Each in any spelling foldHeader reads as the same name; the pass list
+// holds canonical names, which are in the one spelling (net/http
+// canonicalises "x-fence-token" to "X-Fence-Token" but leaves
+// "X_Fence_Token" apart).
 func (hp headerPolicy) strip(h http.Header) {
 	for name := range h {
-		if hp.pass[name] && !strings.Contains(name, "_") {
+		if hp.pass[name] {
 			continue
 		}
 		f := foldHeader(name)

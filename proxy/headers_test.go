@@ -13,12 +13,13 @@ import (
 )
 
 // cgiEnv reads a request's headers as CGI, WSGI, Rack and PHP do:
-// HTTP_<NAME> with "-" as "_", upper case; two spellings of one name land
-// in one variable (WSGI servers join them with ",").
+// HTTP_<NAME> with "-" as "_", upper case (and, as some gateways do, "."
+// and "~" too); two spellings of one name land in one variable (WSGI
+// servers join them with ",").
 func cgiEnv(h http.Header) map[string][]string {
 	env := map[string][]string{}
 	for name, vs := range h {
-		k := "HTTP_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		k := "HTTP_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_", "~", "_").Replace(name))
 		env[k] = append(env[k], vs...)
 	}
 	return env
@@ -64,6 +65,7 @@ func TestProxyHeadersAsCGISeesThem(t *testing.T) {
 				"X-Real-IP": "6.6.6.6", "X_Real_IP": "6.6.6.6", "True-Client-IP": "6.6.6.6", "CF-Connecting-IP": "6.6.6.6",
 				"X-Original-URL": "/admin", "X_Rewrite_URL": "/admin",
 				"X_Fence_Token": "000000000000001", "X_Fence_Key": "orders/1", "X_Fence_Lock_Id": "x",
+				"X.Fence.Verified": "999999999999997", "x-fence~verified": "999999999999996",
 			}
 			send := func(method, path string, extra map[string]string) (int, map[string][]string) {
 				t.Helper()
