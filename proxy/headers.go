@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/fencegate/fencegate/fencecheck"
 )
@@ -32,14 +31,43 @@ var (
 	}
 )
 
-// foldHeader is a header name as CGI-style upstreams read it: lower case,
-// every byte but a letter or digit as "-".
-func foldHeader(name string) string {
-	b := []byte(strings.ToLower(name))
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
-			b[i] = '-'
+// foldByte is one byte of a header name as CGI-style upstreams read it:
+// lower case, every byte but a letter or digit as "-".
+func foldByte(c byte) byte {
+	switch {
+	case c >= 'A' && c <= 'Z':
+		return c + ('a' - 'A')
+	case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		return c
+	}
+	return '-'
+}
+
+// foldHasPrefix reports whether name, read as foldByte reads it, starts
+// with prefix (lower case, "-" for punctuation); without allocating, since
+// it runs for every header of every request.
+func foldHasPrefix(name, prefix string) bool {
+	if len(name) < len(prefix) {
+		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		if foldByte(name[i]) != prefix[i] {
+			return false
 		}
+	}
+	return true
+}
+
+// foldEqual reports whether name, read as foldByte reads it, is folded.
+func foldEqual(name, folded string) bool {
+	return len(name) == len(folded) && foldHasPrefix(name, folded)
+}
+
+// foldHeader is a header name as CGI-style upstreams read it.
+func foldHeader(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		b[i] = foldByte(c)
 	}
 	return string(b)
 }
@@ -48,9 +76,8 @@ func foldHeader(name string) string {
 // run another method, in any spelling, or "".
 func methodOverride(h http.Header) string {
 	for name := range h {
-		f := foldHeader(name)
 		for _, m := range methodOverrideHeaders {
-			if f == m {
+			if foldEqual(name, m) {
 				return name
 			}
 		}
@@ -67,7 +94,7 @@ type headerPolicy struct {
 	pass map[string]bool
 	// inputs are the folded names of the route's own input headers (a
 	// custom fence or key header), whose other spellings are stripped.
-	inputs map[string]bool
+	inputs []string
 }
 
 func newHeaderPolicy(r Route) headerPolicy {
@@ -75,10 +102,10 @@ func newHeaderPolicy(r Route) headerPolicy {
 	if fence == "" {
 		fence = fencecheck.HeaderToken
 	}
-	hp := headerPolicy{pass: map[string]bool{}, inputs: map[string]bool{}}
+	hp := headerPolicy{pass: map[string]bool{}}
 	add := func(name string) {
 		hp.pass[http.CanonicalHeaderKey(name)] = true
-		hp.inputs[foldHeader(name)] = true
+		hp.inputs = append(hp.inputs, foldHeader(name))
 	}
 	add(fence)
 	add(fencecheck.HeaderProof)
@@ -113,13 +140,25 @@ func (hp headerPolicy) strip(h http.Header) {
 		if hp.pass[name] {
 			continue
 		}
-		f := foldHeader(name)
-		drop := strings.HasPrefix(f, "x-fence-") || strings.HasPrefix(f, "x-forwarded-") || f == "forwarded" || hp.inputs[f]
-		for _, c := range clientClaimHeaders {
-			drop = drop || f == c
-		}
-		if drop {
+		if hp.drops(name) {
 			delete(h, name)
 		}
 	}
+}
+
+func (hp headerPolicy) drops(name string) bool {
+	if foldHasPrefix(name, "x-fence-") || foldHasPrefix(name, "x-forwarded-") || foldEqual(name, "forwarded") {
+		return true
+	}
+	for _, f := range hp.inputs {
+		if foldEqual(name, f) {
+			return true
+		}
+	}
+	for _, c := range clientClaimHeaders {
+		if foldEqual(name, c) {
+			return true
+		}
+	}
+	return false
 }

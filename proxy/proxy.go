@@ -217,6 +217,9 @@ type Proxy struct {
 	skipBodyBounds, skipHeaders, skipRouteFolds, skipLogBounds bool
 	// warn throttles the warn and error lines clients can cause.
 	warn *logThrottle
+	// foldInvariant: no reading of paths changes any route's prefix
+	// (routematch.go), so a plain path needs no second match.
+	foldInvariant bool
 	// inflight counts barrier writes between admission and Finish/Abandon.
 	inflight atomic.Int64
 }
@@ -303,6 +306,12 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 				continue
 			}
 			byFold[r.folded[i]] = r
+		}
+	}
+	p.foldInvariant = true
+	for _, r := range p.routes {
+		for _, f := range r.folded {
+			p.foldInvariant = p.foldInvariant && f == r.path
 		}
 	}
 	if len(errs) > 0 {

@@ -123,10 +123,28 @@ func (p *Proxy) matchFolded(i int, fp string) *route {
 // ambiguousRoute returns the name of a reading under which path selects
 // another route than exact, or "" when every reading agrees.
 func (p *Proxy) ambiguousRoute(decoded string, exact *route) string {
+	if p.foldInvariant && plainPath(decoded) {
+		// No reading changes such a path (CheckPath has already refused
+		// "//" and dot segments), nor any prefix: the exact match stands.
+		return ""
+	}
 	for i := 0; i <= len(pathFolds); i++ {
 		if p.matchFolded(i, folded(i, decoded)) != exact {
 			return foldName(i)
 		}
 	}
 	return ""
+}
+
+// plainPath reports whether no reading can change p: lower-case ASCII
+// letters, digits, "/", "-" and "_" only (no dot, space, "%", upper case
+// or non-ASCII).
+func plainPath(p string) bool {
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '/' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
