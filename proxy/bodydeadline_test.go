@@ -209,3 +209,73 @@ func TestProxyBodyBoundsHTTP2(t *testing.T) {
 		})
 	}
 }
+
+// TestProxyBodyBoundedWhenRefused: a request refused without its body being
+// read (non-canonical or ambiguous path, no route, method override,
+// upgrade, a denial) still has its body bounded: net/http reads the rest
+// itself after the answer, and a client that stalls there is cut within
+// the bound. The broken variant (no bounds) keeps every one open.
+func TestProxyBodyBoundedWhenRefused(t *testing.T) {
+	const idle = 500 * time.Millisecond
+	s := openBolt(t)
+	up, _ := recorder(t)
+	u := mustURL(t, up.URL)
+	routes := []Route{
+		{Name: "orders", Prefix: "/orders", Upstream: u, Key: "orders/{2}", BodyIdleTimeout: idle},
+		{Name: "other", Prefix: "/other", Upstream: u, BodyIdleTimeout: time.Hour},
+	}
+	cases := []struct {
+		name, line, headers string
+		status              int
+	}{
+		{"non-canonical path", "PUT /orders//1", "", 400},
+		{"ambiguous path", "PUT /ORDERS/1", "", 400},
+		{"no route", "PUT /nowhere", "", 404},
+		{"method override", "POST /orders/1", "X-HTTP-Method-Override: DELETE\r\n", 400},
+		{"upgrade", "POST /orders/1", "Connection: Upgrade\r\nUpgrade: websocket\r\n", 400},
+		{"denial", "PUT /orders/1", "", 428},
+	}
+	for _, broken := range []bool{false, true} {
+		_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), routes, Options{skipBodyBounds: broken})
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%s/broken=%v", tc.name, broken), func(t *testing.T) {
+				t.Parallel()
+				conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				fmt.Fprintf(conn, "%s HTTP/1.1\r\nHost: x\r\n%sContent-Length: 1000\r\n\r\nfirst-part", tc.line, tc.headers)
+				wait := 8 * time.Second
+				if broken {
+					wait = 3 * time.Second // well past the bound
+				}
+				_ = conn.SetReadDeadline(time.Now().Add(wait))
+				br := bufio.NewReader(conn)
+				res, err := http.ReadResponse(br, nil)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					if res.StatusCode != tc.status {
+						t.Fatalf("status %d, want %d", res.StatusCode, tc.status)
+					}
+					// The answer is out; the connection must not linger
+					// on the unread body.
+					_, err = br.ReadByte()
+				} else if !broken {
+					t.Fatalf("no answer: %v", err)
+				}
+				// (Without bounds, net/http reads the unread body before it
+				// answers at all: even the answer never comes.)
+				ne, timedOut := err.(net.Error)
+				timedOut = timedOut && ne.Timeout()
+				switch {
+				case broken && !timedOut:
+					t.Fatalf("without bounds the stalled body should hold the connection: %v", err)
+				case !broken && (err == nil || timedOut):
+					t.Fatalf("the connection outlived the bound: %v", err)
+				}
+			})
+		}
+	}
+}

@@ -217,6 +217,9 @@ type Proxy struct {
 	skipBodyBounds, skipHeaders, skipRouteFolds, skipLogBounds bool
 	// warn throttles the warn and error lines clients can cause.
 	warn *logThrottle
+	// preIdle, preTotal bound a request body until its route is known:
+	// the strictest route's bounds.
+	preIdle, preTotal time.Duration
 	// foldInvariant: no reading of paths changes any route's prefix
 	// (routematch.go), so a plain path needs no second match.
 	foldInvariant bool
@@ -310,6 +313,13 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 	}
 	p.foldInvariant = true
 	for _, r := range p.routes {
+		idle, total := r.bodyBounds()
+		if p.preIdle == 0 || idle < p.preIdle {
+			p.preIdle = idle
+		}
+		if p.preTotal == 0 || total < p.preTotal {
+			p.preTotal = total
+		}
 		for _, f := range r.folded {
 			p.foldInvariant = p.foldInvariant && f == r.path
 		}
@@ -350,6 +360,23 @@ func (p *Proxy) match(path string) *route {
 type ctxKey struct{}
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	// Bound the body before anything can answer without reading it:
+	// net/http then reads the rest (up to 256 KiB) itself, under the
+	// connection's read deadline, which without this is none. Until the
+	// route is known the strictest route's bounds apply.
+	var body *deadlineBody
+	if r.Body != nil && r.Body != http.NoBody && !p.skipBodyBounds {
+		body = newDeadlineBody(w, r.Body, p.preIdle, start.Add(p.preTotal))
+		if err := body.arm(); err != nil {
+			// A body read nothing bounds could hold the connection for
+			// ever: fail closed.
+			p.warn.log(r.Context(), p.log, slog.LevelError, "proxy: cannot set a read deadline on the connection", errAttr(err))
+			http.Error(w, "request body cannot be bounded", http.StatusInternalServerError)
+			return
+		}
+		r.Body = body
+	}
 	// A path the upstream would normalise into another one may land under
 	// another route than the prefix we match: refuse it before routing.
 	if err := fencecheck.CheckPath(r.URL.EscapedPath()); err != nil {
@@ -366,6 +393,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no route", http.StatusNotFound)
 		return
 	}
+	if body != nil {
+		idle, total := rt.bodyBounds()
+		body.idle, body.end = idle, start.Add(total)
+		_ = body.arm() // it worked a moment ago on this connection
+	}
 
 	if name := methodOverride(r.Header); name != "" && !p.skipHeaders {
 		// The check decides on r.Method; an upstream that honours the
@@ -374,20 +406,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: method override refused", slog.String("route", rt.Name))
 		http.Error(w, "method override headers are not allowed", http.StatusBadRequest)
 		return
-	}
-	start := time.Now()
-	var body *deadlineBody
-	if r.Body != nil && r.Body != http.NoBody && !p.skipBodyBounds {
-		idle, total := rt.bodyBounds()
-		body = newDeadlineBody(w, r.Body, idle, start.Add(total))
-		if err := body.arm(); err != nil {
-			// A body read nothing bounds could hold the connection for
-			// ever: fail closed.
-			p.warn.log(r.Context(), p.log, slog.LevelError, "proxy: cannot set a read deadline on the connection", errAttr(err))
-			http.Error(w, "request body cannot be bounded", http.StatusInternalServerError)
-			return
-		}
-		r.Body = body
 	}
 	req := p.request(r, rt)
 	if wantsUpgrade(r) {
