@@ -645,17 +645,19 @@ func (p *Proxy) errorHandler(rt *route) func(http.ResponseWriter, *http.Request,
 		if errors.Is(err, context.DeadlineExceeded) {
 			status = http.StatusGatewayTimeout
 		}
+		level, msg := slog.LevelWarn, "proxy: upstream exchange failed"
 		if ex, _ := r.Context().Value(ctxKey{}).(*exchange); ex != nil && ex.body != nil && ex.body.timedOut.Load() {
 			// The client, not the upstream, was too slow: its connection
 			// cannot carry another request (the body is unread).
 			status = http.StatusRequestTimeout
 			w.Header().Set("Connection", "close")
+			level, msg = slog.LevelInfo, "proxy: request body passed its route's bounds; exchange cut"
 		}
 		ea := errAttr(err)
 		if p.skipLogBounds {
 			ea = slog.Any("error", err)
 		}
-		p.warn.log(r.Context(), p.log, slog.LevelWarn, "proxy: upstream exchange failed",
+		p.warn.log(r.Context(), p.log, level, msg,
 			slog.String("route", rt.Name), slog.String("upstream", rt.Upstream.Redacted()), ea)
 		w.WriteHeader(status)
 	}
