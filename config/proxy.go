@@ -64,6 +64,14 @@ type ProxyRoute struct {
 	Barrier      bool     `yaml:"barrier"`
 	MaxWrite     Duration `yaml:"maxWrite"`
 	PreserveHost bool     `yaml:"preserveHost"`
+	// Upgrade lets the route's reads switch protocols (WebSocket, h2c);
+	// off by default, never for a fenced write.
+	Upgrade bool `yaml:"upgrade"`
+	// BodyIdleTimeout cuts a request whose client sends no body byte for
+	// this long (default 30 s); BodyTimeout bounds the whole body (default
+	// 2 min; a barrier route's maxWrite, which it may only shorten).
+	BodyIdleTimeout Duration `yaml:"bodyIdleTimeout"`
+	BodyTimeout     Duration `yaml:"bodyTimeout"`
 }
 
 // ProxyAddr is the proxy listener's address with its default.
@@ -143,6 +151,14 @@ func (p Proxy) problems() []string {
 		}
 		if r.MaxWrite > 0 && (r.MaxWrite.Std() < time.Millisecond || r.MaxWrite.Std() > 24*time.Hour) {
 			add("%s.maxWrite: must be between 1ms and 24h", where)
+		}
+		for _, d := range []struct {
+			name string
+			v    Duration
+		}{{"bodyIdleTimeout", r.BodyIdleTimeout}, {"bodyTimeout", r.BodyTimeout}} {
+			if d.v != 0 && (d.v.Std() < time.Millisecond || d.v.Std() > 24*time.Hour) {
+				add("%s.%s: must be between 1ms and 24h", where, d.name)
+			}
 		}
 	}
 	return out

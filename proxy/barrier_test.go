@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -426,34 +427,110 @@ func TestProxyBarrierAcrossReplicas(t *testing.T) {
 	}
 }
 
-// TestProxyUpgradeOnFencedWrite: after a 101 the client and the upstream
-// talk directly for as long as they like, so a holder that lost its lock
-// could go on writing under its old fence, and a barrier entry finished
-// at the 101 would let a newer fence in while it does. A fenced write that
-// asks for an upgrade is refused before the check; a read may upgrade.
-func TestProxyUpgradeOnFencedWrite(t *testing.T) {
+// tunnelUpstream switches protocols for every request that asks to
+// (Connection: Upgrade) and reports each line the client then sends down the
+// tunnel; other requests get 200.
+func tunnelUpstream(t *testing.T) (*httptest.Server, chan string) {
+	t.Helper()
+	lines := make(chan string, 16)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		lines <- "request " + r.Method + " " + r.URL.Path
+		if !strings.EqualFold(r.Header.Get("Connection"), "Upgrade") {
+			return
+		}
+		conn, brw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", r.Header.Get("Upgrade"))
+		_ = brw.Flush()
+		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for {
+			line, err := brw.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- "tunnel " + strings.TrimSpace(line)
+		}
+	}))
+	t.Cleanup(up.Close)
+	return up, lines
+}
+
+// TestProxyUpgrades: a route refuses protocol upgrades (WebSocket, h2c,
+// an Upgrade header alone) unless it has upgrade: true, reads included;
+// with it, reads may upgrade but a fenced write still may not. The allowed
+// case shows what the refusal prevents: after the 101 a PUT sent down the
+// tunnel reaches the upstream unchecked.
+func TestProxyUpgrades(t *testing.T) {
 	s := openBolt(t)
 	l := acquire(t, s, "k")
-	up, seenCh := recorder(t)
-	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}),
-		[]Route{{Name: "r", Prefix: "/", Upstream: mustURL(t, up.URL), Key: "k", Barrier: true}}, Options{})
-	upgrade := map[string]string{"X-Fence-Token": l.Fence, "Connection": "Upgrade", "Upgrade": "websocket"}
-	res, _ := do(t, "POST", srv.URL+"/k", upgrade, "x")
-	if res.StatusCode != http.StatusBadRequest {
-		t.Fatalf("upgrade on a fenced write: %d, want 400", res.StatusCode)
+	up, lines := tunnelUpstream(t)
+	u := mustURL(t, up.URL)
+	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []Route{
+		{Name: "fenced", Prefix: "/fenced", Upstream: u, Key: "k", Barrier: true},
+		{Name: "off", Prefix: "/off", Upstream: u, Policy: fencecheck.PolicyOff},
+		{Name: "ws", Prefix: "/ws", Upstream: u, Key: "k", Upgrade: true},
+	}, Options{})
+	ws := "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+	h2c := "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n"
+	for _, tc := range []struct {
+		name, method, path, headers string
+		want                        int // 400 refused, 101 tunnel
+	}{
+		{"websocket read, fenced route", "GET", "/fenced/1", ws, 400},
+		{"h2c read, fenced route", "GET", "/fenced/1", h2c, 400},
+		{"Upgrade header alone", "GET", "/fenced/1", "Upgrade: websocket\r\n", 400},
+		{"h2c settings alone", "GET", "/fenced/1", "HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n", 400},
+		{"websocket read, policy off route", "GET", "/off/1", ws, 400},
+		{"fenced write on an upgrade route", "POST", "/ws/1", ws + "X-Fence-Token: " + l.Fence + "\r\nContent-Length: 0\r\n", 400},
+		{"allowed: websocket read on an upgrade route", "GET", "/ws/1", ws, 101},
+		{"allowed: h2c read on an upgrade route", "GET", "/ws/1", h2c, 101},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+			fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\n%s\r\n", tc.method, tc.path, tc.headers)
+			br := bufio.NewReader(conn)
+			res, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StatusCode != tc.want {
+				t.Fatalf("status %d, want %d", res.StatusCode, tc.want)
+			}
+			if tc.want != 101 {
+				select {
+				case l := <-lines:
+					t.Fatalf("a refused upgrade reached the upstream: %s", l)
+				case <-time.After(50 * time.Millisecond):
+				}
+				return
+			}
+			if l := <-lines; l != "request GET "+tc.path {
+				t.Fatalf("upstream saw %q", l)
+			}
+			fmt.Fprintf(conn, "PUT /ws/1 HTTP/1.1\r\n")
+			select {
+			case l := <-lines:
+				if l != "tunnel PUT /ws/1 HTTP/1.1" {
+					t.Fatalf("tunnel carried %q", l)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("nothing crossed the tunnel")
+			}
+		})
 	}
-	select {
-	case sn := <-seenCh:
-		t.Fatalf("the refused upgrade reached the upstream: %+v", sn)
-	default:
+	// Without upgrade headers the same requests pass.
+	if res, _ := do(t, "GET", srv.URL+"/fenced/1", nil, ""); res.StatusCode != 200 {
+		t.Fatalf("plain read: %d", res.StatusCode)
 	}
-	// A read carries no fence and holds no entry: it may upgrade (the
-	// recorder answers it as a plain request).
-	if res, _ := do(t, "GET", srv.URL+"/k", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, ""); res.StatusCode == http.StatusBadRequest {
-		t.Fatalf("upgrade on a read: %d", res.StatusCode)
-	}
-	// The same write without the upgrade passes.
-	if res, _ := do(t, "POST", srv.URL+"/k", map[string]string{"X-Fence-Token": l.Fence}, "x"); res.StatusCode != 200 {
+	if res, _ := do(t, "POST", srv.URL+"/fenced/1", map[string]string{"X-Fence-Token": l.Fence}, "x"); res.StatusCode != 200 {
 		t.Fatalf("plain write: %d", res.StatusCode)
 	}
 }

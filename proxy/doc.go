@@ -18,23 +18,35 @@
 //   - it does not follow the client's cancellation: a client that leaves
 //     mid-response does not cut the exchange short; the proxy reads the rest
 //     of the body (up to Options.DrainLimit) and finishes the write;
-//   - an upgrade (101) finishes the write when the upgrade response arrives.
+//   - a fenced write never upgrades (one that got a 101 anyway is
+//     abandoned, never finished).
+//
+// Protocol upgrades (WebSocket, h2c, CONNECT) are refused unless the route
+// has Upgrade, and then for reads only: after a 101 the tunnel carries
+// writes nobody checks.
 //
 // Paths: a request path that a normaliser would change ("//", dot
 // segments, an encoded "/") is refused 400 before routing, since the
 // upstream could resolve it under another route than the prefix matched.
 // Routes match on the decoded path, longest prefix first, at segment
-// boundaries. No route: 404.
+// boundaries; a path that an upstream reading it another way
+// (case-insensitively, trailing dots and spaces trimmed, decoded twice,
+// NFKC) would route under another route is refused 400 malformed, audited
+// (routematch.go). No route: 404.
 //
-// Hop-by-hop headers and X-Forwarded-* are handled by
-// httputil.ReverseProxy with a Rewrite func: hop-by-hop headers (and any
-// named in Connection) are removed both ways; X-Forwarded-For/-Host/-Proto
-// are set afresh from the connection (SetXForwarded), the client's own
-// dropped unless Options.TrustForwarded. Request and response bodies stream.
+// Headers: hop-by-hop headers (and any named in Connection) are removed
+// both ways by httputil.ReverseProxy; X-Forwarded-For/-Host/-Proto are set
+// afresh from the connection (SetXForwarded), the client's own dropped
+// unless Options.TrustForwarded. Client headers an upstream could read as
+// the proxy's, in any spelling ("_" for "-", as CGI reads them), are
+// stripped; method overrides are refused (headers.go). Request and
+// response bodies stream.
 //
 // Timeouts: the upstream transport's (Default* constants, Options.Transport
-// to replace them); the check's own (fencecheck.Options.Timeout); MaxWrite
-// for barrier writes. The listener's (header read, idle, shutdown) belong to
+// to replace them); the check's own (fencecheck.Options.Timeout); the
+// request body's (Route.BodyIdleTimeout, Route.BodyTimeout: the
+// connection's read deadline, bodydeadline.go); MaxWrite for barrier
+// writes. Warn lines clients can cause are throttled (logthrottle.go). The listener's (header read, idle, shutdown) belong to
 // the http.Server the proxy is mounted on: `fencegate proxy` sets them.
 // Graceful drain is http.Server.Shutdown: a barrier write finishes (or is
 // abandoned) before its handler returns, so a drained proxy has deregistered

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -80,6 +81,19 @@ type Route struct {
 	// PreserveHost sends the client's Host header upstream instead of the
 	// upstream URL's host.
 	PreserveHost bool
+	// Upgrade lets the route's reads switch protocols (Connection:
+	// Upgrade: WebSocket, h2c; CONNECT). Off (the default) every upgrade
+	// request is refused 400: after a 101 the client and the upstream talk
+	// directly, and a write sent down the tunnel is never checked. A
+	// fenced write may never upgrade.
+	Upgrade bool
+	// BodyIdleTimeout cuts a request whose client sends no body byte for
+	// this long (408, connection closed); 0 is DefaultBodyIdleTimeout.
+	BodyIdleTimeout time.Duration
+	// BodyTimeout bounds the whole request body, counted from the
+	// request's arrival at the proxy; 0 is DefaultBodyTimeout, or MaxWrite
+	// on a barrier route (where it is never longer than MaxWrite).
+	BodyTimeout time.Duration
 }
 
 // Validate lists every problem of the route.
@@ -119,6 +133,9 @@ func (r Route) Validate() error {
 	}
 	if r.MaxWrite < 0 {
 		errs = append(errs, errors.New("maxWrite must not be negative"))
+	}
+	if r.BodyIdleTimeout < 0 || r.BodyTimeout < 0 {
+		errs = append(errs, errors.New("bodyIdleTimeout and bodyTimeout must not be negative"))
 	}
 	if len(errs) == 0 {
 		return nil
@@ -162,6 +179,16 @@ type Options struct {
 	// reads after its client went away (default 1 MiB); a longer body
 	// leaves the write abandoned (it expires at MaxWrite).
 	DrainLimit int64
+
+	// skipBodyBounds leaves request bodies unbounded, skipHeaders lets
+	// every client header through as httputil.ReverseProxy alone would,
+	// and skipRouteFolds routes by the exact match alone, only so the
+	// tests can show what each prevents; production code never sets them.
+	skipBodyBounds, skipHeaders, skipRouteFolds bool
+	// skipLogBounds logs every line in full, as before the throttle;
+	// logWindow replaces DefaultLogWindow (tests only).
+	skipLogBounds bool
+	logWindow     time.Duration
 }
 
 // NewTransport returns the default upstream transport: Go's default
@@ -186,6 +213,16 @@ type Proxy struct {
 	log     *slog.Logger
 	trust   bool
 	drain   int64
+	// skipBodyBounds, skipHeaders, skipRouteFolds, skipLogBounds: Options'.
+	skipBodyBounds, skipHeaders, skipRouteFolds, skipLogBounds bool
+	// warn throttles the warn and error lines clients can cause.
+	warn *logThrottle
+	// preIdle, preTotal bound a request body until its route is known:
+	// the strictest route's bounds.
+	preIdle, preTotal time.Duration
+	// foldInvariant: no reading of paths changes any route's prefix
+	// (routematch.go), so a plain path needs no second match.
+	foldInvariant bool
 	// inflight counts barrier writes between admission and Finish/Abandon.
 	inflight atomic.Int64
 }
@@ -196,6 +233,20 @@ type route struct {
 	Route
 	methods fencecheck.MethodSet
 	rp      *httputil.ReverseProxy
+	headers headerPolicy
+	// path is the prefix decoded, without a trailing "/" ("" for "/"):
+	// what a request's decoded path is matched against. folded[i] is path
+	// under reading i (routematch.go; the last: all readings).
+	path   string
+	folded []string
+}
+
+// maxWrite is the route's MaxWrite with its default.
+func (r *route) maxWrite() time.Duration {
+	if r.MaxWrite <= 0 {
+		return fencecheck.DefaultMaxWrite
+	}
+	return r.MaxWrite
 }
 
 // New returns a proxy serving routes, deciding with c. Every route must be
@@ -210,7 +261,14 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 	if o.DrainLimit <= 0 {
 		o.DrainLimit = DefaultDrainLimit
 	}
-	p := &Proxy{checker: c, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit}
+	p := &Proxy{checker: c, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit, skipBodyBounds: o.skipBodyBounds, skipHeaders: o.skipHeaders, skipRouteFolds: o.skipRouteFolds,
+		skipLogBounds: o.skipLogBounds}
+	window := o.logWindow
+	if window <= 0 {
+		window = DefaultLogWindow
+	}
+	p.warn = newLogThrottle(DefaultLogBurst, window)
+	p.warn.off = o.skipLogBounds
 	var errs []error
 	seen := map[string]bool{}
 	for _, r := range routes {
@@ -226,16 +284,45 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 		seen[pfx] = true
 		r.Prefix = pfx
 		ms, _ := fencecheck.WriteMethods(r.Methods)
-		rt := &route{Route: r, methods: ms}
+		rt := &route{Route: r, methods: ms, headers: newHeaderPolicy(r)}
+		rt.path, _ = url.PathUnescape(pfx) // CheckPath passed: valid escapes, no %2F
+		for i := 0; i <= len(pathFolds); i++ {
+			rt.folded = append(rt.folded, folded(i, rt.path))
+		}
 		rt.rp = &httputil.ReverseProxy{
 			Rewrite:        p.rewrite(rt),
 			Transport:      o.Transport,
 			FlushInterval:  o.FlushInterval,
 			ModifyResponse: p.modifyResponse,
 			ErrorHandler:   p.errorHandler(rt),
-			ErrorLog:       slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+			ErrorLog:       log.New(throttledWriter{t: p.warn, log: o.Logger, bound: !o.skipLogBounds}, "", 0),
 		}
 		p.routes = append(p.routes, rt)
+	}
+	for i := 0; i <= len(pathFolds) && len(errs) == 0; i++ {
+		// Under a reading that makes two prefixes one, no request could be
+		// told apart: an upstream reading it so could serve either.
+		byFold := map[string]*route{}
+		for _, r := range p.routes {
+			if o := byFold[r.folded[i]]; o != nil {
+				errs = append(errs, fmt.Errorf("route %q: prefix %q is prefix %q of route %q to an upstream that reads paths %s", r.Name, r.Prefix, o.Prefix, o.Name, foldName(i)))
+				continue
+			}
+			byFold[r.folded[i]] = r
+		}
+	}
+	p.foldInvariant = true
+	for _, r := range p.routes {
+		idle, total := r.bodyBounds()
+		if p.preIdle == 0 || idle < p.preIdle {
+			p.preIdle = idle
+		}
+		if p.preTotal == 0 || total < p.preTotal {
+			p.preTotal = total
+		}
+		for _, f := range r.folded {
+			p.foldInvariant = p.foldInvariant && f == r.path
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -243,8 +330,16 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 	if len(p.routes) == 0 {
 		return nil, errors.New("proxy: no routes")
 	}
-	sort.SliceStable(p.routes, func(i, j int) bool { return len(p.routes[i].Prefix) > len(p.routes[j].Prefix) })
+	sort.SliceStable(p.routes, func(i, j int) bool { return len(p.routes[i].path) > len(p.routes[j].path) })
 	return p, nil
+}
+
+// ValidateRoutes lists every problem of a set of routes, as New would
+// report them: each route's own (Route.Validate), two routes with one
+// prefix, and prefixes an upstream's reading of paths makes one.
+func ValidateRoutes(routes []Route) error {
+	_, err := New(fencecheck.New(nil, fencecheck.Options{}), routes, Options{Transport: http.DefaultTransport})
+	return err
 }
 
 // InFlight is how many barrier writes this proxy has admitted and not yet
@@ -254,7 +349,7 @@ func (p *Proxy) InFlight() int64 { return p.inflight.Load() }
 // match returns the route of a (canonical, decoded) path, or nil.
 func (p *Proxy) match(path string) *route {
 	for _, r := range p.routes {
-		if r.Prefix == "" || path == r.Prefix || strings.HasPrefix(path, r.Prefix+"/") {
+		if r.path == "" || path == r.path || strings.HasPrefix(path, r.path+"/") {
 			return r
 		}
 	}
@@ -265,28 +360,69 @@ func (p *Proxy) match(path string) *route {
 type ctxKey struct{}
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	// Bound the body before anything can answer without reading it:
+	// net/http then reads the rest (up to 256 KiB) itself, under the
+	// connection's read deadline, which without this is none. Until the
+	// route is known the strictest route's bounds apply.
+	var body *deadlineBody
+	if r.Body != nil && r.Body != http.NoBody && !p.skipBodyBounds {
+		body = newDeadlineBody(w, r.Body, p.preIdle, start.Add(p.preTotal))
+		if err := body.arm(); err != nil {
+			// A body read nothing bounds could hold the connection for
+			// ever: fail closed.
+			p.warn.log(r.Context(), p.log, slog.LevelError, "proxy: cannot set a read deadline on the connection", errAttr(err))
+			http.Error(w, "request body cannot be bounded", http.StatusInternalServerError)
+			return
+		}
+		r.Body = body
+	}
 	// A path the upstream would normalise into another one may land under
 	// another route than the prefix we match: refuse it before routing.
 	if err := fencecheck.CheckPath(r.URL.EscapedPath()); err != nil {
-		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: non-canonical path refused", slog.Any("error", err))
+		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: non-canonical path refused", errAttr(err))
 		http.Error(w, "non-canonical request path", http.StatusBadRequest)
 		return
 	}
 	rt := p.match(r.URL.Path)
+	if how := p.ambiguousRoute(r.URL.Path, rt); how != "" && !p.skipRouteFolds {
+		p.refuseAmbiguousPath(w, r, rt, how)
+		return
+	}
 	if rt == nil {
 		http.Error(w, "no route", http.StatusNotFound)
 		return
 	}
+	if body != nil {
+		idle, total := rt.bodyBounds()
+		body.idle, body.end = idle, start.Add(total)
+		_ = body.arm() // it worked a moment ago on this connection
+	}
 
-	start := time.Now()
-	req := p.request(r, rt)
-	if req.Write && rt.Policy != fencecheck.PolicyOff && httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") {
-		// After a 101 the client and the upstream talk directly, for as
-		// long as they like: a holder that lost its lock could go on
-		// writing under its old fence. A fenced write is one exchange.
-		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: protocol upgrade on a fenced write refused", slog.String("route", rt.Name))
-		http.Error(w, "protocol upgrades are not allowed on fenced writes", http.StatusBadRequest)
+	if name := methodOverride(r.Header); name != "" && !p.skipHeaders {
+		// The check decides on r.Method; an upstream that honours the
+		// override would run another one (a GET passed as a read, acting
+		// as a DELETE).
+		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: method override refused", slog.String("route", rt.Name))
+		http.Error(w, "method override headers are not allowed", http.StatusBadRequest)
 		return
+	}
+	req := p.request(r, rt)
+	if wantsUpgrade(r) {
+		// After a 101 the client and the upstream talk directly, for as
+		// long as they like: writes sent down the tunnel are never
+		// checked, and a holder that lost its lock could go on writing
+		// under its old fence. A fenced write is one exchange.
+		switch {
+		case !rt.Upgrade:
+			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: protocol upgrade refused", slog.String("route", rt.Name))
+			http.Error(w, "protocol upgrades are not allowed on this route", http.StatusBadRequest)
+			return
+		case req.Write && rt.Policy != fencecheck.PolicyOff:
+			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: protocol upgrade on a fenced write refused", slog.String("route", rt.Name))
+			http.Error(w, "protocol upgrades are not allowed on fenced writes", http.StatusBadRequest)
+			return
+		}
 	}
 	// The check's span joins the client's trace (W3C or b3 headers); the
 	// headers themselves go upstream unchanged.
@@ -296,7 +432,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if dec.WriteID == "" {
-		rt.rp.ServeHTTP(w, withDecision(r.Context(), r, dec, nil))
+		rt.rp.ServeHTTP(w, withDecision(r.Context(), r, dec, nil, body))
 		return
 	}
 
@@ -305,11 +441,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// the admission (the store counts from the admission itself); and it
 	// no longer follows the client: a client that leaves must not cut the
 	// exchange short of a response the proxy can see complete.
-	maxWrite := rt.MaxWrite
-	if maxWrite <= 0 {
-		maxWrite = fencecheck.DefaultMaxWrite
-	}
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), start.Add(maxWrite))
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), start.Add(rt.maxWrite()))
 	defer cancel()
 	bw := &barrierWrite{p: p, dec: dec}
 	p.inflight.Add(1)
@@ -317,17 +449,47 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// that went away), a write not finished by its response body is
 	// abandoned: the entry expires at MaxWrite.
 	defer bw.abandon(ctx)
-	rt.rp.ServeHTTP(w, withDecision(ctx, r, dec, bw))
+	rt.rp.ServeHTTP(w, withDecision(ctx, r, dec, bw, body))
 }
 
-func withDecision(ctx context.Context, r *http.Request, dec fencecheck.Decision, bw *barrierWrite) *http.Request {
-	return r.WithContext(context.WithValue(ctx, ctxKey{}, &exchange{dec: dec, bw: bw}))
+// wantsUpgrade reports whether r asks to leave HTTP request/response for a
+// tunnel: Connection: Upgrade (WebSocket, h2c), an Upgrade or
+// HTTP2-Settings header even without it (an upstream or a later hop may
+// honour it), or CONNECT (a tunnel by definition; also HTTP/2's extended
+// CONNECT for WebSocket).
+func wantsUpgrade(r *http.Request) bool {
+	return httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") ||
+		len(r.Header["Upgrade"]) > 0 || len(r.Header["Http2-Settings"]) > 0 || r.Method == http.MethodConnect
+}
+
+// refuseAmbiguousPath answers a path that an upstream reading it another
+// way (case-insensitively, say) would route elsewhere: 400 malformed, as
+// an input that cannot be read one way, with a decision id and an audit
+// event, whatever the route's method rules, policy or mode (no route's
+// rules apply to a path without one route).
+func (p *Proxy) refuseAmbiguousPath(w http.ResponseWriter, r *http.Request, rt *route, how string) {
+	name := ""
+	if rt != nil {
+		name = rt.Name
+	}
+	dec, _ := p.checker.Check(r.Context(), fencecheck.Request{
+		Write: true, Ambiguous: true, Policy: fencecheck.PolicyHolder, Mode: fencecheck.ModeEnforce,
+		Route: name, Source: Source, Peer: p.clientAddr(r), Method: r.Method, Path: r.URL.EscapedPath(),
+	})
+	p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: path routes elsewhere when read another way; refused",
+		slog.String("route", name), slog.String("reading", how), slog.String("decisionId", dec.DecisionID))
+	writeDenial(w, dec)
+}
+
+func withDecision(ctx context.Context, r *http.Request, dec fencecheck.Decision, bw *barrierWrite, body *deadlineBody) *http.Request {
+	return r.WithContext(context.WithValue(ctx, ctxKey{}, &exchange{dec: dec, bw: bw, body: body}))
 }
 
 // exchange is what the proxy knows of a request on its way upstream.
 type exchange struct {
-	dec fencecheck.Decision
-	bw  *barrierWrite // nil unless admitted under the barrier
+	dec  fencecheck.Decision
+	bw   *barrierWrite // nil unless admitted under the barrier
+	body *deadlineBody // nil for a request without a body
 }
 
 // request turns r into the check's request.
@@ -368,7 +530,7 @@ func (p *Proxy) request(r *http.Request, rt *route) fencecheck.Request {
 		key, err := fencecheck.ExpandKey(rt.Key, r.URL.EscapedPath())
 		if err != nil {
 			// An empty key is denied 400 malformed without a store read.
-			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: key template did not expand", slog.String("route", rt.Name), slog.Any("error", err))
+			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: key template did not expand", slog.String("route", rt.Name), errAttr(err))
 		}
 		req.Key = key
 	}
@@ -410,6 +572,9 @@ func writeDenial(w http.ResponseWriter, dec fencecheck.Decision) {
 // X-Forwarded-*, and the fence headers the upstream may rely on.
 func (p *Proxy) rewrite(rt *route) func(*httputil.ProxyRequest) {
 	return func(pr *httputil.ProxyRequest) {
+		if !p.skipHeaders {
+			rt.headers.strip(pr.Out.Header)
+		}
 		if p.trust {
 			// ReverseProxy drops the client's X-Forwarded-* before
 			// Rewrite; a trusted chain keeps its hops.
@@ -480,8 +645,20 @@ func (p *Proxy) errorHandler(rt *route) func(http.ResponseWriter, *http.Request,
 		if errors.Is(err, context.DeadlineExceeded) {
 			status = http.StatusGatewayTimeout
 		}
-		p.log.LogAttrs(r.Context(), slog.LevelWarn, "proxy: upstream exchange failed",
-			slog.String("route", rt.Name), slog.String("upstream", rt.Upstream.Redacted()), slog.Any("error", err))
+		level, msg := slog.LevelWarn, "proxy: upstream exchange failed"
+		if ex, _ := r.Context().Value(ctxKey{}).(*exchange); ex != nil && ex.body != nil && ex.body.timedOut.Load() {
+			// The client, not the upstream, was too slow: its connection
+			// cannot carry another request (the body is unread).
+			status = http.StatusRequestTimeout
+			w.Header().Set("Connection", "close")
+			level, msg = slog.LevelInfo, "proxy: request body passed its route's bounds; exchange cut"
+		}
+		ea := errAttr(err)
+		if p.skipLogBounds {
+			ea = slog.Any("error", err)
+		}
+		p.warn.log(r.Context(), p.log, level, msg,
+			slog.String("route", rt.Name), slog.String("upstream", rt.Upstream.Redacted()), ea)
 		w.WriteHeader(status)
 	}
 }

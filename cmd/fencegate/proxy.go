@@ -154,6 +154,7 @@ func proxyRoutes(c config.Proxy) ([]proxy.Route, error) {
 			Name: r.Name, Prefix: r.Prefix, Upstream: u, Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader,
 			Policy: fencecheck.Policy(r.Policy), Mode: fencecheck.Mode(r.Mode), Methods: r.Methods, Proof: fencecheck.ProofMode(r.Proof),
 			Barrier: r.Barrier, MaxWrite: r.MaxWrite.Std(), PreserveHost: r.PreserveHost,
+			BodyIdleTimeout: r.BodyIdleTimeout.Std(), BodyTimeout: r.BodyTimeout.Std(), Upgrade: r.Upgrade,
 		}
 		if err := rt.Validate(); err != nil {
 			// config already named prefix and upstream problems; keep the
@@ -165,13 +166,21 @@ func proxyRoutes(c config.Proxy) ([]proxy.Route, error) {
 		}
 		routes = append(routes, rt)
 	}
+	if len(errs) == 0 && len(routes) == len(c.Routes) {
+		// Problems between routes: one prefix twice, or two that an
+		// upstream reading paths case-insensitively (say) cannot tell apart.
+		if err := proxy.ValidateRoutes(routes); err != nil {
+			errs = append(errs, unjoin(err)...)
+		}
+	}
 	return routes, errors.Join(errs...)
 }
 
 // newProxyRunner builds the proxy listener. Its server bounds header reads
-// and idle connections; bodies stream without a total deadline (a barrier
-// write is bounded by its route's maxWrite, the upstream's answer by the
-// transport's response-header timeout), so its read timeout is zero.
+// and idle connections; request bodies are bounded per route by the proxy
+// itself (bodyIdleTimeout, bodyTimeout), the upstream's answer by the
+// transport's response-header timeout and a barrier write by its maxWrite,
+// so the server's own read timeout is zero.
 func newProxyRunner(c config.Proxy, routes []proxy.Route, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *proxy.Proxy, error) {
 	p, err := proxy.New(checker, routes, proxy.Options{Logger: log, TrustForwarded: c.TrustForwarded})
 	if err != nil {

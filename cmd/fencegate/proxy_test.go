@@ -62,18 +62,32 @@ proxy:
       policy: newest
       key: "b/{0}"
       maxWrite: 5s
+      bodyTimeout: 48h
 `)
 	var stderr bytes.Buffer
 	if code := runProxy(t.Context(), []string{"--config", cfg}, io.Discard, &stderr); code != exitUsage {
 		t.Fatalf("exit %d, want %d: %s", code, exitUsage, stderr.String())
 	}
-	for _, want := range []string{"proxy.addr", "routes[0] (a).prefix", "routes[0] (a).upstream", "newest", "segment number", "set without barrier"} {
+	for _, want := range []string{"proxy.addr", "routes[0] (a).prefix", "routes[0] (a).upstream", "newest", "segment number", "set without barrier", "bodyTimeout: must be between"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
 		}
 	}
 	if code := runProxy(t.Context(), nil, io.Discard, io.Discard); code != exitUsage {
 		t.Errorf("no config: exit %d", code)
+	}
+	// Routes fine one by one that an upstream routing case-insensitively
+	// could not tell apart.
+	cfg = writeConfig(t, `
+store: bolt://`+filepath.Join(t.TempDir(), "y.db")+`
+proxy:
+  routes:
+    - {name: a, prefix: /Orders, upstream: "http://127.0.0.1:1"}
+    - {name: b, prefix: /orders, upstream: "http://127.0.0.1:1", upgrade: true}
+`)
+	stderr.Reset()
+	if code := runProxy(t.Context(), []string{"--config", cfg}, io.Discard, &stderr); code != exitUsage || !strings.Contains(stderr.String(), "case-insensitive") {
+		t.Errorf("colliding prefixes: exit %d, want %d: %s", code, exitUsage, stderr.String())
 	}
 }
 
