@@ -124,6 +124,10 @@ type Check struct {
 	AuditRawKeys bool `yaml:"auditRawKeys"`
 	// HideCurrentFence leaves the current fence out of edge denials.
 	HideCurrentFence bool `yaml:"hideCurrentFence"`
+	// MaxWriteCap bounds every barrier route's maxWrite, from proxy.routes
+	// (refused at load above it) and from ext_proc callers (their writes
+	// fail closed above it); zero is DefaultMaxWriteCap.
+	MaxWriteCap Duration `yaml:"maxWriteCap"`
 }
 
 // Audit configures the audit trail. Zero fields take the defaults of
@@ -311,6 +315,7 @@ func (c *Config) Validate() error {
 	if len(c.Proxy.Routes) > 0 {
 		p = append(p, c.Proxy.problems()...)
 	}
+	p = append(p, c.maxWriteCapProblems()...)
 	c.validateProof(add)
 
 	if len(p) > 0 {
