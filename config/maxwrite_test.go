@@ -44,3 +44,21 @@ func TestMaxWriteCapRefusesOperatorRoutes(t *testing.T) {
 		})
 	}
 }
+
+// TestForwardAuthListener: authz.http is a listener like http: checked,
+// and refused beyond loopback without tokens (it answers any key's state).
+func TestForwardAuthListener(t *testing.T) {
+	c := Default()
+	c.Authz.HTTP.Addr = "0.0.0.0:8081"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "authz.http.addr") {
+		t.Fatalf("forward-auth beyond loopback without tokens: %v", err)
+	}
+	c.Authz.HTTP.Addr = "nonsense"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "authz.http.addr") {
+		t.Fatalf("bad address: %v", err)
+	}
+	c.Authz.HTTP.Addr = "127.0.0.1:8081"
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

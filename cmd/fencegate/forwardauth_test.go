@@ -209,3 +209,67 @@ func TestMaxWriteCapDefaultsAgree(t *testing.T) {
 		t.Fatalf("config.DefaultMaxWriteCap %s, fencecheck.DefaultMaxWriteCap %s", config.DefaultMaxWriteCap, fencecheck.DefaultMaxWriteCap)
 	}
 }
+
+// TestForwardAuthOwnListener: with authz.http.addr, forward-auth is served
+// on its own listener (with the same credential) and the lock API's HTTP
+// listener no longer answers it.
+func TestForwardAuthOwnListener(t *testing.T) {
+	cfg := config.Default()
+	cfg.Store = "bolt://" + filepath.Join(t.TempDir(), "own.db") + "?fenceFloor=off"
+	cfg.HTTP.Addr = "127.0.0.1:0"
+	cfg.Authz.HTTP.Addr = "127.0.0.1:0"
+	cfg.Tokens = []config.Token{tokenConfig("proxy", []string{"check"})}
+	set := serveSettings{}
+	var err error
+	if set.store, err = parseStoreURL(cfg.Store); err != nil {
+		t.Fatal(err)
+	}
+	if set.auth, err = newAuthenticator(cfg.Tokens); err != nil {
+		t.Fatal(err)
+	}
+	opts := func(a *api.Authenticator) authz.Options { return authzOptions(a, authz.Options{Logger: discardLogger()}) }
+	base, rt := forwardAuthGateway(t, cfg, set, opts)
+	srv, err := api.New(api.Options{Store: rt.store, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := newForwardAuthRunner(cfg.Authz.HTTP, srv, rt.checker, opts(set.auth), discardLogger(), rt.goBG)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ls listeners
+	ls.add("authz-http", r)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ls.run(ctx, discardLogger()) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	get := func(url, credential string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, url+authz.HTTPPath, nil)
+		req.Header.Set("X-Original-Method", "GET")
+		req.Header.Set("X-Original-Uri", "/anything")
+		if credential != "" {
+			req.Header.Set("Proxy-Authorization", credential)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	own := "http://" + r.addr()
+	for _, tc := range []struct {
+		name, url, credential string
+		want                  int
+	}{
+		{"own listener, check token", own, "Bearer secret-proxy", 200},
+		{"own listener, no token", own, "", 401},
+		{"lock API listener no longer serves it", base, "Bearer secret-proxy", 404},
+	} {
+		if got := get(tc.url, tc.credential); got != tc.want {
+			t.Errorf("%s: status %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -198,11 +198,18 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		ls.add("grpc", r)
 	}
 	if cfg.Authz.Enabled() {
-		r, err := newAuthzRunner(cfg.Authz, srv, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
+		r, err := newAuthzRunner(cfg.Authz.Listener, srv, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("authz", r)
+	}
+	if cfg.Authz.HTTP.Enabled() {
+		r, err := newForwardAuthRunner(cfg.Authz.HTTP, srv, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
+		if err != nil {
+			return err
+		}
+		ls.add("authz-http", r)
 	}
 	if len(set.proxyRoutes) > 0 {
 		r, _, err := newProxyRunner(cfg.Proxy, set.proxyRoutes, checker, log, goBG)
@@ -245,9 +252,9 @@ func newMainHTTPRunner(cfg config.Config, srv *api.Server, ui *console.Console, 
 	mux := http.NewServeMux()
 	srv.Register(mux)
 	ui.Register(mux, srv.Middleware)
-	fwd := bodiless(srv.Middleware(authz.NewHTTPHandler(checker, ao)))
-	mux.Handle(authz.HTTPPath, fwd)
-	mux.Handle(authz.HTTPPath+"/", fwd)
+	if !cfg.Authz.HTTP.Enabled() {
+		mountForwardAuth(mux, srv, checker, ao)
+	}
 	// A waiting acquire holds its request for up to maxWait, and Go
 	// cancels a request whose connection passes ReadTimeout.
 	maxWait := cfg.Locks.MaxWait.Std()
