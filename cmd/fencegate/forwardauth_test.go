@@ -227,7 +227,9 @@ func TestForwardAuthOwnListener(t *testing.T) {
 	if set.auth, err = newAuthenticator(cfg.Tokens); err != nil {
 		t.Fatal(err)
 	}
-	opts := func(a *api.Authenticator) authz.Options { return authzOptions(a, authz.Options{Logger: discardLogger()}) }
+	opts := func(a *api.Authenticator) authz.Options {
+		return authzOptions(a, authz.Options{Logger: discardLogger()})
+	}
 	base, rt := forwardAuthGateway(t, cfg, set, opts)
 	srv, err := api.New(api.Options{Store: rt.store, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: discardLogger()})
 	if err != nil {
