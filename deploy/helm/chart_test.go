@@ -261,10 +261,21 @@ func TestVariants(t *testing.T) {
 				t.Errorf("%s rendered with the operator's own authz certificate", k)
 			}
 		}
+		if cfg.Authz.HTTP.Addr != ":8081" {
+			t.Errorf("authz.http.addr %q, want forward-auth on :8081", cfg.Authz.HTTP.Addr)
+		}
 		np := as[networkingv1.NetworkPolicy](t, r, "NetworkPolicy/fencegate")
 		for _, rule := range np.Spec.Ingress {
-			if !slices.ContainsFunc(rule.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port.StrVal == "authz" }) {
+			edge := slices.ContainsFunc(rule.Ports, func(p networkingv1.NetworkPolicyPort) bool {
+				return p.Port.StrVal == "authz" || p.Port.StrVal == "forward-auth"
+			})
+			if !edge {
 				continue
+			}
+			for _, p := range rule.Ports {
+				if p.Port.StrVal != "authz" && p.Port.StrVal != "forward-auth" {
+					t.Errorf("the proxies' rule also admits %s", p.Port.StrVal)
+				}
 			}
 			for _, peer := range rule.From {
 				if peer.NamespaceSelector == nil || len(peer.NamespaceSelector.MatchExpressions) != 1 ||

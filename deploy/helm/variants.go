@@ -57,7 +57,8 @@ func Variants() map[string][]string {
 			"--set", "authz.tls.certManager=false",
 			"--set", "authz.tls.secretName=my-authz-tls",
 			"--set", "check.maxWriteCap=1m",
-			"--set", "networkPolicy.proxyNamespaces={ingress,mesh}"),
+			"--set", "networkPolicy.proxyNamespaces={ingress,mesh}",
+			"--set", "ports.forwardAuth=8081"),
 		"authz without TLS, webhook open": with(
 			"--set", "authz.tls.enabled=false",
 			"--set", "networkPolicy.webhookFrom=null",

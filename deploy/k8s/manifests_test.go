@@ -640,7 +640,7 @@ func policyProblems(np *networkingv1.NetworkPolicy, dep *appsv1.Deployment) []st
 			}
 			names[name] = true
 			switch name {
-			case "authz":
+			case "authz", "forward-auth":
 				if len(r.From) == 0 {
 					out = append(out, fmt.Sprintf("rule %d opens the authz port to everyone", i))
 				}
