@@ -24,6 +24,10 @@ import (
 // forward-auth), with the edge options ao, and returns its base URL and
 // runtime.
 func forwardAuthGateway(t *testing.T, cfg config.Config, set serveSettings, ao func(*api.Authenticator) authz.Options) (string, *runtime) {
+	return forwardAuthGatewayTB(t, cfg, set, ao)
+}
+
+func forwardAuthGatewayTB(t testing.TB, cfg config.Config, set serveSettings, ao func(*api.Authenticator) authz.Options) (string, *runtime) {
 	t.Helper()
 	log := discardLogger()
 	ctx, stop := context.WithCancel(context.Background())
@@ -53,7 +57,9 @@ func forwardAuthGateway(t *testing.T, cfg config.Config, set serveSettings, ao f
 }
 
 // decisions is how many checks the checker decided (any outcome).
-func decisions(t *testing.T, g prometheus.Gatherer) float64 {
+func decisions(t *testing.T, g prometheus.Gatherer) float64 { return decisionsTB(t, g) }
+
+func decisionsTB(t testing.TB, g prometheus.Gatherer) float64 {
 	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
@@ -273,5 +279,63 @@ func TestForwardAuthOwnListener(t *testing.T) {
 		if got := get(tc.url, tc.credential); got != tc.want {
 			t.Errorf("%s: status %d, want %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+// BenchmarkForwardAuthFlood: callers without a credential hammer
+// forward-auth with made-up fences (#19 item 7's flood). Reports the
+// decisions (each a decision-class audit event on a write) per request:
+// 0 with the check token required, 1 with today's open endpoint.
+//
+//	go test -run '^$' -bench BenchmarkForwardAuthFlood -cpu 16 ./cmd/fencegate
+func BenchmarkForwardAuthFlood(b *testing.B) {
+	for _, variant := range []struct {
+		name string
+		opts func(*api.Authenticator) authz.Options
+	}{
+		{"check-token", func(a *api.Authenticator) authz.Options {
+			return authzOptions(a, authz.Options{Logger: discardLogger()})
+		}},
+		{"open (today)", func(*api.Authenticator) authz.Options { return authz.Options{Logger: discardLogger()} }},
+	} {
+		b.Run(variant.name, func(b *testing.B) {
+			cfg := config.Default()
+			cfg.Store = "bolt://" + filepath.Join(b.TempDir(), "flood.db")
+			cfg.HTTP.Addr = "127.0.0.1:0"
+			cfg.Tokens = []config.Token{tokenConfig("proxy", []string{"check"})}
+			set := serveSettings{}
+			var err error
+			if set.store, err = parseStoreURL(cfg.Store); err != nil {
+				b.Fatal(err)
+			}
+			if set.auth, err = newAuthenticator(cfg.Tokens); err != nil {
+				b.Fatal(err)
+			}
+			base, rt := forwardAuthGatewayTB(b, cfg, set, variant.opts)
+			if _, err := rt.opened.Acquire(b.Context(), "orders/1", time.Hour); err != nil {
+				b.Fatal(err)
+			}
+			before := decisionsTB(b, rt.reg)
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					req, _ := http.NewRequest(http.MethodGet, base+authz.HTTPPath, nil)
+					req.Header.Set("X-Original-Method", "PUT")
+					req.Header.Set("X-Original-Uri", "/orders/1")
+					req.Header.Set("X-Fence-Key", "orders/1")
+					req.Header.Set("X-Fence-Token", "000000000000001")
+					resp, err := client.Do(req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric((decisionsTB(b, rt.reg)-before)/float64(b.N), "decisions/op")
+		})
 	}
 }
