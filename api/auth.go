@@ -15,10 +15,12 @@ import (
 // Operation names a lock API operation for token scopes and metrics.
 type Operation string
 
-// The operations a token can be granted. OpAudit and OpUI are never
-// implied by an empty Operations list: the audit trail spans every key and
-// may carry raw keys, and the console (/ui) shows every key's locks, so
-// they are granted explicitly (or with "*").
+// The operations a token can be granted. OpAudit, OpUI and OpCheck are
+// never implied by an empty Operations list: the audit trail spans every
+// key and may carry raw keys, the console (/ui) shows every key's locks,
+// and forward-auth (/v1/authz/check) answers whether a key is held and,
+// unless check.hideCurrentFence, its current fence, so they are granted
+// explicitly (or with "*").
 const (
 	OpAcquire Operation = "acquire"
 	OpRelease Operation = "release"
@@ -29,6 +31,10 @@ const (
 	// OpUI opens the console at /ui. What the console shows still needs
 	// OpLookup (live locks, timelines) and OpAudit (denials).
 	OpUI Operation = "ui"
+	// OpCheck lets a proxy (nginx auth_request, Caddy forward_auth) ask
+	// forward-auth /v1/authz/check, presenting the token in
+	// Proxy-Authorization; the token's prefixes bound the keys it may check.
+	OpCheck Operation = "check"
 )
 
 // lockOps are what an empty Operations list grants.
@@ -38,8 +44,8 @@ var lockOps = []Operation{OpAcquire, OpRelease, OpExtend, OpLookup, OpStatus}
 var allOps = append(slices.Clone(lockOps), OpAudit)
 
 // grantOps is every operation a token can be granted: the lock API's plus
-// the console's (which has no lock API metrics series).
-var grantOps = append(slices.Clone(allOps), OpUI)
+// the console's and forward-auth's (which have no lock API metrics series).
+var grantOps = append(slices.Clone(allOps), OpUI, OpCheck)
 
 // Token is one configured bearer token. The server keeps only the SHA-256
 // of the secret, so a leaked config file does not leak a usable token.
@@ -54,8 +60,8 @@ type Token struct {
 	// normalisation, byte for byte: "orders/" allows "orders/42".
 	Prefixes []string
 	// Operations the token may call (acquire, release, extend, lookup,
-	// status, audit, ui). An empty list allows the five lock operations but
-	// not audit or ui; "*" allows all seven.
+	// status, audit, ui, check). An empty list allows the five lock
+	// operations but not audit, ui or check; "*" allows all eight.
 	Operations []string
 }
 
@@ -169,7 +175,7 @@ func NewAuthenticator(tokens []Token) (*Authenticator, error) {
 			}
 			op := Operation(strings.ToLower(strings.TrimSpace(o)))
 			if !slices.Contains(grantOps, op) {
-				errs = append(errs, fmt.Errorf("%s: unknown operation %q (want one of acquire, release, extend, lookup, status, audit, ui, *)", label, o))
+				errs = append(errs, fmt.Errorf("%s: unknown operation %q (want one of acquire, release, extend, lookup, status, audit, ui, check, *)", label, o))
 				continue
 			}
 			p.ops[op] = true

@@ -106,6 +106,8 @@ func TestAuthenticate(t *testing.T) {
 		{"t-star", api.OpAudit, "y/1", true, true, true},
 		{"t-default", api.OpUI, "anything", false, true, true},
 		{"t-star", api.OpUI, "y/1", true, true, true},
+		{"t-default", api.OpCheck, "anything", false, true, true},
+		{"t-star", api.OpCheck, "y/1", true, true, true},
 		{"t-cafe", api.OpAcquire, "caf\u00e9/1", true, true, false},
 		{"t-cafe", api.OpStatus, "cafe/1", true, false, false},
 		{"t-cafe", api.OpRelease, "caf\u00e9/1", false, true, false},

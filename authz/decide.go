@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // Sources name the transport in audit events.
@@ -23,6 +24,18 @@ type Options struct {
 	// Logger logs misconfigured routes and failed checks, never a raw key,
 	// fence or lockId above debug; nil is slog.Default().
 	Logger *slog.Logger
+	// Authenticate, when set, guards forward-auth: every request must
+	// carry a credential in Proxy-Authorization (HeaderCredential), which
+	// Authenticate turns into the keys the caller may check, or into
+	// ErrUnauthenticated (401) or ErrForbidden (403). Such a caller is
+	// trusted. nil: forward-auth answers whoever reaches it (auth off).
+	Authenticate func(credential string) (KeyScope, error)
+	// TrustLoopback trusts callers connecting from a loopback address (the
+	// same host or pod) as the operator's proxy, as the lock API trusts
+	// them without tokens. Off, only a gRPC caller with a verified client
+	// certificate, or a forward-auth caller with a credential, is trusted.
+	// Only a trusted caller's route may ask for the write barrier.
+	TrustLoopback bool
 }
 
 // requestView is what both transports extract from their wire format.
@@ -39,21 +52,25 @@ type requestView struct {
 	// canFinish: the transport sees the upstream's response and reports
 	// completion (ext_proc), so a route may ask for the write barrier.
 	canFinish bool
+	// caller is who asks: whether it is trusted, which keys it may check.
+	caller caller
 }
 
 // decider turns a requestView and a route's options into a fencecheck
 // Request and decides it. It is shared by the gRPC and HTTP transports so
 // that both read the same inputs the same way.
 type decider struct {
-	checker *fencecheck.Checker
-	log     *slog.Logger
+	checker       *fencecheck.Checker
+	log           *slog.Logger
+	authenticate  func(string) (KeyScope, error)
+	trustLoopback bool
 }
 
 func newDecider(c *fencecheck.Checker, o Options) decider {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return decider{checker: c, log: o.Logger}
+	return decider{checker: c, log: o.Logger, authenticate: o.Authenticate, trustLoopback: o.TrustLoopback}
 }
 
 func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fencecheck.Decision, error) {
@@ -93,6 +110,12 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 		req.RouteError = berr
 	case barrier && !v.canFinish:
 		req.RouteError = errBarrierUnsupported
+	case barrier && !v.caller.trusted:
+		// A barrier entry outlives the request and holds back every newer
+		// fence on the key for up to maxWrite: only the operator's proxy
+		// may register one. Refused, not ignored: a route that asked for
+		// the barrier must not silently run without it.
+		req.RouteError = errUntrustedBarrier // logged by the checker, with the route, at warn
 	default:
 		req.Barrier, req.MaxWrite = barrier, maxWrite
 	}
@@ -137,6 +160,14 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 			req.Ambiguous = true
 		}
 		req.Key = key
+	}
+	if req.Write && v.caller.scope != nil {
+		// A key the backend would refuse is the checker's to answer
+		// (malformed); a valid key outside the credential's prefixes is
+		// refused here, before any store read or audit event.
+		if nk, err := lockstore.NormalizeKey(req.Key); err == nil && !v.caller.scope(nk) {
+			return fencecheck.Decision{}, errKeyOutOfScope
+		}
 	}
 	return d.checker.Check(ctx, req)
 }

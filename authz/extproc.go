@@ -173,6 +173,7 @@ func (s *ExtProc) decide(ctx context.Context, req *extprocv3.ProcessingRequest, 
 		peer:      extProcPeer(req),
 		source:    SourceExtProc,
 		canFinish: true,
+		caller:    grpcCaller(ctx, s.d.trustLoopback),
 	}
 	if v.method == "" {
 		v.methodUnknown = true // checked as a write
@@ -293,6 +294,11 @@ func parseBarrier(on, maxWrite string) (bool, time.Duration, error) {
 	}
 	return barrier, d, nil
 }
+
+// errUntrustedBarrier: a caller that is not authenticated as the
+// operator's proxy asks for the write barrier.
+var errUntrustedBarrier = errors.New("authz: " + ExtBarrier + " from a caller not authenticated as the operator's proxy " +
+	"(no verified client certificate, not loopback): a barrier entry holds back every newer fence on the key, so only a trusted caller may register one")
 
 // errBarrierUnsupported: the route asks ext_authz or forward-auth for the
 // barrier, which needs an edge that sees the upstream's response.

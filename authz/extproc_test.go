@@ -27,16 +27,22 @@ import (
 )
 
 // serveExtProc runs ext_authz and ext_proc on one real gRPC listener, as
-// `fencegate serve` does, and returns an ext_proc client.
+// `fencegate serve` does (trusting its loopback callers), and returns an
+// ext_proc client.
 func serveExtProc(t testing.TB, c *fencecheck.Checker) extprocv3.ExternalProcessorClient {
+	return serveExtProcWith(t, c, Options{TrustLoopback: true})
+}
+
+// serveExtProcWith is serveExtProc with the transports' options.
+func serveExtProcWith(t testing.TB, c *fencecheck.Checker, o Options) extprocv3.ExternalProcessorClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	NewServer(c, Options{}).Register(g)
-	NewExtProc(c, Options{}).Register(g)
+	NewServer(c, o).Register(g)
+	NewExtProc(c, o).Register(g)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -221,7 +227,7 @@ func extProcBarrier(t *testing.T) (lockstore.Store, extprocv3.ExternalProcessorC
 	return s, serveExtProc(t, fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, Registerer: reg})), reg
 }
 
-var barrierOpts = map[string]string{ExtKey: "acct", ExtBarrier: "on", ExtMaxWrite: "1h"}
+var barrierOpts = map[string]string{ExtKey: "acct", ExtBarrier: "on", ExtMaxWrite: "1m"}
 
 func write(fence string) *extprocv3.ProcessingRequest {
 	return envoyHeaders("POST", "/acct", HeaderToken, fence)
@@ -253,7 +259,7 @@ func TestExtProcBarrierTwoStreams(t *testing.T) {
 	for _, barrier := range []string{"on", "off"} {
 		t.Run("barrier="+barrier, func(t *testing.T) {
 			s, c, _ := extProcBarrier(t)
-			opts := map[string]string{ExtKey: "acct", ExtBarrier: barrier, ExtMaxWrite: "1h"}
+			opts := map[string]string{ExtKey: "acct", ExtBarrier: barrier, ExtMaxWrite: "1m"}
 			l1 := acquire(t, s, "acct", time.Minute)
 			w1 := openStream(t, c, opts)
 			mustAllow(t, w1.roundTrip(write(l1.Fence)))

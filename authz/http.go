@@ -2,6 +2,7 @@ package authz
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -87,7 +88,19 @@ func NewHTTPHandler(c *fencecheck.Checker, o Options) *HTTPHandler {
 }
 
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	who := httpCaller(r, h.d.trustLoopback)
+	if h.d.authenticate != nil {
+		// Before anything is read or decided: a caller without the
+		// credential learns nothing and costs no store read, no audit event.
+		scope, err := h.d.authenticate(r.Header.Get(HeaderCredential))
+		if err != nil {
+			writeCredentialError(w, err)
+			return
+		}
+		who = caller{trusted: true, scope: scope}
+	}
 	v, conv := originalRequest(r)
+	v.caller = who
 	if v.methodUnknown {
 		h.d.log.LogAttrs(r.Context(), slog.LevelWarn,
 			"authz: the auth request does not name the original request's method (no method header); checking it as a write. "+
@@ -133,7 +146,11 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	dec, _ := h.d.decide(tracing.FromHTTP(r.Context(), r.Header), v, ro)
+	dec, err := h.d.decide(tracing.FromHTTP(r.Context(), r.Header), v, ro)
+	if errors.Is(err, errKeyOutOfScope) {
+		writeCredentialError(w, err)
+		return
+	}
 
 	hd := w.Header()
 	hd.Set("Cache-Control", "no-store") // an auth answer is for this request only
@@ -259,3 +276,29 @@ func clientAddr(r *http.Request) string {
 // errAmbiguousRouteQuery: with X-Forwarded-* the route options come from
 // the auth URL's query, and this one is identical to the client's own.
 var errAmbiguousRouteQuery = errors.New("authz: the forward-auth query equals the client's request query, so the route's options cannot be told from the client's")
+
+// writeCredentialError answers a forward-auth request refused before any
+// decision: 401 without a valid credential, 403 for a credential that may
+// not call forward-auth or check this key. The body is the lock API's
+// error body (code AuthFailed); there is no decision id, and no audit
+// event. nginx's auth_request passes both statuses through as they are.
+func writeCredentialError(w http.ResponseWriter, err error) {
+	status, msg, hint := http.StatusUnauthorized, "forward-auth needs a token with the check operation in "+HeaderCredential, "invalid_token"
+	switch {
+	case errors.Is(err, ErrForbidden):
+		status, msg, hint = http.StatusForbidden, "this token may not call forward-auth (it lacks the check operation)", "insufficient_scope"
+	case errors.Is(err, errKeyOutOfScope):
+		status, msg, hint = http.StatusForbidden, "this token has no scope for the key", "insufficient_scope"
+	}
+	hd := w.Header()
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("Content-Type", "application/json")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	if status == http.StatusUnauthorized {
+		// Proxy-Authenticate would be the header for Proxy-Authorization,
+		// but it belongs with 407, which no auth_request proxy passes.
+		hd.Set("WWW-Authenticate", `Bearer realm="fencegate-check", error="`+hint+`"`)
+	}
+	w.WriteHeader(status)
+	_, _ = fmt.Fprintf(w, `{"error":{"code":"AuthFailed","message":%q}}`+"\n", msg)
+}

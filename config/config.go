@@ -48,7 +48,7 @@ type Config struct {
 
 	HTTP      Listener  `yaml:"http"`
 	GRPC      Listener  `yaml:"grpc"`
-	Authz     Listener  `yaml:"authz"`
+	Authz     Authz     `yaml:"authz"`
 	Admission Admission `yaml:"admission"`
 
 	Tokens []Token `yaml:"tokens"`
@@ -85,6 +85,16 @@ type Listener struct {
 
 // Enabled reports whether the listener is on.
 func (l Listener) Enabled() bool { return l.Addr != "" && l.Addr != Off }
+
+// Authz is the edge's gRPC listener (Envoy ext_authz and ext_proc) and,
+// optionally, forward-auth's own HTTP listener.
+type Authz struct {
+	Listener `yaml:",inline"`
+	// HTTP, when its Addr is set, serves forward-auth (/v1/authz/check) on
+	// a listener of its own, and the lock API's HTTP listener no longer
+	// does: the proxies' port apart from the lock clients'.
+	HTTP Listener `yaml:"http"`
+}
 
 // TLS names certificate files; they are re-read when they change. With
 // ClientCAFile set, clients must present a certificate signed by it.
@@ -124,6 +134,10 @@ type Check struct {
 	AuditRawKeys bool `yaml:"auditRawKeys"`
 	// HideCurrentFence leaves the current fence out of edge denials.
 	HideCurrentFence bool `yaml:"hideCurrentFence"`
+	// MaxWriteCap bounds every barrier route's maxWrite, from proxy.routes
+	// (refused at load above it) and from ext_proc callers (their writes
+	// fail closed above it); zero is DefaultMaxWriteCap.
+	MaxWriteCap Duration `yaml:"maxWriteCap"`
 }
 
 // Audit configures the audit trail. Zero fields take the defaults of
@@ -194,7 +208,7 @@ func Default() Config {
 		Store:     DefaultStore,
 		HTTP:      Listener{Addr: DefaultHTTPAddr},
 		GRPC:      Listener{Addr: DefaultGRPCAddr},
-		Authz:     Listener{Addr: DefaultAuthzAddr},
+		Authz:     Authz{Listener: Listener{Addr: DefaultAuthzAddr}},
 		Admission: Admission{Addr: DefaultAdmissionAddr},
 		Log:       Log{Level: "info", Format: "text"},
 	}
@@ -234,7 +248,7 @@ func (c *Config) Validate() error {
 	for _, l := range []struct {
 		name string
 		l    Listener
-	}{{"http", c.HTTP}, {"grpc", c.GRPC}, {"authz", c.Authz}} {
+	}{{"http", c.HTTP}, {"grpc", c.GRPC}, {"authz", c.Authz.Listener}, {"authz.http", c.Authz.HTTP}} {
 		if !l.l.Enabled() {
 			continue
 		}
@@ -243,7 +257,7 @@ func (c *Config) Validate() error {
 		}
 		checkTLS(add, l.name+".tls", l.l.TLS)
 	}
-	if !c.HTTP.Enabled() && !c.GRPC.Enabled() && !c.Authz.Enabled() && !c.Admission.Enabled() && len(c.Proxy.Routes) == 0 {
+	if !c.HTTP.Enabled() && !c.GRPC.Enabled() && !c.Authz.Enabled() && !c.Authz.HTTP.Enabled() && !c.Admission.Enabled() && len(c.Proxy.Routes) == 0 {
 		add("every listener is off: enable at least one of http, grpc, authz, admission, or set proxy.routes")
 	}
 
@@ -278,7 +292,7 @@ func (c *Config) Validate() error {
 		for _, l := range []struct {
 			name string
 			l    Listener
-		}{{"http", c.HTTP}, {"grpc", c.GRPC}} {
+		}{{"http", c.HTTP}, {"grpc", c.GRPC}, {"authz.http", c.Authz.HTTP}} {
 			if l.l.Enabled() && !IsLoopback(l.l.Addr) {
 				add("%s.addr: %s is not a loopback address and no tokens are configured; add tokens or pass --insecure", l.name, l.l.Addr)
 			}
@@ -311,6 +325,7 @@ func (c *Config) Validate() error {
 	if len(c.Proxy.Routes) > 0 {
 		p = append(p, c.Proxy.problems()...)
 	}
+	p = append(p, c.maxWriteCapProblems()...)
 	c.validateProof(add)
 
 	if len(p) > 0 {

@@ -23,6 +23,8 @@ var settings = []setting{
 		set: func(c *Config, v string) error { c.GRPC.Addr = v; return nil }},
 	{name: "authz-addr", usage: "Envoy ext_authz gRPC listener, or \"off\" (default " + DefaultAuthzAddr + ")",
 		set: func(c *Config, v string) error { c.Authz.Addr = v; return nil }},
+	{name: "authz-http-addr", usage: "forward-auth (/v1/authz/check) on a listener of its own instead of the HTTP lock API's, or \"off\" (default off)",
+		set: func(c *Config, v string) error { c.Authz.HTTP.Addr = v; return nil }},
 	{name: "admission-addr", usage: "Kubernetes admission webhook HTTPS listener, or \"off\"; served only with a certificate (default " + DefaultAdmissionAddr + ")",
 		set: func(c *Config, v string) error { c.Admission.Addr = v; return nil }},
 	{name: "admission-tls-cert", usage: "admission webhook certificate file (re-read on change)",

@@ -187,6 +187,7 @@ func (c *Config) ValidateProxy() error {
 		p = append(p, "audit: queueSize, maxEvents, maxInputEvents and maxAge must not be negative")
 	}
 	p = append(p, c.Proxy.problems()...)
+	p = append(p, c.maxWriteCapProblems()...)
 	if len(p) > 0 {
 		return p
 	}

@@ -30,7 +30,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	browser := chromiumPath(t)
 	artifacts := consoleArtifacts(t)
 
-	operator, worker := "op_"+randHex(16), "wk_"+randHex(16)
+	operator, worker, proxy := "op_"+randHex(16), "wk_"+randHex(16), "px_"+randHex(16)
 	cfg := filepath.Join(t.TempDir(), "fencegate.yaml")
 	writeFile(t, cfg, fmt.Sprintf(`tokens:
   - name: operator
@@ -39,8 +39,11 @@ func TestConsoleInBrowser(t *testing.T) {
   - name: orders-worker
     sha256: %s
     prefixes: ["orders/"]
+  - name: edge-proxy
+    sha256: %s
+    operations: [check]
 check: {auditRawKeys: true}
-`, sha256Hex(operator), sha256Hex(worker)))
+`, sha256Hex(operator), sha256Hex(worker), sha256Hex(proxy)))
 	g := StartGateway(t, "bolt://"+filepath.Join(t.TempDir(), "console.db"), "--config", cfg)
 	base := g.URL()
 
@@ -152,6 +155,7 @@ check: {auditRawKeys: true}
 	h.Set("X-Forwarded-Uri", "/orders/42")
 	h.Set("X-Fence-Key", key)
 	h.Set("X-Fence-Token", f1)
+	h.Set("Proxy-Authorization", "Bearer "+proxy) // forward-auth's credential, with tokens on
 	deny := Do(t, base, Call{Method: "GET", Path: "/v1/authz/check?fence_route=orders-api", Header: h})
 	if deny.Status != 409 {
 		t.Fatalf("stale write: %d %s", deny.Status, deny.Body)

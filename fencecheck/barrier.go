@@ -17,6 +17,12 @@ const (
 	// slow write, short enough that a dead edge blocks the next fence for
 	// seconds, not minutes.
 	DefaultMaxWrite = 30 * time.Second
+	// DefaultMaxWriteCap is the gateway's default bound on every barrier
+	// route's MaxWrite, wherever the route came from (check.maxWriteCap,
+	// given to Options.MaxWriteCap): an entry holds back every
+	// newer fence on its key until it finishes or MaxWrite passes, so the
+	// cap is the longest one dropped exchange can stall a key's next holder.
+	DefaultMaxWriteCap = 5 * time.Minute
 	// DefaultFinishTimeout bounds the store call that removes a finished
 	// write's entry. It runs after the client has its response; failing it
 	// only leaves the entry to expire at MaxWrite.
@@ -27,6 +33,12 @@ const (
 	// in 30 s would mostly wait for nothing.
 	MaxRetryAfter = 5
 )
+
+// ErrMaxWriteOverCap: a barrier route's MaxWrite is above the gateway's
+// cap (Options.MaxWriteCap). Its writes fail closed (503 unavailable):
+// clamping would shorten how long the barrier waits for an abandoned
+// write, silently weakening what the route asked for.
+var ErrMaxWriteOverCap = errors.New("fencecheck: the route's maxWrite is above the gateway's cap (check.maxWriteCap)")
 
 // Backoff between Admit attempts while older writes drain: short at first
 // (most API writes take milliseconds), growing so that a long wait costs

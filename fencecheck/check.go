@@ -52,6 +52,13 @@ type Options struct {
 	// admission message) for operators who do not want a denial to tell
 	// anyone the fence to replay. Audit events keep it.
 	HideCurrentFence bool
+	// MaxWriteCap bounds the MaxWrite (or DefaultMaxWrite, when unset) of
+	// every barrier Request, from proxy routes and ext_proc callers alike;
+	// a Request above it fails closed (ErrMaxWriteOverCap), never clamped.
+	// Zero is lockstore.MaxWriteLimit (the store's own bound: no cap), for
+	// library use; `fencegate serve` and `fencegate proxy` always set it
+	// (check.maxWriteCap, default DefaultMaxWriteCap).
+	MaxWriteCap time.Duration
 }
 
 // Checker decides edge checks against one store. It is safe for concurrent
@@ -68,6 +75,7 @@ type Checker struct {
 	m             *checkMetrics
 	proofs        *writeproof.Verifier
 	hideCurrent   bool
+	maxWriteCap   time.Duration
 }
 
 // New returns a Checker reading s.
@@ -85,6 +93,10 @@ func New(s lockstore.Store, o Options) *Checker {
 		hideCurrent: o.HideCurrentFence,
 
 		finishTimeout: o.FinishTimeout,
+		maxWriteCap:   o.MaxWriteCap,
+	}
+	if c.maxWriteCap <= 0 || c.maxWriteCap > lockstore.MaxWriteLimit {
+		c.maxWriteCap = lockstore.MaxWriteLimit
 	}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
@@ -181,6 +193,14 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 	}
 	if err == nil {
 		pc.mode, err = ParseProofMode(string(r.ProofMode))
+	}
+	if mw := r.MaxWrite; err == nil && r.Barrier {
+		if mw <= 0 {
+			mw = DefaultMaxWrite // what admit registers, and what a transport times the write by
+		}
+		if mw > c.maxWriteCap {
+			err = fmt.Errorf("%w: %s > %s", ErrMaxWriteOverCap, mw, c.maxWriteCap)
+		}
 	}
 	if err != nil {
 		// The route is misconfigured: fail closed, loudly.

@@ -58,7 +58,10 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	if tok := c.Token(); tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+		// Forward-auth reads the proxy's credential from
+		// Proxy-Authorization (a token with the check operation), never
+		// from Authorization, which a proxy forwards from the client.
+		req.Header.Set("Proxy-Authorization", "Bearer "+tok)
 	}
 	resp, err := c.HTTPClient().Do(req)
 	if err != nil {

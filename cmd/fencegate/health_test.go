@@ -63,7 +63,7 @@ func TestGRPCHealthStartsNotServing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	az, err := newAuthzRunner(l, srv, checker, log, goBG)
+	az, err := newAuthzRunner(l, srv, checker, authz.Options{Logger: log}, log, goBG)
 	if err != nil {
 		t.Fatal(err)
 	}

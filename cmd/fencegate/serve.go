@@ -182,7 +182,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	var ls listeners
 
 	if cfg.HTTP.Enabled() {
-		r, err := newMainHTTPRunner(cfg, srv, ui, checker, log, goBG)
+		r, err := newMainHTTPRunner(cfg, srv, ui, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
 		if err != nil {
 			return err
 		}
@@ -198,11 +198,18 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		ls.add("grpc", r)
 	}
 	if cfg.Authz.Enabled() {
-		r, err := newAuthzRunner(cfg.Authz, srv, checker, log, goBG)
+		r, err := newAuthzRunner(cfg.Authz.Listener, srv, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("authz", r)
+	}
+	if cfg.Authz.HTTP.Enabled() {
+		r, err := newForwardAuthRunner(cfg.Authz.HTTP, srv, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
+		if err != nil {
+			return err
+		}
+		ls.add("authz-http", r)
 	}
 	if len(set.proxyRoutes) > 0 {
 		r, _, err := newProxyRunner(cfg.Proxy, set.proxyRoutes, checker, log, goBG)
@@ -237,7 +244,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 
 // newMainHTTPRunner builds the HTTP listener: the lock API, forward-auth,
 // health and metrics.
-func newMainHTTPRunner(cfg config.Config, srv *api.Server, ui *console.Console, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
+func newMainHTTPRunner(cfg config.Config, srv *api.Server, ui *console.Console, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
 	tc, _, err := serverTLS("http", cfg.HTTP.TLS, log, goBG)
 	if err != nil {
 		return nil, err
@@ -245,9 +252,9 @@ func newMainHTTPRunner(cfg config.Config, srv *api.Server, ui *console.Console, 
 	mux := http.NewServeMux()
 	srv.Register(mux)
 	ui.Register(mux, srv.Middleware)
-	fwd := bodiless(srv.Middleware(authz.NewHTTPHandler(checker, authz.Options{Logger: log})))
-	mux.Handle(authz.HTTPPath, fwd)
-	mux.Handle(authz.HTTPPath+"/", fwd)
+	if !cfg.Authz.HTTP.Enabled() {
+		mountForwardAuth(mux, srv, checker, ao)
+	}
 	// A waiting acquire holds its request for up to maxWait, and Go
 	// cancels a request whose connection passes ReadTimeout.
 	maxWait := cfg.Locks.MaxWait.Std()
@@ -272,11 +279,11 @@ func newLocksGRPCRunner(l config.Listener, srv *api.Server, log *slog.Logger, go
 }
 
 // newAuthzRunner builds the Envoy ext_authz listener; Envoy health-checks it.
-func newAuthzRunner(l config.Listener, srv *api.Server, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
+func newAuthzRunner(l config.Listener, srv *api.Server, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
 	return newGRPCListener("authz", l, log, goBG, func(g *grpc.Server) *health.Server {
-		as := authz.NewServer(checker, authz.Options{Logger: log})
+		as := authz.NewServer(checker, ao)
 		as.Register(g)
-		authz.NewExtProc(checker, authz.Options{Logger: log}).Register(g)
+		authz.NewExtProc(checker, ao).Register(g)
 		goBG(srv.FollowReadiness(as.Health(), readinessInterval, "", authz.ServiceName, authz.ExtProcServiceName))
 		return as.Health()
 	})

@@ -19,7 +19,7 @@ func runToken(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	name := fs.String("name", "", "token name (appears in logs)")
 	prefixes := fs.String("prefixes", "", "comma-separated key prefixes the token may use (empty: all keys)")
-	ops := fs.String("operations", "", "comma-separated operations (acquire,release,extend,lookup,status,audit,ui; empty: all lock operations)")
+	ops := fs.String("operations", "", "comma-separated operations (acquire,release,extend,lookup,status,audit,ui,check; empty: all lock operations)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}

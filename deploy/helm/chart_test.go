@@ -3,8 +3,10 @@ package helm_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
@@ -77,6 +80,12 @@ func TestRenderRefuses(t *testing.T) {
 		"token without digest":   {[]string{"--set", "store.url=redis://r:6379", "--set", "tokens[0].name=a"}, "sha256"},
 		"no cert-manager, no CA": {append(slices.Clone(required), "--set", "admission.certificates.certManager=false",
 			"--set", "admission.certificates.secretName=x"), "caBundle"},
+		// Secure defaults the operator must answer, not silently open.
+		"webhook port open by default":    {append(slices.Clone(required[:len(required)-2])), "networkPolicy.webhookFrom"},
+		"authz TLS without a certificate": {append(slices.Clone(required), "--set", "authz.tls.certManager=false"), "authz.tls.secretName"},
+		"old proxy namespace selector":    {append(slices.Clone(required), "--set", "networkPolicy.proxyNamespaceSelector.x=y"), "proxyNamespaceSelector"},
+		"proof key without its Secret":    {append(slices.Clone(required), "--set", "proof.keys[0].kid=k1"), "/proof/keys/0"},
+		"unknown check setting":           {append(slices.Clone(required), "--set", "check.hideCurentFence=true"), "hideCurentFence"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := helm.Template(context.Background(), "fencegate", "fencegate", tc.args...)
@@ -161,19 +170,38 @@ func loadConfig(t *testing.T, r rendered, cmKey string) config.Config {
 		t.Fatal(err)
 	}
 	cfg.Store = "redis://redis:6379/0"
-	shipped := cfg.Admission.TLS
-	if cfg.Admission.TLS.CertFile != "" {
-		for _, f := range []*string{&cfg.Admission.TLS.CertFile, &cfg.Admission.TLS.KeyFile} {
-			*f = filepath.Join(dir, filepath.Base(*f))
+	shipped, shippedAuthz := cfg.Admission.TLS, cfg.Authz.TLS
+	for i, tc := range []*config.TLS{&cfg.Admission.TLS, &cfg.Authz.TLS} {
+		if tc.CertFile == "" {
+			continue
+		}
+		sub := filepath.Join(dir, fmt.Sprint(i))
+		if err := os.MkdirAll(sub, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []*string{&tc.CertFile, &tc.KeyFile, &tc.ClientCAFile} {
+			if *f == "" {
+				continue
+			}
+			*f = filepath.Join(sub, filepath.Base(*f))
 			if err := os.WriteFile(*f, nil, 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
+	shippedProof := slices.Clone(cfg.Proof.Keys)
+	for i := range cfg.Proof.Keys {
+		// A seed where the Secret volume would put it.
+		f := filepath.Join(dir, fmt.Sprintf("seed-%d", i))
+		if err := os.WriteFile(f, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Proof.Keys[i].PrivateKeyFile = f
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("the rendered config is invalid: %v", err)
 	}
-	cfg.Admission.TLS = shipped
+	cfg.Admission.TLS, cfg.Authz.TLS, cfg.Proof.Keys = shipped, shippedAuthz, shippedProof
 	return cfg
 }
 
@@ -196,6 +224,66 @@ func TestVariants(t *testing.T) {
 			t.Error("the provided TLS Secret is not mounted")
 		}
 		loadConfig(t, r, "ConfigMap/fencegate-config")
+	})
+
+	t.Run("proofs, own authz certificate, proxies listed", func(t *testing.T) {
+		r := render(t, "fencegate", "fencegate", variants["proofs, own authz certificate, proxies listed"]...)
+		cfg := loadConfig(t, r, "ConfigMap/fencegate-config")
+		if cfg.Authz.TLS.CertFile == "" || cfg.Authz.TLS.ClientCAFile == "" {
+			t.Errorf("authz.tls %+v: want a certificate and a client CA", cfg.Authz.TLS)
+		}
+		if len(cfg.Proof.Keys) != 1 || cfg.Proof.Keys[0].KID != "k1" || len(cfg.Proof.VerifyKeys) != 1 {
+			t.Errorf("proof %+v", cfg.Proof)
+		}
+		if !cfg.Check.HideCurrentFence || cfg.Check.MaxWriteCap.Std() != time.Minute {
+			t.Errorf("check %+v", cfg.Check)
+		}
+		dep := as[appsv1.Deployment](t, r, "Deployment/fencegate")
+		c := dep.Spec.Template.Spec.Containers[0]
+		mounted := func(file, secret string) bool {
+			for _, vm := range c.VolumeMounts {
+				if filepath.Dir(file) != vm.MountPath {
+					continue
+				}
+				for _, v := range dep.Spec.Template.Spec.Volumes {
+					if v.Name == vm.Name && v.Secret != nil && v.Secret.SecretName == secret {
+						return true
+					}
+				}
+			}
+			return false
+		}
+		if !mounted(cfg.Authz.TLS.ClientCAFile, "my-authz-tls") || !mounted(cfg.Proof.Keys[0].PrivateKeyFile, "fencegate-proof") {
+			t.Errorf("the authz certificate or the proof seed is not mounted from its Secret: %+v %+v", c.VolumeMounts, cfg.Proof.Keys)
+		}
+		for _, k := range r.keys() {
+			if strings.HasPrefix(k, "Certificate/fencegate-authz") {
+				t.Errorf("%s rendered with the operator's own authz certificate", k)
+			}
+		}
+		if cfg.Authz.HTTP.Addr != ":8081" {
+			t.Errorf("authz.http.addr %q, want forward-auth on :8081", cfg.Authz.HTTP.Addr)
+		}
+		np := as[networkingv1.NetworkPolicy](t, r, "NetworkPolicy/fencegate")
+		for _, rule := range np.Spec.Ingress {
+			edge := slices.ContainsFunc(rule.Ports, func(p networkingv1.NetworkPolicyPort) bool {
+				return p.Port.StrVal == "authz" || p.Port.StrVal == "forward-auth"
+			})
+			if !edge {
+				continue
+			}
+			for _, p := range rule.Ports {
+				if p.Port.StrVal != "authz" && p.Port.StrVal != "forward-auth" {
+					t.Errorf("the proxies' rule also admits %s", p.Port.StrVal)
+				}
+			}
+			for _, peer := range rule.From {
+				if peer.NamespaceSelector == nil || len(peer.NamespaceSelector.MatchExpressions) != 1 ||
+					!slices.Equal(peer.NamespaceSelector.MatchExpressions[0].Values, []string{"ingress", "mesh"}) {
+					t.Errorf("authz peer %+v: want the namespaces ingress and mesh", peer)
+				}
+			}
+		}
 	})
 
 	t.Run("monitored, narrowed", func(t *testing.T) {

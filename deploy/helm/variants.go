@@ -7,13 +7,15 @@ import (
 	"strings"
 )
 
-// Required are the values the chart refuses to render without: a store and
-// one token (its digest only).
+// Required are the values the chart refuses to render without: a store,
+// one token (its digest only) and, with admission, where the API server's
+// webhook calls come from.
 var Required = []string{
 	"--set", "store.url=redis://redis.data.svc:6379/0",
 	"--set", "tokens[0].name=orders",
 	"--set", "tokens[0].sha256=" + strings.Repeat("ab", 32),
 	"--set", "tokens[0].prefixes={orders/}",
+	"--set", "networkPolicy.webhookFrom={172.16.0.0/28}",
 }
 
 // VariantCAPEM stands in for the CA bundle a user provides without
@@ -32,7 +34,9 @@ func Variants() map[string][]string {
 		"provided CA": with(
 			"--set", "admission.certificates.certManager=false",
 			"--set", "admission.certificates.secretName=my-webhook-tls",
-			"--set", "admission.certificates.caBundle="+base64.StdEncoding.EncodeToString([]byte(VariantCAPEM))),
+			"--set", "admission.certificates.caBundle="+base64.StdEncoding.EncodeToString([]byte(VariantCAPEM)),
+			"--set", "authz.tls.certManager=false",
+			"--set", "authz.tls.secretName=my-authz-tls"),
 		"monitored, narrowed": with(
 			"--set", "serviceMonitor.enabled=true",
 			"--set", "networkPolicy.lockClientNamespaces={shop,billing}",
@@ -40,10 +44,29 @@ func Variants() map[string][]string {
 			"--set", "networkPolicy.metricsNamespaces={monitoring}",
 			"--set", "admission.rules[0].apiGroups={apps}",
 			"--set", "admission.rules[0].resources={deployments,statefulsets}"),
-		"no admission":      with("--set", "admission.enabled=false"),
+		"no admission": with("--set", "admission.enabled=false"),
+		"proofs, own authz certificate, proxies listed": with(
+			"--set", "tokens[1].name=edge-proxy",
+			"--set", "tokens[1].sha256="+strings.Repeat("ef", 32),
+			"--set", "tokens[1].operations={check}",
+			"--set", "proof.keys[0].kid=k1",
+			"--set", "proof.keys[0].secretName=fencegate-proof",
+			"--set", "proof.keys[0].secretKey=seed",
+			"--set", "proof.verifyKeys[0].kid=k0",
+			"--set", "proof.verifyKeys[0].publicKey="+strings.Repeat("A", 43),
+			"--set", "authz.tls.certManager=false",
+			"--set", "authz.tls.secretName=my-authz-tls",
+			"--set", "check.maxWriteCap=1m",
+			"--set", "networkPolicy.proxyNamespaces={ingress,mesh}",
+			"--set", "ports.forwardAuth=8081"),
+		"authz without TLS, webhook open": with(
+			"--set", "authz.tls.enabled=false",
+			"--set", "networkPolicy.webhookFrom=null",
+			"--set", "networkPolicy.webhookOpen=true"),
 		"no network policy": with("--set", "networkPolicy.enabled=false"),
 		"single, own secret": {"--set", "replicas=1", "--set", "store.existingSecret=gate-store",
-			"--set", "tokens[0].name=a", "--set", "tokens[0].sha256=" + strings.Repeat("cd", 32)},
+			"--set", "tokens[0].name=a", "--set", "tokens[0].sha256=" + strings.Repeat("cd", 32),
+			"--set", "networkPolicy.webhookOpen=true"},
 		"pinned image by hash": with("--set", "image.repository=registry.example/fencegate",
 			"--set", "image.digest=sha256:"+strings.Repeat("0", 64)),
 	}

@@ -493,6 +493,20 @@ func loadConfig(t *testing.T, m manifests) config.Config {
 			t.Fatal(err)
 		}
 	}
+	shippedAuthz := cfg.Authz.TLS
+	authzDir := filepath.Join(dir, "authz")
+	if err := os.MkdirAll(authzDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*string{&cfg.Authz.TLS.CertFile, &cfg.Authz.TLS.KeyFile, &cfg.Authz.TLS.ClientCAFile} {
+		if *f == "" {
+			continue
+		}
+		*f = filepath.Join(authzDir, filepath.Base(*f))
+		if err := os.WriteFile(*f, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("the ConfigMap's config is invalid: %v", err)
 	}
@@ -509,7 +523,7 @@ func loadConfig(t *testing.T, m manifests) config.Config {
 	if _, err := api.NewAuthenticator(tokens); err != nil {
 		t.Fatalf("the ConfigMap's tokens would stop serve: %v", err)
 	}
-	cfg.Admission.TLS = shipped
+	cfg.Admission.TLS, cfg.Authz.TLS = shipped, shippedAuthz
 	return cfg
 }
 
@@ -518,16 +532,32 @@ func TestConfigMatchesDeployment(t *testing.T) {
 	cfg := loadConfig(t, m)
 	dep := get[*appsv1.Deployment](t, m, "v1.Deployment", "fencegate")
 	c := dep.Spec.Template.Spec.Containers[0]
-	var tlsMount string
+	var tlsMount, authzMount string
 	for _, vm := range c.VolumeMounts {
-		if vm.Name == "tls" {
+		switch vm.Name {
+		case "tls":
 			tlsMount = vm.MountPath
+		case "authz-tls":
+			authzMount = vm.MountPath
 		}
 	}
 	for _, f := range []string{cfg.Admission.TLS.CertFile, cfg.Admission.TLS.KeyFile} {
 		if filepath.Dir(f) != tlsMount {
 			t.Errorf("%s is not in the TLS mount %s", f, tlsMount)
 		}
+	}
+	// The authz listener requires Envoy's client certificate (#19 item 14):
+	// without it, anyone who reaches the port chooses route options.
+	if cfg.Authz.TLS.ClientCAFile == "" {
+		t.Error("authz.tls.clientCAFile is not set: the authz listener takes any caller")
+	}
+	for _, f := range []string{cfg.Authz.TLS.CertFile, cfg.Authz.TLS.KeyFile, cfg.Authz.TLS.ClientCAFile} {
+		if filepath.Dir(f) != authzMount {
+			t.Errorf("%s is not in the authz TLS mount %s", f, authzMount)
+		}
+	}
+	if !cfg.Check.HideCurrentFence {
+		t.Error("check.hideCurrentFence is off in the shipped manifests")
 	}
 	want := "system:serviceaccount:" + dep.Namespace + ":" + dep.Spec.Template.Spec.ServiceAccountName
 	if cfg.Admission.ServiceAccount != want {
@@ -566,6 +596,21 @@ func TestKustomizationListsEveryFile(t *testing.T) {
 // The proxy label the NetworkPolicy admits to the edge ports.
 const proxyLabel, proxyValue = "fencegate.io/proxy", "true"
 
+// namesNamespaces reports whether a namespace selector admits only
+// namespaces named by kubernetes.io/metadata.name (not {}, not a label
+// anyone who can edit a namespace sets).
+func namesNamespaces(ns *metav1.LabelSelector) bool {
+	if len(ns.MatchLabels) > 0 || len(ns.MatchExpressions) == 0 {
+		return false
+	}
+	for _, e := range ns.MatchExpressions {
+		if e.Key != "kubernetes.io/metadata.name" || e.Operator != metav1.LabelSelectorOpIn || len(e.Values) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // policyProblems lists how the NetworkPolicy fails the deployment: a port it
 // names that the pods do not have, a container port no rule admits, the
 // authz port open to anything but proxies, the webhook port restricted to
@@ -595,13 +640,18 @@ func policyProblems(np *networkingv1.NetworkPolicy, dep *appsv1.Deployment) []st
 			}
 			names[name] = true
 			switch name {
-			case "authz":
+			case "authz", "forward-auth":
 				if len(r.From) == 0 {
 					out = append(out, fmt.Sprintf("rule %d opens the authz port to everyone", i))
 				}
 				for _, peer := range r.From {
 					if peer.PodSelector == nil || peer.PodSelector.MatchLabels[proxyLabel] != proxyValue || peer.IPBlock != nil {
 						out = append(out, fmt.Sprintf("rule %d admits a non-proxy peer to the authz port", i))
+					}
+					// A pod label is anyone's who may create pods; the
+					// namespace's name is the API server's to set.
+					if ns := peer.NamespaceSelector; ns == nil || !namesNamespaces(ns) {
+						out = append(out, fmt.Sprintf("rule %d admits proxies from any namespace to the authz port", i))
 					}
 				}
 			case "webhook":
@@ -652,6 +702,15 @@ func TestNetworkPolicy(t *testing.T) {
 			np.Spec.Ingress = slices.DeleteFunc(np.Spec.Ingress, func(r networkingv1.NetworkPolicyIngressRule) bool {
 				return slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port.StrVal == "webhook" })
 			})
+		},
+		"proxies from any namespace": func(np *networkingv1.NetworkPolicy) {
+			for i := range np.Spec.Ingress {
+				for j := range np.Spec.Ingress[i].From {
+					if np.Spec.Ingress[i].From[j].PodSelector != nil {
+						np.Spec.Ingress[i].From[j].NamespaceSelector = &metav1.LabelSelector{}
+					}
+				}
+			}
 		},
 		"other pods selected": func(np *networkingv1.NetworkPolicy) {
 			np.Spec.PodSelector.MatchLabels = map[string]string{"app": "other"}

@@ -201,3 +201,61 @@ func TestNginxForwardAuth(t *testing.T) {
 		}
 	})
 }
+
+// TestNginxForwardAuthCredential: against a gateway with tokens, the
+// shipped config passes the check only with the credential line filled
+// in; with the shipped empty value every checked request is answered 401
+// and reaches neither the app nor the store.
+func TestNginxForwardAuthCredential(t *testing.T) {
+	store, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db"), FenceFloor: lockstore.FloorOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	cur, err := store.Acquire(t.Context(), "orders/42", time.Minute)
+	if err != nil || !cur.OK {
+		t.Fatalf("acquire: %+v %v", cur, err)
+	}
+	const token = "proxy-token"
+	h := authz.NewHTTPHandler(fencecheck.New(store, fencecheck.Options{}), authz.Options{
+		Authenticate: func(credential string) (authz.KeyScope, error) {
+			if credential != "Bearer "+token {
+				return nil, authz.ErrUnauthenticated
+			}
+			return func(key string) bool { return strings.HasPrefix(key, "orders/") }, nil
+		},
+	})
+	mux := http.NewServeMux()
+	mux.Handle(authz.HTTPPath, h)
+	mux.Handle(authz.HTTPPath+"/", h)
+	fg := httptest.NewServer(mux)
+	t.Cleanup(fg.Close)
+	up := &app{}
+	appSrv := httptest.NewServer(up)
+	t.Cleanup(appSrv.Close)
+
+	for _, tc := range []struct {
+		name       string
+		credential string
+		write      int // status of a current-fence PUT
+	}{
+		{"credential configured", "Bearer " + token, 200},
+		{"shipped empty credential", "", 401},
+		{"wrong credential", "Bearer nope", 401},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := nginxtest.StartWithCredential(t, fg.Listener.Addr().String(), appSrv.Listener.Addr().String(), tc.credential)
+			before := up.count()
+			resp, body := do(t, base, call{"PUT", "/orders/42", map[string]string{"X-Fence-Token": cur.Fence}})
+			if resp.StatusCode != tc.write {
+				t.Fatalf("PUT: status %d, want %d; body %s", resp.StatusCode, tc.write, body)
+			}
+			if reached := up.count() != before; reached != (tc.write == 200) {
+				t.Fatalf("reached the app: %v", reached)
+			}
+			if tc.write != 200 && resp.Header.Get("X-Fence-Decision-Id") != "" {
+				t.Fatalf("a refused caller got a decision: %v", resp.Header)
+			}
+		})
+	}
+}

@@ -21,6 +21,8 @@ const (
 	shippedListen    = "listen 127.0.0.1:10080;"
 	shippedFencegate = "server 127.0.0.1:8080;"
 	shippedApp       = "server 127.0.0.1:3000;"
+	// shippedCredential is the forward-auth credential line, empty as shipped.
+	shippedCredential = `proxy_set_header Proxy-Authorization   "";`
 )
 
 // ConfigPath is the shipped deploy/nginx/nginx.conf.
@@ -47,6 +49,14 @@ func FreePort(t testing.TB) string {
 // nginx binary fails the test: it never skips.
 func Start(t testing.TB, fencegateAddr, appAddr string) string {
 	t.Helper()
+	return StartWithCredential(t, fencegateAddr, appAddr, "")
+}
+
+// StartWithCredential is Start with the forward-auth credential the
+// operator writes into the config ("Bearer <token>"; "" leaves the shipped
+// empty value).
+func StartWithCredential(t testing.TB, fencegateAddr, appAddr, credential string) string {
+	t.Helper()
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
@@ -62,9 +72,10 @@ func Start(t testing.TB, fencegateAddr, appAddr string) string {
 	listen := FreePort(t)
 	prefix := t.TempDir()
 	for from, to := range map[string]string{
-		shippedListen:    "listen " + listen + ";",
-		shippedFencegate: "server " + fencegateAddr + ";",
-		shippedApp:       "server " + appAddr + ";",
+		shippedListen:     "listen " + listen + ";",
+		shippedFencegate:  "server " + fencegateAddr + ";",
+		shippedApp:        "server " + appAddr + ";",
+		shippedCredential: fmt.Sprintf("proxy_set_header Proxy-Authorization   %q;", credential),
 		// Keep every file nginx writes inside the temp prefix.
 		"http {": fmt.Sprintf("http {\n    access_log %[1]s/access.log;\n    client_body_temp_path %[1]s/body;\n"+
 			"    proxy_temp_path %[1]s/proxy;\n    fastcgi_temp_path %[1]s/fastcgi;\n    uwsgi_temp_path %[1]s/uwsgi;\n"+

@@ -46,6 +46,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
+{{/* The authz listener's TLS Secret: serving certificate and client CA. */}}
+{{- define "fencegate.authzTLSSecret" -}}
+{{- if .Values.authz.tls.certManager -}}
+{{- printf "%s-authz-tls" (include "fencegate.fullname" .) -}}
+{{- else -}}
+{{- .Values.authz.tls.secretName -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether cert-manager's CA and issuers are needed. */}}
+{{- define "fencegate.certManager" -}}
+{{- if or (and .Values.admission.enabled .Values.admission.certificates.certManager) (and .Values.authz.tls.enabled .Values.authz.tls.certManager) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- define "fencegate.serviceAccount" -}}
 {{- include "fencegate.fullname" . -}}
 {{- end -}}
@@ -65,5 +81,21 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- if and .Values.admission.enabled (not .Values.admission.certificates.certManager) (or (not .Values.admission.certificates.secretName) (not .Values.admission.certificates.caBundle)) -}}
 {{- fail "admission without cert-manager needs admission.certificates.secretName and admission.certificates.caBundle" -}}
+{{- end -}}
+{{- if and .Values.authz.tls.enabled (not .Values.authz.tls.certManager) (not .Values.authz.tls.secretName) -}}
+{{- fail "authz.tls without cert-manager needs authz.tls.secretName (tls.crt, tls.key and the client CA as ca.crt), or set authz.tls.enabled=false and keep the authz port reachable by your proxies alone" -}}
+{{- end -}}
+{{- if and .Values.admission.enabled .Values.networkPolicy.enabled (not .Values.networkPolicy.webhookFrom) (not .Values.networkPolicy.webhookOpen) -}}
+{{- fail "the webhook port must admit the API server only: list its source CIDRs in networkPolicy.webhookFrom, or set networkPolicy.webhookOpen=true to admit every source (see values.yaml)" -}}
+{{- end -}}
+{{- range .Values.proof.keys -}}
+{{- if or (not .kid) (not .secretName) (not .secretKey) -}}
+{{- fail "every proof.keys entry needs kid, secretName and secretKey" -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.proof.verifyKeys -}}
+{{- if or (not .kid) (not .publicKey) -}}
+{{- fail "every proof.verifyKeys entry needs kid and publicKey" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/authz"
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/fencecheck"
+)
+
+// authzOptions are the edge transports' options. With tokens (auth on),
+// forward-auth answers only a caller presenting, in Proxy-Authorization, a
+// token with the check operation, for the keys its prefixes cover. Callers
+// from loopback are trusted as the operator's proxy, as the lock API
+// trusts them without tokens; beyond loopback, an ext_authz/ext_proc
+// caller is trusted only with a client certificate the authz listener
+// verified (authz.tls.clientCAFile).
+func authzOptions(auth *api.Authenticator, o authz.Options) authz.Options {
+	o.TrustLoopback = true
+	if auth != nil {
+		o.Authenticate = forwardAuthCredential(auth)
+	}
+	return o
+}
+
+// forwardAuthCredential checks a forward-auth credential against the
+// gateway's tokens.
+func forwardAuthCredential(auth *api.Authenticator) func(string) (authz.KeyScope, error) {
+	return func(credential string) (authz.KeyScope, error) {
+		p, err := auth.Authenticate(credential)
+		if err != nil {
+			return nil, errors.Join(authz.ErrUnauthenticated, err)
+		}
+		if !p.CanDo(api.OpCheck) {
+			return nil, authz.ErrForbidden
+		}
+		return p.CanUseKey, nil
+	}
+}
+
+// mountForwardAuth serves forward-auth at authz.HTTPPath and below, behind
+// the access log, reading no request body.
+func mountForwardAuth(mux *http.ServeMux, srv *api.Server, checker *fencecheck.Checker, ao authz.Options) {
+	fwd := bodiless(srv.Middleware(authz.NewHTTPHandler(checker, ao)))
+	mux.Handle(authz.HTTPPath, fwd)
+	mux.Handle(authz.HTTPPath+"/", fwd)
+}
+
+// newForwardAuthRunner builds forward-auth's own listener (authz.http):
+// /v1/authz/check and nothing else, so that the proxies' port can be told
+// apart from the lock clients' (a NetworkPolicy, a firewall) and the lock
+// API's port need not admit them.
+func newForwardAuthRunner(l config.Listener, srv *api.Server, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
+	tc, _, err := serverTLS("authz-http", l.TLS, log, goBG)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mountForwardAuth(mux, srv, checker, ao)
+	return newHTTPRunner("authz-http", l.Addr, tc, mux, readTimeout, log)
+}
