@@ -81,7 +81,7 @@ func TestRenderRefuses(t *testing.T) {
 		"no cert-manager, no CA": {append(slices.Clone(required), "--set", "admission.certificates.certManager=false",
 			"--set", "admission.certificates.secretName=x"), "caBundle"},
 		// Secure defaults the operator must answer, not silently open.
-		"webhook port open by default":    {append(slices.Clone(required[:len(required)-2])), "networkPolicy.webhookFrom"},
+		"webhook port open by default":    {slices.Clone(required[:len(required)-2]), "networkPolicy.webhookFrom"},
 		"authz TLS without a certificate": {append(slices.Clone(required), "--set", "authz.tls.certManager=false"), "authz.tls.secretName"},
 		"old proxy namespace selector":    {append(slices.Clone(required), "--set", "networkPolicy.proxyNamespaceSelector.x=y"), "proxyNamespaceSelector"},
 		"proof key without its Secret":    {append(slices.Clone(required), "--set", "proof.keys[0].kid=k1"), "/proof/keys/0"},
