@@ -432,7 +432,8 @@ func (p *tcpProxy) forward(ln net.Listener, c net.Conn, src string) {
 }
 
 // cut drops the connections from the source addresses match accepts and
-// refuses new ones until heal.
+// refuses new ones from them (for good: the scenarios kill the node behind
+// a cut link).
 func (p *tcpProxy) cut(match func(srcIP string) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -442,12 +443,6 @@ func (p *tcpProxy) cut(match func(srcIP string) bool) {
 			pc.close()
 		}
 	}
-}
-
-func (p *tcpProxy) heal() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cutFn = nil
 }
 
 // down closes the listener and every connection: connecting to Addr is
