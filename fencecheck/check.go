@@ -52,6 +52,10 @@ type Options struct {
 	// admission message) for operators who do not want a denial to tell
 	// anyone the fence to replay. Audit events keep it.
 	HideCurrentFence bool
+	// BarrierMaxInFlight caps a key's writes in flight on barrier routes
+	// (lockstore.WriteAdmission.MaxInFlight): one more is refused
+	// "too-many-writes". 0 is lockstore.DefaultMaxInFlight (1024).
+	BarrierMaxInFlight int
 }
 
 // Checker decides edge checks against one store. It is safe for concurrent
@@ -68,6 +72,7 @@ type Checker struct {
 	m             *checkMetrics
 	proofs        *writeproof.Verifier
 	hideCurrent   bool
+	maxInFlight   int
 }
 
 // New returns a Checker reading s.
@@ -83,6 +88,7 @@ func New(s lockstore.Store, o Options) *Checker {
 		proofs:  o.Proofs,
 
 		hideCurrent: o.HideCurrentFence,
+		maxInFlight: o.BarrierMaxInFlight,
 
 		finishTimeout: o.FinishTimeout,
 	}
