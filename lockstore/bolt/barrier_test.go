@@ -45,6 +45,12 @@ var brokenBarrierVariants = map[string][]string{
 	"sweep-noop": {"sweep"},
 	// The sweep refreshes the locks of the keys it visits.
 	"sweep-touches-lock": {"sweep"},
+	// No cap on a key's writes in flight: abandoned writes pile up
+	// without bound.
+	"no-cap": {"bounded"},
+	// The cap counts entries past their deadline: abandoned writes that
+	// already count as finished keep a key full.
+	"cap-counts-expired": {"bounded"},
 }
 
 // TestBarrierCasesCatchBrokenStores runs the suite's barrier cases against
@@ -121,6 +127,30 @@ func (b *brokenBarrier) Admit(ctx context.Context, key string, a lockstore.Write
 		return res, err
 	case "ignores-blocking", "never-expires":
 		return b.admitRule(ctx, key, a)
+	case "no-cap":
+		a.MaxInFlight = lockstore.MaxInFlightLimit
+	case "cap-counts-expired":
+		k, err := lockstore.NormalizeKey(key)
+		if err != nil {
+			return lockstore.WriteAdmitResult{}, err
+		}
+		var stored map[string]lockstore.WriteEntry
+		if err := b.view(ctx, "admit", func(tx *bbolt.Tx) error {
+			stored, err = getWrites(tx, k)
+			return err
+		}); err != nil {
+			return lockstore.WriteAdmitResult{}, err
+		}
+		if _, again := stored[a.WriteID]; !again && len(stored) >= a.InFlightCap() {
+			res, err := b.Store.Admit(ctx, key, lockstore.WriteAdmission{Fence: a.Fence, RequireLive: a.RequireLive,
+				WriteID: a.WriteID, MaxWrite: a.MaxWrite, MaxInFlight: 1})
+			if err != nil || !res.Admitted {
+				return res, err
+			}
+			// Take it back: the broken cap said no.
+			_ = b.Store.Finish(ctx, key, a.WriteID)
+			return lockstore.WriteAdmitResult{State: res.State, Full: true}, nil
+		}
 	}
 	return b.Store.Admit(ctx, key, a)
 }
