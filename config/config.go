@@ -116,6 +116,10 @@ type Log struct {
 	Access string `yaml:"access"`
 }
 
+// maxBarrierInFlight is lockstore.MaxInFlightLimit (config imports none
+// of the packages it configures; a test holds the two equal).
+const maxBarrierInFlight = 8192
+
 // Check configures the edge decision.
 type Check struct {
 	// Timeout bounds one check's store read; zero is fencecheck.DefaultTimeout.
@@ -124,6 +128,9 @@ type Check struct {
 	AuditRawKeys bool `yaml:"auditRawKeys"`
 	// HideCurrentFence leaves the current fence out of edge denials.
 	HideCurrentFence bool `yaml:"hideCurrentFence"`
+	// BarrierMaxInFlight caps one key's writes in flight on barrier routes;
+	// zero is lockstore.DefaultMaxInFlight (1024).
+	BarrierMaxInFlight int `yaml:"barrierMaxInFlight"`
 }
 
 // Audit configures the audit trail. Zero fields take the defaults of
@@ -297,6 +304,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Check.Timeout < 0 {
 		add("check.timeout: must not be negative")
+	}
+	if c.Check.BarrierMaxInFlight < 0 || c.Check.BarrierMaxInFlight > maxBarrierInFlight {
+		add("check.barrierMaxInFlight: must be between 1 and %d (0: the default, 1024)", maxBarrierInFlight)
 	}
 	if c.Locks.MaxWait < 0 {
 		add("locks.maxWait: must not be negative")
