@@ -40,16 +40,24 @@ func buildBarrierStatements(cfg Config) barrierStatements {
 		//             key, oldest first, deleted (except this write id's
 		//             own, which the upsert may rewrite: one statement must
 		//             not touch a row twice);
-		//   blockers- unexpired entries under a lower fence;
+		//   lower   - unexpired entries under a lower fence, counted up to
+		//             the cap $7;
+		//   blockers- that count, and the latest deadline among the key's
+		//             entries;
 		//   inflight- the key's unexpired entries, counted up to the cap
 		//             $7, and whether this write id is one (re-registering
 		//             is not one more);
 		//   ins     - the registration, only when matched, unblocked and
 		//             under the cap.
 		// Every scan of the barrier table is a range of the (key,
-		// deadline_ms) index: the key's unexpired entries (which the cap
-		// bounds) or a LIMITed batch of its expired ones, never all of a
-		// key's rows.
+		// deadline_ms) index or a primary-key probe: the key's unexpired
+		// entries (which the cap bounds), a LIMITed batch of its expired
+		// ones, never all of a key's rows. The clock is read through a
+		// scalar subquery so that it is an index condition, not a join;
+		// the deadline bounds are written as row comparisons on (key,
+		// deadline_ms), which only that index can use (the deadline-only
+		// index, the sweep's, would walk every key's expired entries), and
+		// each LIMITed scan is ORDER BY the index's columns.
 		// Fences are 15 digits; COLLATE "C" makes text order byte order.
 		admit: r.Replace(`WITH clock AS (
 				SELECT {now_ms} AS now_ms
@@ -71,21 +79,30 @@ func buildBarrierStatements(cfg Config) barrierStatements {
 				FROM live v
 			), pruned AS (
 				DELETE FROM {barrier} b
-				WHERE b.key = $1 AND b.write_id IN (
-					SELECT x.write_id FROM {barrier} x, clock c
-					WHERE x.key = $1 AND x.deadline_ms <= c.now_ms AND x.write_id <> $5
-					ORDER BY x.deadline_ms LIMIT $8)
+				WHERE b.key = $1 AND b.write_id = ANY (ARRAY(
+					SELECT x.write_id FROM {barrier} x
+					WHERE x.key = $1 AND (x.key, x.deadline_ms) <= ($1::text, (SELECT now_ms FROM clock)) AND x.write_id <> $5
+					ORDER BY x.key, x.deadline_ms LIMIT $8))
 				RETURNING b.write_id
+			), lower AS (
+				SELECT count(*) AS n FROM (
+					SELECT 1 FROM {barrier} b
+					WHERE b.key = $1 AND (b.key, b.deadline_ms) > ($1::text, (SELECT now_ms FROM clock))
+						AND b.fence COLLATE "C" < $3::text COLLATE "C"
+					ORDER BY b.key, b.deadline_ms LIMIT $7) x
 			), blockers AS (
-				SELECT count(*) AS n, coalesce(max(b.deadline_ms), 0) AS until
-				FROM {barrier} b, clock c
-				WHERE b.key = $1 AND b.deadline_ms > c.now_ms AND b.fence COLLATE "C" < $3::text COLLATE "C"
+				-- The latest deadline of all the key's entries, one index
+				-- probe: never earlier than the blocking entries' latest.
+				SELECT l.n, CASE WHEN l.n > 0 THEN coalesce(
+					(SELECT max(b.deadline_ms) FROM {barrier} b WHERE b.key = $1), 0) ELSE 0 END AS until
+				FROM lower l
 			), inflight AS (
 				SELECT (SELECT count(*) FROM (
-						SELECT 1 FROM {barrier} b, clock c
-						WHERE b.key = $1 AND b.deadline_ms > c.now_ms LIMIT $7) x) AS n,
-					EXISTS (SELECT 1 FROM {barrier} b, clock c
-						WHERE b.key = $1 AND b.write_id = $5 AND b.deadline_ms > c.now_ms) AS again
+						SELECT 1 FROM {barrier} b
+						WHERE b.key = $1 AND (b.key, b.deadline_ms) > ($1::text, (SELECT now_ms FROM clock))
+						ORDER BY b.key, b.deadline_ms LIMIT $7) x) AS n,
+					EXISTS (SELECT 1 FROM {barrier} b
+						WHERE b.key = $1 AND b.write_id = $5 AND b.deadline_ms > (SELECT now_ms FROM clock)) AS again
 			), ins AS (
 				INSERT INTO {barrier} (key, write_id, fence, deadline_ms)
 				SELECT $1, $5, $3::text, d.now_ms + $6::bigint FROM derived d, blockers b, inflight f
