@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,7 @@ func buildBarrierStatements(cfg Config) barrierStatements {
 		"{fences}", ident(cfg.FenceTable),
 		"{barrier}", ident(cfg.BarrierTable),
 		"{now_ms}", nowMsSQL,
+		"{count_limit}", strconv.Itoa(lockstore.MaxInFlightLimit),
 	)
 	return barrierStatements{
 		// Runs after the acquire's advisory lock on the storage key ($1),
@@ -41,7 +43,7 @@ func buildBarrierStatements(cfg Config) barrierStatements {
 		//             own, which the upsert may rewrite: one statement must
 		//             not touch a row twice);
 		//   lower   - unexpired entries under a lower fence, counted up to
-		//             the cap $7;
+		//             lockstore.MaxInFlightLimit (a cap admits no more);
 		//   blockers- that count, and the latest deadline among the key's
 		//             entries;
 		//   inflight- the key's unexpired entries, counted up to the cap
@@ -89,7 +91,7 @@ func buildBarrierStatements(cfg Config) barrierStatements {
 					SELECT 1 FROM {barrier} b
 					WHERE b.key = $1 AND (b.key, b.deadline_ms) > ($1::text, (SELECT now_ms FROM clock))
 						AND b.fence COLLATE "C" < $3::text COLLATE "C"
-					ORDER BY b.key, b.deadline_ms LIMIT $7) x
+					ORDER BY b.key, b.deadline_ms LIMIT {count_limit}) x
 			), blockers AS (
 				-- The latest deadline of all the key's entries, one index
 				-- probe: never earlier than the blocking entries' latest.
