@@ -332,15 +332,16 @@ func TestBarrierAdmitCostFlat(t *testing.T) {
 	t.Logf("Redis µs per Admit: empty key %.1f; %d entries: same fence %.1f, newer fence %.1f, unrelated key %.1f; legacy walk %.1f",
 		empty, size, sameKey, newer, other, legacyUsec)
 	t.Logf("commands inside Redis per Admit: empty key %.1f, %d entries %.1f", emptyInner, size, pileInner)
-	// Generous: an O(log n) admit at 5,000 entries costs a few times an
-	// empty one at most; the walk costs hundreds of times more.
-	bound := 4*empty + 150
+	// Generous (Redis's own µs include being descheduled on a busy
+	// machine): an O(log n) admit at 5,000 entries costs about what an
+	// empty one does; the walk costs a hundred times more.
+	bound := 10*empty + 500
 	for _, m := range []struct {
 		what string
 		usec float64
 	}{{"same fence", sameKey}, {"newer fence", newer}, {"unrelated key", other}} {
 		if m.usec > bound {
-			t.Errorf("Admit (%s) beside %d entries costs Redis %.1f µs, want at most %.1f (4× the empty key's %.1f + 150)",
+			t.Errorf("Admit (%s) beside %d entries costs Redis %.1f µs, want at most %.1f (10× the empty key's %.1f + 500)",
 				m.what, size, m.usec, bound, empty)
 		}
 	}
