@@ -81,8 +81,11 @@ type WriteAdmitResult struct {
 // state and, only when the fence matches and no unfinished entry under a
 // lower fence exists, registers the entry: one backend call, atomic with the
 // read. Entries under the same fence never block each other (one holder may
-// have several writes in flight). Entries past their deadline are ignored
-// and removed lazily (and by BarrierSweeper where the store offers it).
+// have several writes in flight), but a key holds at most
+// WriteAdmission.InFlightCap unfinished entries (one more is refused Full).
+// Entries past their deadline are ignored, never counted, and removed
+// lazily, a bounded batch per call (and by BarrierSweeper where the store
+// offers it): no call's work grows with the key's entries beyond the cap.
 // Admit and Finish never touch locks or fence counters.
 type WriteBarrier interface {
 	Admit(ctx context.Context, key string, a WriteAdmission) (WriteAdmitResult, error)
