@@ -50,7 +50,7 @@ const MetadataNamespace = "fencegate"
 // Per stream (one HTTP request):
 //   - request headers: the decision. A denial is an ImmediateResponse with
 //     the status, headers and JSON body of an ext_authz denial (and
-//     Retry-After for "draining"); the stream ends. An allowed request
+//     Retry-After for "draining" and "too-many-writes"); the stream ends. An allowed request
 //     continues with x-fence-lock-id removed and x-fence-verified,
 //     x-fence-decision-id, x-fence-would-deny set or removed as ext_authz
 //     does.

@@ -218,11 +218,10 @@ func children(ppid int) []int {
 }
 
 // redisStats reads Redis's own CPU time (seconds) and the calls of the
-// commands a client sends as round trips: scripts (EVALSHA, EVAL) and the
-// barrier's Finish (HDEL). Commands a script runs inside Redis are counted
-// by INFO under their own names and are not round trips; HDEL inside the
-// admit script (removing expired entries) is rare and counted too, so the
-// figure is an upper bound.
+// commands a client sends as round trips: scripts (EVALSHA, EVAL; the
+// barrier's Finish is one too). Commands a script runs inside Redis are
+// counted by INFO under their own names and are not round trips, so they
+// are left out.
 func redisStats(ctx context.Context, c *goredis.Client) (cpu float64, calls map[string]int64, err error) {
 	info, err := c.Info(ctx, "cpu", "commandstats").Result()
 	if err != nil {
@@ -241,7 +240,7 @@ func redisStats(ctx context.Context, c *goredis.Client) (cpu float64, calls map[
 			cpu += f
 		case strings.HasPrefix(k, "cmdstat_"):
 			name := strings.TrimPrefix(k, "cmdstat_")
-			if name != "evalsha" && name != "eval" && name != "hdel" {
+			if name != "evalsha" && name != "eval" {
 				continue
 			}
 			for _, kv := range strings.Split(v, ",") {

@@ -252,7 +252,7 @@ var sections = []section{
 		unit:  "writes/s",
 		note: "A PUT carrying the current fence of a lock its worker holds, to an upstream that answers at once. floor: httputil.ReverseProxy in its own process; fencegate: the `fencegate proxy` binary on Redis, route without and with the barrier; nginx-forward-auth: the shipped nginx.conf in front of `fencegate serve` on Redis (peer). " +
 			"cpu-µs/req: user+system CPU of the edge's processes (/proc/<pid>/stat: the floor; fencegate proxy; nginx master and worker + fencegate serve) plus Redis's own (INFO cpu), per request. " +
-			"redis-calls/req: EVALSHA+EVAL+HDEL calls (INFO commandstats) per request: the check (or the barrier's admit) and the barrier's completion (one HDEL); allowed writes are not audited.",
+			"redis-calls/req: EVALSHA+EVAL calls (INFO commandstats) per request: the check (or the barrier's admit) and the barrier's completion (one script); allowed writes are not audited.",
 		rows: []row{
 			{id: "proxy/floor", baseline: "proxy/floor"},
 			{id: "proxy/fencegate", baseline: "proxy/floor"},

@@ -126,6 +126,10 @@ type Log struct {
 	Access string `yaml:"access"`
 }
 
+// maxBarrierInFlight is lockstore.MaxInFlightLimit (config imports none
+// of the packages it configures; a test holds the two equal).
+const maxBarrierInFlight = 8192
+
 // Check configures the edge decision.
 type Check struct {
 	// Timeout bounds one check's store read; zero is fencecheck.DefaultTimeout.
@@ -138,6 +142,9 @@ type Check struct {
 	// (refused at load above it) and from ext_proc callers (their writes
 	// fail closed above it); zero is DefaultMaxWriteCap.
 	MaxWriteCap Duration `yaml:"maxWriteCap"`
+	// BarrierMaxInFlight caps one key's writes in flight on barrier routes;
+	// zero is lockstore.DefaultMaxInFlight (1024).
+	BarrierMaxInFlight int `yaml:"barrierMaxInFlight"`
 }
 
 // Audit configures the audit trail. Zero fields take the defaults of
@@ -311,6 +318,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Check.Timeout < 0 {
 		add("check.timeout: must not be negative")
+	}
+	if c.Check.BarrierMaxInFlight < 0 || c.Check.BarrierMaxInFlight > maxBarrierInFlight {
+		add("check.barrierMaxInFlight: must be between 1 and %d (0: the default, 1024)", maxBarrierInFlight)
 	}
 	if c.Locks.MaxWait < 0 {
 		add("locks.maxWait: must not be negative")

@@ -183,6 +183,9 @@ func (c *Config) ValidateProxy() error {
 	if c.Check.Timeout < 0 {
 		p = append(p, "check.timeout: must not be negative")
 	}
+	if c.Check.BarrierMaxInFlight < 0 || c.Check.BarrierMaxInFlight > maxBarrierInFlight {
+		p = append(p, fmt.Sprintf("check.barrierMaxInFlight: must be between 1 and %d (0: the default, 1024)", maxBarrierInFlight))
+	}
 	if c.Audit.QueueSize < 0 || c.Audit.MaxEvents < 0 || c.Audit.MaxInputEvents < 0 || c.Audit.MaxAge < 0 {
 		p = append(p, "audit: queueSize, maxEvents, maxInputEvents and maxAge must not be negative")
 	}

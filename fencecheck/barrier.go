@@ -65,6 +65,7 @@ func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string, 
 		RequireLive: d.Policy == PolicyHolder,
 		WriteID:     writeID,
 		MaxWrite:    maxWrite,
+		MaxInFlight: c.maxInFlight,
 	}
 
 	// The wait's budget is the check's timeout, from the first answer on;
@@ -125,6 +126,18 @@ func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string, 
 			// denial as without the barrier, no waiting.
 			c.observeWait(waited)
 			return ev, nil
+		}
+		if res.Full {
+			// The key has its cap of writes in flight. Waiting would
+			// mostly wait for abandoned entries (a holder with a thousand
+			// writes open is the abuse the cap is for): refuse at once.
+			c.observeWait(waited)
+			c.m.barrierFull.Inc()
+			c.log.LogAttrs(ctx, slog.LevelWarn, "fencecheck: barrier key at its cap of writes in flight; refused",
+				slog.String("decisionId", d.DecisionID), slog.String("keyHash", lockstore.HashKey(key)),
+				slog.Int("maxInFlight", a.InFlightCap()))
+			d.RetryAfter = 1
+			return c.negative(d, ReasonTooManyWrites), nil
 		}
 		if res.Blocking == 0 {
 			// A store that refuses a matching fence with nothing blocking

@@ -300,3 +300,34 @@ func TestBarrierSkippedWithoutStoreWork(t *testing.T) {
 		t.Fatalf("%d Admit calls, want 0", n)
 	}
 }
+
+// TestBarrierFull: a store answering Full (the key has its cap of writes in
+// flight) is refused at once as too-many-writes (429, Retry-After 1), with
+// the cap the Checker was given passed down and the refusal counted; a
+// Checker that treated Full as anything else (admitted, draining and
+// waiting, unavailable) fails here.
+func TestBarrierFull(t *testing.T) {
+	st := live(f5, idA)
+	b := &barrierStore{stateStore: stateStore{state: st}, answers: []lockstore.WriteAdmitResult{{State: st, Full: true}}}
+	reg := prometheus.NewRegistry()
+	c := New(b, Options{Registerer: reg, BarrierMaxInFlight: 17})
+	d, err := c.Check(t.Context(), Request{Key: "k", Write: true, Fence: f5, Barrier: true})
+	if err != nil || d.Allowed || d.Reason != ReasonTooManyWrites || d.Status != 429 || d.RetryAfter != 1 || d.WriteID != "" {
+		t.Fatalf("want 429 too-many-writes, Retry-After 1, got %+v %v", d, err)
+	}
+	if n, _ := b.counts(); n != 1 {
+		t.Errorf("%d Admit calls, want 1 (no waiting on a full key)", n)
+	}
+	if a := b.admits[0]; a.MaxInFlight != 17 {
+		t.Errorf("admission MaxInFlight = %d, want the Checker's 17", a.MaxInFlight)
+	}
+	if got := testutil.ToFloat64(c.m.barrierFull); got != 1 {
+		t.Errorf("fencegate_barrier_full_total = %v, want 1", got)
+	}
+	if h := DenialHeaders(d); h[len(h)-1] != [2]string{"retry-after", "1"} {
+		t.Errorf("denial headers %v, want a retry-after of 1", h)
+	}
+	if New(b, Options{}).maxInFlight != 0 {
+		t.Error("the zero Options must leave the cap to the store's default")
+	}
+}

@@ -59,6 +59,10 @@ type Options struct {
 	// library use; `fencegate serve` and `fencegate proxy` always set it
 	// (check.maxWriteCap, default DefaultMaxWriteCap).
 	MaxWriteCap time.Duration
+	// BarrierMaxInFlight caps a key's writes in flight on barrier routes
+	// (lockstore.WriteAdmission.MaxInFlight): one more is refused
+	// "too-many-writes". 0 is lockstore.DefaultMaxInFlight (1024).
+	BarrierMaxInFlight int
 }
 
 // Checker decides edge checks against one store. It is safe for concurrent
@@ -76,6 +80,7 @@ type Checker struct {
 	proofs        *writeproof.Verifier
 	hideCurrent   bool
 	maxWriteCap   time.Duration
+	maxInFlight   int
 }
 
 // New returns a Checker reading s.
@@ -91,6 +96,7 @@ func New(s lockstore.Store, o Options) *Checker {
 		proofs:  o.Proofs,
 
 		hideCurrent: o.HideCurrentFence,
+		maxInFlight: o.BarrierMaxInFlight,
 
 		finishTimeout: o.FinishTimeout,
 		maxWriteCap:   o.MaxWriteCap,

@@ -367,7 +367,8 @@ func TestMetrics(t *testing.T) {
 
 func TestStatusOf(t *testing.T) {
 	want := map[Reason]int{ReasonMissing: 428, ReasonMalformed: 400, ReasonStale: 409, ReasonNotHeld: 409,
-		ReasonUnknown: 409, ReasonWrongOwner: 409, ReasonBadProof: 403, ReasonUnavailable: 503, ReasonDraining: 429, "": 200}
+		ReasonUnknown: 409, ReasonWrongOwner: 409, ReasonBadProof: 403, ReasonUnavailable: 503, ReasonDraining: 429,
+		ReasonTooManyWrites: 429, "": 200}
 	for r, s := range want {
 		if got := StatusOf(r); got != s {
 			t.Errorf("StatusOf(%q) = %d, want %d", r, got, s)

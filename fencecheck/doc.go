@@ -45,7 +45,10 @@
 // unfinished older writes is retried (backoff 5 → 40 ms) within the check's
 // timeout, never past the moment those writes count as finished anyway, and
 // then refused "draining" (429, Decision.RetryAfter): retriable, never 200
-// and never the fail-closed 503. An admitted write carries a WriteID; the
+// and never the fail-closed 503. A current, unblocked fence on a key that
+// already has its cap of writes in flight (Options.BarrierMaxInFlight) is
+// refused "too-many-writes" at once (429, RetryAfter 1): the store
+// registered nothing. An admitted write carries a WriteID; the
 // transport calls Finish once the upstream's response is complete, or
 // Abandon when the exchange failed (the entry then expires MaxWrite after
 // admission). An admitted write whose lockId proof fails is denied and its

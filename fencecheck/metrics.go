@@ -35,6 +35,7 @@ type checkMetrics struct {
 	abandoned    prometheus.Counter
 	finishErrors prometheus.Counter
 	barrierWait  prometheus.Histogram
+	barrierFull  prometheus.Counter
 }
 
 func newCheckMetrics(reg prometheus.Registerer) *checkMetrics {
@@ -66,6 +67,10 @@ func newCheckMetrics(reg prometheus.Registerer) *checkMetrics {
 		Name:    "fencegate_barrier_wait_seconds",
 		Help:    "Time a barrier write waited for older writes of its key to finish (admitted or refused as draining).",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .15, .25, .5, 1},
+	}))
+	m.barrierFull = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencegate_barrier_full_total",
+		Help: "Barrier writes refused as too-many-writes: their key already had its cap of writes in flight (maxInFlight).",
 	}))
 	m.decisions = register(reg, m.decisions)
 	m.duration = register(reg, m.duration)

@@ -54,11 +54,18 @@ const (
 	// within the check's budget. 429 with Retry-After: retriable, unlike
 	// 409 (the fence lost) and 503 (fail closed).
 	ReasonDraining Reason = "draining"
+	// ReasonTooManyWrites: the fence is current and nothing older blocks
+	// it, but on a barrier route the key already has its cap of writes in
+	// flight (lockstore.WriteAdmission.MaxInFlight; entries of abandoned
+	// writes count until their maxWrite). 429 with Retry-After: retriable
+	// once some finish. The cap is what keeps one key's abandoned writes
+	// from growing without bound in the store.
+	ReasonTooManyWrites Reason = "too-many-writes"
 )
 
 // Reasons lists every Reason in a stable order (for metrics and docs).
 var Reasons = []Reason{ReasonMissing, ReasonMalformed, ReasonStale, ReasonNotHeld,
-	ReasonUnknown, ReasonWrongOwner, ReasonBadProof, ReasonUnavailable, ReasonDraining}
+	ReasonUnknown, ReasonWrongOwner, ReasonBadProof, ReasonUnavailable, ReasonDraining, ReasonTooManyWrites}
 
 // StatusOf returns the HTTP status a denial for reason r is answered with,
 // and 200 for the empty reason (allowed).
@@ -72,7 +79,7 @@ func StatusOf(r Reason) int {
 		return http.StatusBadRequest
 	case ReasonStale, ReasonNotHeld, ReasonUnknown, ReasonWrongOwner:
 		return http.StatusConflict
-	case ReasonDraining:
+	case ReasonDraining, ReasonTooManyWrites:
 		return http.StatusTooManyRequests
 	case ReasonBadProof:
 		// Not a conflict with the lock's state: the sender has not shown
@@ -192,7 +199,8 @@ type Decision struct {
 	WriteID string
 	// RetryAfter is, for a "draining" denial, when to retry in whole
 	// seconds (at least 1): the time until the blocking writes count as
-	// finished even without a response, capped at MaxRetryAfter.
+	// finished even without a response, capped at MaxRetryAfter; for
+	// "too-many-writes", 1.
 	RetryAfter int
 
 	// barrierKey is the normalised key the write was admitted under; Finish

@@ -46,10 +46,10 @@ func DenialJSON(d Decision) []byte {
 
 // DenialHeaders lists the response headers of a denial, in order, as
 // (name, value) pairs: content type, reason, decision id, and for
-// "draining" the Retry-After seconds.
+// "draining" and "too-many-writes" the Retry-After seconds.
 func DenialHeaders(d Decision) [][2]string {
 	h := [][2]string{{"content-type", "application/json"}, {HeaderReason, string(d.Reason)}, {HeaderDecisionID, d.DecisionID}}
-	if d.Reason == ReasonDraining && d.RetryAfter > 0 {
+	if (d.Reason == ReasonDraining || d.Reason == ReasonTooManyWrites) && d.RetryAfter > 0 {
 		h = append(h, [2]string{"retry-after", strconv.Itoa(d.RetryAfter)})
 	}
 	return h

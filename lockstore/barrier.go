@@ -34,6 +34,19 @@ type WriteAdmission struct {
 	// MaxWrite is how long after admission the entry counts as finished
 	// even if Finish never comes, measured by the store's time authority.
 	MaxWrite time.Duration
+	// MaxInFlight caps the key's unfinished (registered, unexpired)
+	// entries: an admission that would register one more is refused with
+	// Full. 0 means DefaultMaxInFlight; at most MaxInFlightLimit.
+	// Re-registering a write id already in flight is not one more.
+	MaxInFlight int
+}
+
+// InFlightCap is the cap MaxInFlight asks for (DefaultMaxInFlight when 0).
+func (a WriteAdmission) InFlightCap() int {
+	if a.MaxInFlight == 0 {
+		return DefaultMaxInFlight
+	}
+	return a.MaxInFlight
 }
 
 // WriteAdmitResult is the outcome of Admit.
@@ -47,19 +60,32 @@ type WriteAdmitResult struct {
 	// Blocking counts the unfinished writes under a lower fence that kept
 	// an otherwise matching fence out (0 when Admitted or when the fence
 	// did not match).
+	// Backends that index entries may count conservatively: when more
+	// expired entries wait than one Admit prunes (BarrierPruneBatch),
+	// Blocking may include some of them (it is never 0 when an unfinished
+	// older write exists).
 	Blocking int
-	// BlockedUntilMs is the latest deadline among the blocking entries, by
-	// the store's clock: by then they count as finished even if no Finish
-	// ever comes. 0 when Blocking is 0.
+	// BlockedUntilMs is, by the store's clock, a time by which every
+	// blocking entry counts as finished even if no Finish ever comes: the
+	// latest deadline among them, or (on backends that index entries) the
+	// latest among all the key's unfinished entries, never earlier. 0 when
+	// Blocking is 0.
 	BlockedUntilMs int64
+	// Full says the fence matched and no older write blocked it, but the
+	// key already has WriteAdmission.InFlightCap unfinished entries:
+	// nothing was registered. Retriable once some of them finish.
+	Full bool
 }
 
 // WriteBarrier is the store side of the write barrier. Admit reads the key's
 // state and, only when the fence matches and no unfinished entry under a
 // lower fence exists, registers the entry: one backend call, atomic with the
 // read. Entries under the same fence never block each other (one holder may
-// have several writes in flight). Entries past their deadline are ignored
-// and removed lazily (and by BarrierSweeper where the store offers it).
+// have several writes in flight), but a key holds at most
+// WriteAdmission.InFlightCap unfinished entries (one more is refused Full).
+// Entries past their deadline are ignored, never counted, and removed
+// lazily, a bounded batch per call (and by BarrierSweeper where the store
+// offers it): no call's work grows with the key's entries beyond the cap.
 // Admit and Finish never touch locks or fence counters.
 type WriteBarrier interface {
 	Admit(ctx context.Context, key string, a WriteAdmission) (WriteAdmitResult, error)

@@ -7,6 +7,26 @@ import "time"
 // far from any overflow in every backend's arithmetic.
 const MaxWriteLimit = 24 * time.Hour
 
+// DefaultMaxInFlight is WriteAdmission.MaxInFlight when unset: how many
+// unfinished writes one key may have registered at once. Legitimate load is
+// one holder's concurrent writes under one fence; a thousand in flight on
+// one key is far beyond any API's per-resource concurrency, while it keeps
+// an abandoning client from piling up entries without bound.
+const DefaultMaxInFlight = 1024
+
+// MaxInFlightLimit bounds WriteAdmission.MaxInFlight: the cap is what keeps
+// the per-key work of the backends that read a key's entries as one record
+// (bolt, Firestore: a document has a 1 MiB limit) bounded.
+const MaxInFlightLimit = 8192
+
+// BarrierPruneBatch bounds how many expired entries one Admit removes (on
+// the backends that index entries; the others prune a key's whole record,
+// which the cap bounds). Expired entries never count against the cap; an
+// Admit that finds more expired entries than it may remove answers
+// conservatively (blocked, never admitted early), and the next one
+// continues.
+const BarrierPruneBatch = 256
+
 // ValidateWriteID checks that a barrier write id has a lockId's shape
 // (^[A-Za-z0-9_-]{22}$): backends store it as a field name or row key, so
 // its alphabet and length are fixed. The error never echoes the input.
@@ -34,6 +54,10 @@ func (a WriteAdmission) Validate() (int64, error) {
 	if a.MaxWrite > MaxWriteLimit {
 		return 0, Errorf(InvalidArgument, "validate", "maxWrite must be at most %s, got %s", MaxWriteLimit, a.MaxWrite)
 	}
+	if a.MaxInFlight < 0 || a.MaxInFlight > MaxInFlightLimit {
+		return 0, Errorf(InvalidArgument, "validate", "maxInFlight must be between 1 and %d (0: %d), got %d",
+			MaxInFlightLimit, DefaultMaxInFlight, a.MaxInFlight)
+	}
 	return a.MaxWrite.Milliseconds(), nil
 }
 
@@ -59,8 +83,11 @@ type WriteEntry struct {
 // caller's transaction: entries whose deadline is not after ks.NowMs are
 // dropped (they count as finished); if the fence matches ks and no
 // remaining entry has a lower fence, the write is registered with deadline
-// ks.NowMs+maxWriteMs (re-registering a write id replaces its entry).
-// changed says whether entries must be written back.
+// ks.NowMs+maxWriteMs (re-registering a write id replaces its entry),
+// unless the key already has InFlightCap entries (Full). changed says
+// whether entries must be written back. The work is linear in the entries,
+// which the cap bounds: every registration goes through Apply, and Apply
+// drops the expired ones first.
 func (a WriteAdmission) Apply(entries map[string]WriteEntry, ks KeyState, maxWriteMs int64) (res WriteAdmitResult, changed bool) {
 	res.State = ks
 	for id, e := range entries {
@@ -80,6 +107,10 @@ func (a WriteAdmission) Apply(entries map[string]WriteEntry, ks KeyState, maxWri
 		}
 	}
 	if res.Blocking > 0 {
+		return res, changed
+	}
+	if _, again := entries[a.WriteID]; !again && len(entries) >= a.InFlightCap() {
+		res.Full = true
 		return res, changed
 	}
 	entries[a.WriteID] = WriteEntry{Fence: a.Fence, DeadlineMs: ks.NowMs + maxWriteMs}

@@ -104,3 +104,48 @@ func TestWriteAdmissionApply(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteAdmissionInFlightCap: MaxInFlight is validated before any I/O
+// (0 is the default), and Apply refuses one entry past the cap with Full,
+// registering nothing, while expired entries and a re-registered id do not
+// count.
+func TestWriteAdmissionInFlightCap(t *testing.T) {
+	good := WriteAdmission{Fence: "000000000000007", WriteID: strings.Repeat("A", 22), MaxWrite: time.Second}
+	for _, n := range []int{0, 1, MaxInFlightLimit} {
+		a := good
+		a.MaxInFlight = n
+		if _, err := a.Validate(); err != nil {
+			t.Errorf("MaxInFlight %d: %v", n, err)
+		}
+	}
+	for _, n := range []int{-1, MaxInFlightLimit + 1} {
+		a := good
+		a.MaxInFlight = n
+		if _, err := a.Validate(); CodeOf(err) != InvalidArgument {
+			t.Errorf("MaxInFlight %d: %v, want InvalidArgument", n, err)
+		}
+	}
+	if (WriteAdmission{}).InFlightCap() != DefaultMaxInFlight {
+		t.Errorf("InFlightCap of 0 = %d, want %d", (WriteAdmission{}).InFlightCap(), DefaultMaxInFlight)
+	}
+	ks := KeyState{Live: &HeldLock{Fence: good.Fence}, LatestFence: good.Fence, NowMs: 1000}
+	id := func(c byte) string { return strings.Repeat(string(c), 22) }
+	entries := map[string]WriteEntry{
+		id('x'): {Fence: good.Fence, DeadlineMs: 1000}, // expired: does not count
+		id('a'): {Fence: good.Fence, DeadlineMs: 5000},
+		id('b'): {Fence: good.Fence, DeadlineMs: 5000},
+	}
+	a := good
+	a.RequireLive, a.MaxInFlight, a.WriteID = true, 2, id('c')
+	res, _ := a.Apply(entries, ks, 1000)
+	if res.Admitted || !res.Full || res.Blocking != 0 {
+		t.Fatalf("Apply at the cap = %+v, want Full", res)
+	}
+	if _, ok := entries[id('c')]; ok || len(entries) != 2 {
+		t.Fatalf("Apply at the cap left %v, want a and b only", entries)
+	}
+	a.WriteID = id('a')
+	if res, _ := a.Apply(entries, ks, 1000); !res.Admitted || res.Full {
+		t.Fatalf("Apply re-registering an id in flight at the cap = %+v, want admitted", res)
+	}
+}

@@ -112,7 +112,8 @@ func startRuntime(ctx context.Context, cfg config.Config, set runtimeSettings, l
 	rt.checker = fencecheck.New(rt.store, fencecheck.Options{
 		Timeout: cfg.Check.Timeout.Std(), Audit: auditor, AuditRawKeys: cfg.Check.AuditRawKeys,
 		Registerer: rt.reg, Logger: log, Proofs: set.proofs, HideCurrentFence: cfg.Check.HideCurrentFence,
-		MaxWriteCap: cfg.Check.EffectiveMaxWriteCap(),
+		MaxWriteCap:        cfg.Check.EffectiveMaxWriteCap(),
+		BarrierMaxInFlight: cfg.Check.BarrierMaxInFlight,
 	})
 	return rt, nil
 }

@@ -1,8 +1,8 @@
 package bolt
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -45,6 +45,12 @@ var brokenBarrierVariants = map[string][]string{
 	"sweep-noop": {"sweep"},
 	// The sweep refreshes the locks of the keys it visits.
 	"sweep-touches-lock": {"sweep"},
+	// No cap on a key's writes in flight: abandoned writes pile up
+	// without bound.
+	"no-cap": {"bounded"},
+	// The cap counts entries past their deadline: abandoned writes that
+	// already count as finished keep a key full.
+	"cap-counts-expired": {"bounded"},
 }
 
 // TestBarrierCasesCatchBrokenStores runs the suite's barrier cases against
@@ -121,6 +127,30 @@ func (b *brokenBarrier) Admit(ctx context.Context, key string, a lockstore.Write
 		return res, err
 	case "ignores-blocking", "never-expires":
 		return b.admitRule(ctx, key, a)
+	case "no-cap":
+		a.MaxInFlight = lockstore.MaxInFlightLimit
+	case "cap-counts-expired":
+		k, err := lockstore.NormalizeKey(key)
+		if err != nil {
+			return lockstore.WriteAdmitResult{}, err
+		}
+		var stored map[string]lockstore.WriteEntry
+		if err := b.view(ctx, "admit", func(tx *bbolt.Tx) error {
+			stored, err = getWrites(tx, k)
+			return err
+		}); err != nil {
+			return lockstore.WriteAdmitResult{}, err
+		}
+		if _, again := stored[a.WriteID]; !again && len(stored) >= a.InFlightCap() {
+			res, err := b.Store.Admit(ctx, key, lockstore.WriteAdmission{Fence: a.Fence, RequireLive: a.RequireLive,
+				WriteID: a.WriteID, MaxWrite: a.MaxWrite, MaxInFlight: 1})
+			if err != nil || !res.Admitted {
+				return res, err
+			}
+			// Take it back: the broken cap said no.
+			_ = b.Store.Finish(ctx, key, a.WriteID)
+			return lockstore.WriteAdmitResult{State: res.State, Full: true}, nil
+		}
 	}
 	return b.Store.Admit(ctx, key, a)
 }
@@ -239,9 +269,9 @@ func (b *brokenBarrier) SweepBarrier(ctx context.Context, limit int) (int, error
 		err := b.update(ctx, "sweep", func(tx *bbolt.Tx) error {
 			removed = 0
 			var keys []string
-			err := tx.Bucket(bucketWrites).ForEach(func(k, v []byte) error {
-				var entries map[string]lockstore.WriteEntry
-				if err := json.Unmarshal(v, &entries); err != nil {
+			err := tx.Bucket(bucketWriteKeys).ForEach(func(k, _ []byte) error {
+				entries, err := getWrites(tx, string(k))
+				if err != nil {
 					return err
 				}
 				for _, e := range entries {
@@ -257,7 +287,7 @@ func (b *brokenBarrier) SweepBarrier(ctx context.Context, limit int) (int, error
 			}
 			for _, k := range keys {
 				if b.variant == "sweeps-live" {
-					if err := tx.Bucket(bucketWrites).Delete([]byte(k)); err != nil {
+					if err := putWrites(tx, k, nil); err != nil {
 						return err
 					}
 					continue
@@ -322,7 +352,7 @@ func TestSweepBarrierBounded(t *testing.T) {
 	}
 	var left int
 	if err := s.view(t.Context(), "test", func(tx *bbolt.Tx) error {
-		left = tx.Bucket(bucketWrites).Stats().KeyN
+		left = tx.Bucket(bucketWriteKeys).Stats().KeyN
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -330,4 +360,46 @@ func TestSweepBarrierBounded(t *testing.T) {
 	if left != 3 {
 		t.Fatalf("barrier records after the sweeps = %d, want the 3 live keys'", left)
 	}
+}
+
+// getWrites reads every entry of key k (a walk: for the broken variants and
+// tests only; the store itself never reads a key's entries whole).
+func getWrites(tx *bbolt.Tx, k string) (map[string]lockstore.WriteEntry, error) {
+	b, p := barrierOf(tx), keyPrefix(k)
+	out := map[string]lockstore.WriteEntry{}
+	cur := b.ids.Cursor()
+	for id, _ := cur.Seek(p); id != nil && bytes.HasPrefix(id, p); id, _ = cur.Next() {
+		e, ok, err := b.entry(p, string(id[len(p):]))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out[string(id[len(p):])] = e
+		}
+	}
+	return out, nil
+}
+
+// putWrites replaces every entry of key k with entries.
+func putWrites(tx *bbolt.Tx, k string, entries map[string]lockstore.WriteEntry) error {
+	old, err := getWrites(tx, k)
+	if err != nil {
+		return err
+	}
+	b, p := barrierOf(tx), keyPrefix(k)
+	c, err := b.counts(k)
+	if err != nil {
+		return err
+	}
+	for id := range old {
+		if _, err := b.remove(p, id, c); err != nil {
+			return err
+		}
+	}
+	for id, e := range entries {
+		if err := b.add(p, id, e, c); err != nil {
+			return err
+		}
+	}
+	return b.putCounts(k, c)
 }

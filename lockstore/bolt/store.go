@@ -135,12 +135,19 @@ func open(ctx context.Context, cfg Config, encodeJSON func(*lockRecord) ([]byte,
 		return nil, &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: "open",
 			Msg: "bolt: open " + cfg.Path, Err: err}
 	}
-	var conv conversion
+	var (
+		conv  conversion
+		moved int
+	)
 	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bucketLocks, bucketIDs, bucketFences, bucketAudit, bucketInput, bucketMeta, bucketWrites} {
+		for _, b := range append([][]byte{bucketLocks, bucketIDs, bucketFences, bucketAudit, bucketInput, bucketMeta}, barrierBuckets...) {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
 			}
+		}
+		var err error
+		if moved, err = migrateWrites(tx); err != nil {
+			return fmt.Errorf("move write barrier entries into the index: %w", err)
 		}
 		if cfg.Records != RecordsJSON {
 			return nil
@@ -170,6 +177,10 @@ func open(ctx context.Context, cfg Config, encodeJSON func(*lockRecord) ([]byte,
 	if cfg.Records == RecordsJSON {
 		s.encode = encodeJSON
 		logConversion(ctx, s.log, cfg.Path, conv)
+	}
+	if moved > 0 {
+		s.log.LogAttrs(ctx, slog.LevelInfo, "bolt: moved write barrier entries from the legacy bucket into the index",
+			slog.Int("entries", moved))
 	}
 	return s, nil
 }

@@ -34,6 +34,14 @@ type barrierEntry struct {
 
 var _ lockstore.WriteBarrier = (*Store)(nil)
 
+// maxInFlight caps WriteAdmission.MaxInFlight on Firestore, whatever the
+// admission asks: a key's entries are one document, and a document holds at
+// most 1 MiB and 20,000 fields (each entry is three: the map entry, fence,
+// deadlineMs) with at most 40,000 index entries. 4,096 entries are about
+// 12,300 fields and 350 KB. Every Admit reads and rewrites the document, so
+// its cost is linear in the key's unexpired entries, which this bounds.
+const maxInFlight = 4096
+
 func (s *Store) barrierRef(docID string) *firestore.DocumentRef {
 	return s.client.Collection(s.cfg.BarrierCollection).Doc(docID)
 }
@@ -124,6 +132,9 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 	}
 	defer unlock()
 	lockRef, fenceRef, wRef := s.locks.Doc(lockID), s.fences.Doc(fenceID), s.barrierRef(lockID)
+	if a.InFlightCap() > maxInFlight {
+		a.MaxInFlight = maxInFlight
+	}
 	var res lockstore.WriteAdmitResult
 	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		res = lockstore.WriteAdmitResult{} // the library may run us more than once

@@ -97,3 +97,50 @@ func TestBarrierReadOutsideTransactionIsCaught(t *testing.T) {
 		t.Errorf("race_handover passed against a store that reads the lock outside its transaction")
 	}
 }
+
+// TestBarrierCapBoundsTheDocument: whatever cap an admission asks for, a
+// key's barrier document never holds more than maxInFlight unexpired
+// entries (Firestore's document limits), and at that many a matching fence
+// is refused Full; the time of an Admit beside them is logged.
+func TestBarrierCapBoundsTheDocument(t *testing.T) {
+	needEmulator(t)
+	cfg := nsConfig(t, "barriercap")
+	cfg.FenceFloor = lockstore.FloorOff
+	s := openStore(t, cfg)
+	ctx := context.Background()
+	const key = "capped"
+	a, err := s.Acquire(ctx, key, time.Hour)
+	if err != nil || !a.OK {
+		t.Fatalf("Acquire = %+v, %v", a, err)
+	}
+	nk, _ := lockstore.NormalizeKey(key)
+	lockID, _, err := docIDs(nk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admit := func(capN int) (lockstore.WriteAdmitResult, time.Duration) {
+		id, _ := lockstore.NewLockID()
+		t0 := time.Now()
+		r, err := s.Admit(ctx, key, lockstore.WriteAdmission{Fence: a.Fence, RequireLive: true, WriteID: id, MaxWrite: time.Hour, MaxInFlight: capN})
+		if err != nil {
+			t.Fatalf("Admit: %v", err)
+		}
+		return r, time.Since(t0)
+	}
+	_, empty := admit(0)
+	d := barrierDoc{Key: nk, Writes: map[string]barrierEntry{}}
+	dl := time.Now().Add(time.Hour).UnixMilli()
+	for len(d.Writes) < maxInFlight {
+		id, _ := lockstore.NewLockID()
+		d.Writes[id] = barrierEntry{Fence: a.Fence, DeadlineMs: dl}
+	}
+	d.MaxDeadlineMs = dl
+	if _, err := s.barrierRef(lockID).Set(ctx, d); err != nil {
+		t.Fatalf("seeding %d entries: %v", maxInFlight, err)
+	}
+	r, full := admit(lockstore.MaxInFlightLimit)
+	if r.Admitted || !r.Full {
+		t.Fatalf("Admit(MaxInFlight %d) beside %d entries = %+v, want Full (the cap is clamped to %d)", lockstore.MaxInFlightLimit, maxInFlight, r, maxInFlight)
+	}
+	t.Logf("Admit: empty key %s; beside %d entries %s", empty, maxInFlight, full)
+}

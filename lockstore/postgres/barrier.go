@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,7 @@ func buildBarrierStatements(cfg Config) barrierStatements {
 		"{fences}", ident(cfg.FenceTable),
 		"{barrier}", ident(cfg.BarrierTable),
 		"{now_ms}", nowMsSQL,
+		"{count_limit}", strconv.Itoa(lockstore.MaxInFlightLimit),
 	)
 	return barrierStatements{
 		// Runs after the acquire's advisory lock on the storage key ($1),
@@ -36,11 +38,28 @@ func buildBarrierStatements(cfg Config) barrierStatements {
 		//   derived - the live fence and the latest fence as Inspect derives
 		//             them in Go (the counter, raised to a live fence above
 		//             it), and whether $3 matches under policy $4;
-		//   pruned  - expired entries of the key, deleted (except this write
-		//             id's own, which the upsert may rewrite: one statement
-		//             must not touch a row twice);
-		//   blockers- unexpired entries under a lower fence;
-		//   ins     - the registration, only when matched and unblocked.
+		//   pruned  - up to $8 (BarrierPruneBatch) expired entries of the
+		//             key, oldest first, deleted (except this write id's
+		//             own, which the upsert may rewrite: one statement must
+		//             not touch a row twice);
+		//   lower   - unexpired entries under a lower fence, counted up to
+		//             lockstore.MaxInFlightLimit (a cap admits no more);
+		//   blockers- that count, and the latest deadline among the key's
+		//             entries;
+		//   inflight- the key's unexpired entries, counted up to the cap
+		//             $7, and whether this write id is one (re-registering
+		//             is not one more);
+		//   ins     - the registration, only when matched, unblocked and
+		//             under the cap.
+		// Every scan of the barrier table is a range of the (key,
+		// deadline_ms) index or a primary-key probe: the key's unexpired
+		// entries (which the cap bounds), a LIMITed batch of its expired
+		// ones, never all of a key's rows. The clock is read through a
+		// scalar subquery so that it is an index condition, not a join;
+		// the deadline bounds are written as row comparisons on (key,
+		// deadline_ms), which only that index can use (the deadline-only
+		// index, the sweep's, would walk every key's expired entries), and
+		// each LIMITed scan is ORDER BY the index's columns.
 		// Fences are 15 digits; COLLATE "C" makes text order byte order.
 		admit: r.Replace(`WITH clock AS (
 				SELECT {now_ms} AS now_ms
@@ -61,17 +80,35 @@ func buildBarrierStatements(cfg Config) barrierStatements {
 							THEN v.live_fence ELSE v.counted END) = $3::text END, false) AS matched
 				FROM live v
 			), pruned AS (
-				DELETE FROM {barrier} b USING clock c
-				WHERE b.key = $1 AND b.deadline_ms <= c.now_ms AND b.write_id <> $5
+				DELETE FROM {barrier} b
+				WHERE b.key = $1 AND b.write_id = ANY (ARRAY(
+					SELECT x.write_id FROM {barrier} x
+					WHERE x.key = $1 AND (x.key, x.deadline_ms) <= ($1::text, (SELECT now_ms FROM clock)) AND x.write_id <> $5
+					ORDER BY x.key, x.deadline_ms LIMIT $8))
 				RETURNING b.write_id
+			), lower AS (
+				SELECT count(*) AS n FROM (
+					SELECT 1 FROM {barrier} b
+					WHERE b.key = $1 AND (b.key, b.deadline_ms) > ($1::text, (SELECT now_ms FROM clock))
+						AND b.fence COLLATE "C" < $3::text COLLATE "C"
+					ORDER BY b.key, b.deadline_ms LIMIT {count_limit}) x
 			), blockers AS (
-				SELECT count(*) AS n, coalesce(max(b.deadline_ms), 0) AS until
-				FROM {barrier} b, clock c
-				WHERE b.key = $1 AND b.deadline_ms > c.now_ms AND b.fence COLLATE "C" < $3::text COLLATE "C"
+				-- The latest deadline of all the key's entries, one index
+				-- probe: never earlier than the blocking entries' latest.
+				SELECT l.n, CASE WHEN l.n > 0 THEN coalesce(
+					(SELECT max(b.deadline_ms) FROM {barrier} b WHERE b.key = $1), 0) ELSE 0 END AS until
+				FROM lower l
+			), inflight AS (
+				SELECT (SELECT count(*) FROM (
+						SELECT 1 FROM {barrier} b
+						WHERE b.key = $1 AND (b.key, b.deadline_ms) > ($1::text, (SELECT now_ms FROM clock))
+						ORDER BY b.key, b.deadline_ms LIMIT $7) x) AS n,
+					EXISTS (SELECT 1 FROM {barrier} b
+						WHERE b.key = $1 AND b.write_id = $5 AND b.deadline_ms > (SELECT now_ms FROM clock)) AS again
 			), ins AS (
 				INSERT INTO {barrier} (key, write_id, fence, deadline_ms)
-				SELECT $1, $5, $3::text, d.now_ms + $6::bigint FROM derived d, blockers b
-				WHERE d.matched AND b.n = 0
+				SELECT $1, $5, $3::text, d.now_ms + $6::bigint FROM derived d, blockers b, inflight f
+				WHERE d.matched AND b.n = 0 AND (f.n < $7 OR f.again)
 				ON CONFLICT (key, write_id) DO UPDATE SET fence = EXCLUDED.fence, deadline_ms = EXCLUDED.deadline_ms
 				RETURNING 1
 			)
@@ -120,7 +157,8 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 	var row admitRow
 	b := &pgx.Batch{}
 	b.Queue(s.sql.acquireLock, lockKey)
-	b.Queue(s.sql.barrier.admit, lockKey, fenceKey, a.Fence, a.RequireLive, a.WriteID, maxMs).
+	b.Queue(s.sql.barrier.admit, lockKey, fenceKey, a.Fence, a.RequireLive, a.WriteID, maxMs,
+		a.InFlightCap(), lockstore.BarrierPruneBatch).
 		QueryRow(func(r pgx.Row) error { return r.Scan(row.dest()...) })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return lockstore.WriteAdmitResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")
@@ -169,12 +207,11 @@ func (r *admitRow) result(a lockstore.WriteAdmission) (lockstore.WriteAdmitResul
 	switch {
 	case r.created:
 		res.Admitted = true
-	case r.matched:
-		if r.blocking == 0 {
-			return lockstore.WriteAdmitResult{}, lockstore.Errorf(lockstore.Internal, op,
-				"postgres: a matching, unblocked write was not registered")
-		}
+	case r.matched && r.blocking > 0:
 		res.Blocking, res.BlockedUntilMs = int(r.blocking), r.until
+	case r.matched:
+		// Matching, unblocked, not registered: the cap.
+		res.Full = true
 	}
 	return res, nil
 }

@@ -45,7 +45,8 @@ func (s slowCommitStore) Admit(ctx context.Context, key string, a lockstore.Writ
 				return err
 			}
 		}
-		if err := tx.QueryRow(ctx, s.sql.barrier.admit, lockKey, fenceKey, a.Fence, a.RequireLive, a.WriteID, maxMs).
+		if err := tx.QueryRow(ctx, s.sql.barrier.admit, lockKey, fenceKey, a.Fence, a.RequireLive, a.WriteID, maxMs,
+			a.InFlightCap(), lockstore.BarrierPruneBatch).
 			Scan(row.dest()...); err != nil {
 			return err
 		}

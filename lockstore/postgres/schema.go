@@ -70,6 +70,9 @@ func schemaStatements(cfg Config) []string {
 		)`,
 		// SweepBarrier finds expired entries of any key by deadline.
 		`CREATE INDEX IF NOT EXISTS ` + ident("idx_"+cfg.BarrierTable+"_deadline") + ` ON ` + barrier + ` (deadline_ms)`,
+		// Admit reaches a key's unfinished entries (and its expired ones,
+		// to prune a batch) by deadline, without visiting the others.
+		`CREATE INDEX IF NOT EXISTS ` + ident("idx_"+cfg.BarrierTable+"_key_deadline") + ` ON ` + barrier + ` (key, deadline_ms)`,
 	}
 }
 

@@ -92,6 +92,7 @@ func TestSchema(t *testing.T) {
 		"idx_" + s.cfg.AuditTable + "_time: btree (time_ms)",
 		"idx_" + s.cfg.Table + "_expires: btree (expires_at_ms)",
 		"idx_" + s.cfg.BarrierTable + "_deadline: btree (deadline_ms)",
+		"idx_" + s.cfg.BarrierTable + "_key_deadline: btree (key, deadline_ms)",
 		"idx_" + s.cfg.Table + "_lock_id: btree (lock_id)",
 		s.cfg.AuditTable + "_pkey: btree (id)",
 		s.cfg.BarrierTable + "_pkey: btree (key, write_id)",

@@ -8,27 +8,60 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// The write barrier's entries of a key live in one hash beside SyncGuard's
-// keys, at <prefix>.fencegate:writes:<lock storage key>: field = write id,
-// value = "<fence>:<deadlineMs>". The hash carries a PEXPIRE past its
-// latest deadline, so a key whose writes all finished or expired leaves
-// nothing behind even if no later Admit prunes it.
+// The write barrier's entries of a key live beside SyncGuard's keys, under
+// the lock's storage key L, indexed so that an Admit costs O(log n) in the
+// key's entries, never a walk over them:
+//
+//   - <prefix>.fencegate:wdeadline:L, a sorted set: member = write id,
+//     score = deadline (ms). Expired entries are the lowest scores (pruned
+//     BarrierPruneBatch at a time by ZRANGEBYSCORE … LIMIT + ZREM), the
+//     unfinished count is one ZCOUNT, the latest deadline one ZREVRANGE.
+//   - <prefix>.fencegate:wfence:L, a sorted set: member = write id,
+//     score = fence. "Is any entry under a lower fence?" is one ZCOUNT.
+//
+// Both carry a PEXPIRE past their latest deadline, so a key whose writes all
+// finished or expired leaves nothing behind even if no later Admit prunes it.
+//
+// <prefix>.fencegate:writes:L, a hash (field = write id, value =
+// "<fence>:<deadlineMs>"), is where earlier versions kept every entry and
+// walked them all on each Admit. It stays, for a fleet mid-rollout:
+//   - entries an older gateway registers there are moved into the index by
+//     the next Admit here, at most BarrierPruneBatch per Admit; while some
+//     are left, a matching fence is refused as blocked (their fences are
+//     not looked at) until the hash's PTTL — never admitted early;
+//   - every Admit here that registers a write also writes one summary field
+//     there, barrierSummaryField = "<admitted fence>:<latest deadline>":
+//     an older gateway reads it as one entry under the admitted fence, so
+//     it keeps newer fences out while any write admitted here may be in
+//     flight (all unfinished entries are under that fence or a newer one:
+//     it was admitted only when no older one was left). Finish removes the
+//     field when the index is empty.
+//   An older gateway's Finish of an entry already moved into the index does
+//   not reach it: that entry then blocks newer fences until its deadline.
+
+// barrierSummaryField is the field of the legacy hash that summarises the
+// index for older gateways (not a write id: those are 22 characters of
+// base64url, and this has a ':').
+const barrierSummaryField = "fencegate:index"
 
 // Admit script status codes.
 const (
 	admitAdmitted    = 1
 	admitNoMatch     = 0
 	admitBlocked     = 2
+	admitFull        = 3  // matched, unblocked, but the key has MaxInFlight entries in flight
 	admitCorruptLock = -2 // the lock key holds something that is not a lock
 	admitBadFence    = -3 // the counter key holds something that is not an integer
-	admitBadEntry    = -4 // an entry of the hash is not "<fence>:<deadlineMs>"
+	admitBadEntry    = -4 // an entry of the legacy hash is not "<fence>:<deadlineMs>"
 )
 
 // admitScript reads the key's state as inspectScript does and applies the
-// barrier rule at the same server instant.
+// barrier rule at the same server instant. Its work is bounded whatever
+// the number of entries: a fixed number of O(log n) sorted-set commands
+// plus at most ARGV[6] (BarrierPruneBatch) removals and legacy moves.
 //
-// KEYS: lockKey, fenceKey, writesKey
-// ARGV: fence, requireLive ("1"|"0"), writeId, maxWriteMs
+// KEYS: lockKey, fenceKey, legacyKey, deadlineKey, fenceIndexKey
+// ARGV: fence, requireLive ("1"|"0"), writeId, maxWriteMs, maxInFlight, pruneBatch
 // →     {lock value|false, counter|false, nowMs, status, blocking, blockedUntilMs}
 //
 // The match here must be lockstore.WriteAdmission.Matches on the state
@@ -39,6 +72,7 @@ const (
 var admitScript = newScript(`
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local nowS = string.format('%d', now)
 local raw = redis.call('GET', KEYS[1])
 local cur = redis.call('GET', KEYS[2])
 local liveFence = nil
@@ -59,44 +93,116 @@ if liveFence and #liveFence == 15 and string.match(liveFence, '^%d+$') and (late
   latest = liveFence
 end
 local fence = ARGV[1]
-local fenceNum = tonumber(fence)
 local match
 if ARGV[2] == '1' then match = (liveFence == fence) else match = (latest == fence) end
 
-local entries = redis.call('HGETALL', KEYS[3])
-local blocking, blockedUntil, lastDeadline = 0, 0, 0
-for i = 1, #entries, 2 do
-  local v = entries[i + 1]
-  local dl = tonumber(string.sub(v, 17))
-  if #v < 17 or string.sub(v, 16, 16) ~= ':' or dl == nil or tonumber(string.sub(v, 1, 15)) == nil then
-    return {raw, cur, now, -4, 0, 0}
-  end
-  if dl <= now then
-    redis.call('HDEL', KEYS[3], entries[i])
-  else
-    if dl > lastDeadline then lastDeadline = dl end
-    if tonumber(string.sub(v, 1, 15)) < fenceNum then
-      blocking = blocking + 1
-      if dl > blockedUntil then blockedUntil = dl end
+local H, ZD, ZF = KEYS[3], KEYS[4], KEYS[5]
+local SUM = 'fencegate:index'
+local batch = tonumber(ARGV[6])
+local touched = false
+-- Entries an older gateway registered in the legacy hash: move a bounded
+-- batch into the index.
+local legacy = redis.call('HLEN', H)
+if legacy > 0 and redis.call('HEXISTS', H, SUM) == 1 then legacy = legacy - 1 end
+if legacy > 0 then
+  local kv
+  if legacy < batch then kv = redis.call('HGETALL', H) else kv = redis.call('HRANDFIELD', H, batch, 'WITHVALUES') end
+  local moved = {}
+  for i = 1, #kv, 2 do
+    local id, v = kv[i], kv[i + 1]
+    if id ~= SUM then
+      local dl = tonumber(string.sub(v, 17))
+      if #v < 17 or string.sub(v, 16, 16) ~= ':' or dl == nil or tonumber(string.sub(v, 1, 15)) == nil then
+        return {raw, cur, now, -4, 0, 0}
+      end
+      if dl > now then
+        redis.call('ZADD', ZD, string.sub(v, 17), id)
+        redis.call('ZADD', ZF, string.sub(v, 1, 15), id)
+        touched = true
+      end
+      moved[#moved + 1] = id
     end
   end
+  if #moved > 0 then redis.call('HDEL', H, unpack(moved)) end
+  legacy = legacy - #moved
+end
+-- Expired entries count as finished; remove a bounded batch of them.
+local gone = redis.call('ZRANGEBYSCORE', ZD, '-inf', nowS, 'LIMIT', 0, batch)
+if #gone > 0 then
+  redis.call('ZREM', ZD, unpack(gone))
+  redis.call('ZREM', ZF, unpack(gone))
+end
+local lastDl = 0
+if touched or match then
+  local top = redis.call('ZREVRANGE', ZD, 0, 0, 'WITHSCORES')
+  if top[2] then lastDl = tonumber(top[2]) end
+end
+if touched and lastDl > now then
+  local ttl = string.format('%d', lastDl - now + 1000)
+  redis.call('PEXPIRE', ZD, ttl)
+  redis.call('PEXPIRE', ZF, ttl)
 end
 if not match then return {raw, cur, now, 0, 0, 0} end
+
+local live = redis.call('ZCOUNT', ZD, '(' .. nowS, '+inf')
+local blocking, blockedUntil = 0, 0
+if legacy > 0 then
+  -- Not yet moved, fences not looked at: assume older.
+  blocking = legacy
+  local pt = redis.call('PTTL', H)
+  if pt > 0 then blockedUntil = now + pt else blockedUntil = now + 1000 end
+end
+if live > 0 then
+  local lower = redis.call('ZCOUNT', ZF, '-inf', '(' .. fence)
+  if lower > 0 then
+    if redis.call('ZCOUNT', ZD, '-inf', nowS) == 0 then
+      blocking = blocking + lower -- none expired is left: exact
+    else
+      blocking = blocking + math.min(lower, live) -- some may be expired ones beyond this batch
+    end
+    if lastDl > blockedUntil then blockedUntil = lastDl end
+  end
+end
 if blocking > 0 then return {raw, cur, now, 2, blocking, blockedUntil} end
+if live >= tonumber(ARGV[5]) and not redis.call('ZSCORE', ZD, ARGV[3]) then
+  return {raw, cur, now, 3, 0, 0}
+end
 local deadline = now + tonumber(ARGV[4])
-redis.call('HSET', KEYS[3], ARGV[3], fence .. ':' .. string.format('%d', deadline))
-if deadline > lastDeadline then lastDeadline = deadline end
--- Past the last deadline every entry counts as finished; the hash may go.
+if deadline > lastDl then lastDl = deadline end
+redis.call('ZADD', ZD, string.format('%d', deadline), ARGV[3])
+redis.call('ZADD', ZF, fence, ARGV[3])
+-- Past the last deadline every entry counts as finished; the keys may go.
 -- The tolerance is slack between TIME and the expiry clock.
-redis.call('PEXPIRE', KEYS[3], lastDeadline - now + 1000)
+local ttl = lastDl - now + 1000
+local ttlS = string.format('%d', ttl)
+redis.call('PEXPIRE', ZD, ttlS)
+redis.call('PEXPIRE', ZF, ttlS)
+redis.call('HSET', H, SUM, fence .. ':' .. string.format('%d', lastDl))
+if redis.call('PTTL', H) < ttl then redis.call('PEXPIRE', H, ttlS) end
 return {raw, cur, now, 1, 0, 0}
+`)
+
+// finishScript removes one entry from the index and from the legacy hash
+// (an older gateway may have registered it there), and the legacy hash's
+// summary once the index is empty: O(log n).
+//
+// KEYS: legacyKey, deadlineKey, fenceIndexKey
+// ARGV: writeId
+var finishScript = newScript(`
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[1], ARGV[1])
+if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('HDEL', KEYS[1], 'fencegate:index') end
+return 1
 `)
 
 var _ lockstore.WriteBarrier = (*Store)(nil)
 
-// writesKey returns the storage key of the barrier entries of the lock
-// stored under lockKey.
-func (s *Store) writesKey(lockKey string) string { return s.ownKey("writes:" + lockKey) }
+// barrierKeys returns the storage keys of the barrier entries of the lock
+// stored under lockKey: the legacy hash and the two indexes.
+func (s *Store) barrierKeys(lockKey string) (legacy, deadlines, fences string) {
+	return s.ownKey("writes:" + lockKey), s.ownKey("wdeadline:" + lockKey), s.ownKey("wfence:" + lockKey)
+}
 
 // Admit applies the write barrier in one EVALSHA: the key's state is read
 // and the write registered at one server instant, by the server clock.
@@ -114,8 +220,9 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 	if a.RequireLive {
 		requireLive = "1"
 	}
-	reply, err := s.eval(ctx, admitScript, []string{lockKey, fenceKey, s.writesKey(lockKey)},
-		a.Fence, requireLive, a.WriteID, maxMs).Slice()
+	legacy, deadlines, fences := s.barrierKeys(lockKey)
+	reply, err := s.eval(ctx, admitScript, []string{lockKey, fenceKey, legacy, deadlines, fences},
+		a.Fence, requireLive, a.WriteID, maxMs, a.InFlightCap(), lockstore.BarrierPruneBatch).Slice()
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
@@ -143,7 +250,7 @@ func admitReply(a lockstore.WriteAdmission, reply []any) (lockstore.WriteAdmitRe
 	case admitBadFence:
 		return lockstore.WriteAdmitResult{}, lockstore.Errorf(lockstore.Internal, op, "the fence counter holds a value that is not a non-negative integer")
 	case admitBadEntry:
-		return lockstore.WriteAdmitResult{}, lockstore.Errorf(lockstore.Internal, op, "the write barrier hash holds an entry that is not <fence>:<deadlineMs>")
+		return lockstore.WriteAdmitResult{}, lockstore.Errorf(lockstore.Internal, op, "the legacy write barrier hash holds an entry that is not <fence>:<deadlineMs>")
 	}
 	held, now, err := liveLock(reply, 0, 2)
 	if err != nil {
@@ -179,6 +286,8 @@ func admitReply(a lockstore.WriteAdmission, reply []any) (lockstore.WriteAdmitRe
 		res.Admitted = true
 	case admitBlocked:
 		res.Blocking, res.BlockedUntilMs = int(blocking), until
+	case admitFull:
+		res.Full = true
 	case admitNoMatch:
 	default:
 		return lockstore.WriteAdmitResult{}, badReply(op, fmt.Errorf("status %d", status))
@@ -192,8 +301,9 @@ func admitReply(a lockstore.WriteAdmission, reply []any) (lockstore.WriteAdmitRe
 	return res, nil
 }
 
-// Finish removes the entry with one HDEL; an absent entry is not an error.
-// Expired entries are left to the next Admit or the hash's own expiry.
+// Finish removes the entry with one script (finishScript); an absent entry
+// is not an error. Expired entries are left to the next Admit or the keys'
+// own expiry.
 func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	const op = "finish"
 	norm, err := lockstore.BeginFinish(ctx, key, writeID)
@@ -204,7 +314,8 @@ func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.client.HDel(ctx, s.writesKey(lockKey), writeID).Err(); err != nil {
+	legacy, deadlines, fences := s.barrierKeys(lockKey)
+	if err := s.eval(ctx, finishScript, []string{legacy, deadlines, fences}, writeID).Err(); err != nil {
 		return lockstore.WithContext(classify(ctx, op, err), key, "")
 	}
 	return nil
@@ -212,8 +323,8 @@ func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 
 var _ lockstore.BarrierSweeper = (*Store)(nil)
 
-// SweepBarrier has nothing to do on Redis and reports 0: every entries
-// hash carries a PEXPIRE past its latest deadline, so Redis itself removes
+// SweepBarrier has nothing to do on Redis and reports 0: every key of
+// barrier entries carries a PEXPIRE past its latest deadline, so Redis itself removes
 // a key's entries once they have all expired. It exists so that callers
 // can treat every backend alike.
 func (s *Store) SweepBarrier(ctx context.Context, limit int) (int, error) {

@@ -2,16 +2,19 @@ package redis
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// TestBarrierLayout: the entries of a key live in one hash named
-// <prefix>.fencegate:writes:<lock storage key>, outside SyncGuard's key
-// space, with a PEXPIRE past the latest deadline; finishing the last entry
-// leaves nothing behind.
+// TestBarrierLayout: the entries of a key live in two sorted sets named
+// <prefix>.fencegate:wdeadline:<lock storage key> (id → deadline) and
+// …:wfence:<lock storage key> (id → fence), outside SyncGuard's key space,
+// with a PEXPIRE past the latest deadline; the legacy hash …:writes:… holds
+// only the summary older gateways read; finishing the last entry leaves
+// nothing behind.
 func TestBarrierLayout(t *testing.T) {
 	s := openPrefix(t, "syncguard_test_barrier_layout")
 	t.Cleanup(func() { dropPrefix(t, s.Client(), s.Prefix()) })
@@ -19,33 +22,42 @@ func TestBarrierLayout(t *testing.T) {
 	c := s.Client()
 	const key = "orders/42"
 	r := mustAcquire(t, s, key, time.Minute)
-	wk := "syncguard_test_barrier_layout.fencegate:writes:syncguard_test_barrier_layout:orders/42"
+	const base = "syncguard_test_barrier_layout.fencegate:"
+	const lk = "syncguard_test_barrier_layout:orders/42"
+	wk, dk, fk := base+"writes:"+lk, base+"wdeadline:"+lk, base+"wfence:"+lk
 	id, _ := lockstore.NewLockID()
 	res, err := s.Admit(ctx, key, lockstore.WriteAdmission{Fence: r.Fence, RequireLive: true, WriteID: id, MaxWrite: 5 * time.Second})
 	if err != nil || !res.Admitted {
 		t.Fatalf("Admit = %+v, %v", res, err)
 	}
-	v, err := c.HGet(ctx, wk, id).Result()
-	if err != nil {
-		t.Fatalf("HGET %s: %v", wk, err)
+	dl, err := c.ZScore(ctx, dk, id).Result()
+	if err != nil || int64(dl) < res.State.NowMs+5000 || int64(dl) > res.State.NowMs+5000 {
+		t.Errorf("ZSCORE %s = %v, %v; want now+5000 = %d", dk, dl, err, res.State.NowMs+5000)
 	}
-	if want := r.Fence + ":"; len(v) < len(want) || v[:len(want)] != want {
-		t.Errorf("entry = %q, want %q<deadlineMs>", v, want)
+	fn, err := c.ZScore(ctx, fk, id).Result()
+	if want, _ := lockstore.ParseFence(r.Fence); err != nil || int64(fn) != want {
+		t.Errorf("ZSCORE %s = %v, %v; want the fence %d", fk, fn, err, want)
 	}
-	pttl, err := c.PTTL(ctx, wk).Result()
-	if err != nil || pttl <= 5*time.Second || pttl > 5*time.Second+lockstore.TimeToleranceMs*time.Millisecond {
-		t.Errorf("PTTL of the entries hash = %s, %v; want maxWrite + tolerance (5s..6s)", pttl, err)
+	all, err := c.HGetAll(ctx, wk).Result()
+	if want := r.Fence + ":" + strconv.FormatInt(int64(dl), 10); err != nil || len(all) != 1 || all[barrierSummaryField] != want {
+		t.Errorf("legacy hash = %v, %v; want only the summary %q", all, err, want)
+	}
+	for _, k := range []string{wk, dk, fk} {
+		pttl, err := c.PTTL(ctx, k).Result()
+		if err != nil || pttl <= 5*time.Second || pttl > 5*time.Second+lockstore.TimeToleranceMs*time.Millisecond {
+			t.Errorf("PTTL of %s = %s, %v; want maxWrite + tolerance (5s..6s)", k, pttl, err)
+		}
 	}
 	if err := s.Finish(ctx, key, id); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := c.Exists(ctx, wk).Result(); n != 0 {
-		t.Errorf("the entries hash outlived its last entry")
+	if n, _ := c.Exists(ctx, wk, dk, fk).Result(); n != 0 {
+		t.Errorf("%d barrier keys outlived their last entry", n)
 	}
 }
 
-// TestBarrierRoundTrips: Admit (admitted, refused, blocked) is one EVALSHA
-// and Finish one HDEL.
+// TestBarrierRoundTrips: Admit (admitted, refused, blocked) and Finish are
+// one EVALSHA each.
 func TestBarrierRoundTrips(t *testing.T) {
 	s := openPrefix(t, "syncguard_test_barrier_rt")
 	t.Cleanup(func() { dropPrefix(t, s.Client(), s.Prefix()) })
@@ -80,7 +92,7 @@ func TestBarrierRoundTrips(t *testing.T) {
 			}
 			return err
 		}},
-		{"Finish", "hdel", func() error { return s.Finish(ctx, "rt", first.WriteID) }},
+		{"Finish", "evalsha", func() error { return s.Finish(ctx, "rt", first.WriteID) }},
 	}
 	for _, st := range steps {
 		if err := st.fn(); err != nil {

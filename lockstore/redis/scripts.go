@@ -280,5 +280,5 @@ func newScript(src string) script { return script{Script: goredis.NewScript(src)
 var allScripts = []script{
 	acquireScript, releaseScript, extendScript, readKeyScript,
 	readLockIDScript, inspectScript, appendAuditScript, moveAuditScript,
-	admitScript, // barrier.go
+	admitScript, finishScript, // barrier.go
 }

@@ -59,6 +59,7 @@ func (s *suite) barrierCaseList() []barrierCase {
 		{"survives_reopen", s.barrierSurvivesReopen},
 		{"sweep", s.barrierSweep},
 		{"validation", s.barrierValidation},
+		{"bounded", s.barrierBounded},
 	}
 }
 
@@ -302,6 +303,9 @@ func admit(t TB, st lockstore.Store, key string, a lockstore.WriteAdmission) loc
 	if err != nil {
 		t.Fatalf("Admit(fence %s, requireLive %v): %v", a.Fence, a.RequireLive, err)
 	}
+	if r.Admitted && r.Full {
+		t.Errorf("Admit: Admitted and Full at once")
+	}
 	if r.Admitted && (r.Blocking != 0 || r.BlockedUntilMs != 0) {
 		t.Errorf("Admit: Admitted with Blocking=%d BlockedUntilMs=%d, want 0 and 0", r.Blocking, r.BlockedUntilMs)
 	}
@@ -334,6 +338,9 @@ func wantRefused(t TB, what string, r lockstore.WriteAdmitResult, blocking int) 
 	}
 	if r.Blocking != blocking {
 		t.Fatalf("%s: Blocking=%d, want %d", what, r.Blocking, blocking)
+	}
+	if r.Full {
+		t.Fatalf("%s: Full=true, want refused for the fence or older writes", what)
 	}
 }
 
@@ -815,6 +822,81 @@ func (s *suite) barrierSweep(t TB, e *barrierEnv) {
 		admit(t, st, live, adm(t, b.Fence, true, time.Minute)), 1)
 	y := handover(t, st, expiring, x)
 	wantAdmitted(t, "Admit(newer fence) after the sweep", admit(t, st, expiring, adm(t, y.Fence, true, time.Minute)))
+}
+
+// barrierBounded: a key's writes in flight are capped (MaxInFlight): past
+// the cap a matching, unblocked fence is refused with Full and nothing is
+// registered; entries past their deadline do not count; re-registering a
+// write id in flight is not one more; Finish makes room; the cap is per key;
+// a fence that does not match or is blocked is never reported Full.
+func (s *suite) barrierBounded(t TB, e *barrierEnv) {
+	st, _ := e.fresh(t)
+	const key, other = "bounded", "bounded-other"
+	const capN = 48
+	const short = 1500 * time.Millisecond
+	a := tAcquire(t, st, key, time.Minute)
+	capped := func(fence string, maxWrite time.Duration) lockstore.WriteAdmission {
+		w := adm(t, fence, true, maxWrite)
+		w.MaxInFlight = capN
+		return w
+	}
+	wantFull := func(what string, r lockstore.WriteAdmitResult) {
+		t.Helper()
+		if r.Admitted || !r.Full || r.Blocking != 0 {
+			t.Fatalf("%s: Admitted=%v Full=%v Blocking=%d, want refused as Full with nothing blocking", what, r.Admitted, r.Full, r.Blocking)
+		}
+	}
+	notFull := func(what string, r lockstore.WriteAdmitResult) {
+		t.Helper()
+		if r.Full {
+			t.Fatalf("%s: Full=true, want Full only for a matching, unblocked fence", what)
+		}
+	}
+
+	// capN abandoned writes that expire: once past their deadline they
+	// must not count against the cap.
+	for i := range capN {
+		r := admit(t, st, key, capped(a.Fence, short))
+		notFull(fmt.Sprintf("Admit #%d of %d (short)", i+1, capN), r)
+		wantAdmitted(t, fmt.Sprintf("Admit #%d of %d (short)", i+1, capN), r)
+	}
+	sleepUntil(nowMs() + short.Milliseconds() + 2*lockstore.TimeToleranceMs + e.s.margin)
+
+	var first lockstore.WriteAdmission
+	for i := range capN {
+		w := capped(a.Fence, time.Minute)
+		if i == 0 {
+			first = w
+		}
+		r := admit(t, st, key, w)
+		notFull(fmt.Sprintf("Admit #%d of %d after the first %d expired", i+1, capN, capN), r)
+		wantAdmitted(t, fmt.Sprintf("Admit #%d of %d after the first %d expired", i+1, capN, capN), r)
+	}
+	wantFull("Admit past the cap", admit(t, st, key, capped(a.Fence, time.Minute)))
+	wantFull("Admit past the cap, policy latest", admit(t, st, key, lockstore.WriteAdmission{
+		Fence: a.Fence, WriteID: writeID(t), MaxWrite: time.Minute, MaxInFlight: capN}))
+	wantAdmitted(t, "Admit(a write id already in flight) at the cap", admit(t, st, key, first))
+	finish(t, st, key, first.WriteID)
+	wantAdmitted(t, "Admit after one Finish at the cap", admit(t, st, key, capped(a.Fence, time.Minute)))
+	wantFull("Admit past the cap again", admit(t, st, key, capped(a.Fence, time.Minute)))
+
+	// Another key has its own cap.
+	o := tAcquire(t, st, other, time.Minute)
+	wantAdmitted(t, "Admit on another key while the first is at its cap", admit(t, st, other, capped(o.Fence, time.Minute)))
+	// The cap is the admission's: the default (DefaultMaxInFlight) lets
+	// one more in.
+	wantAdmitted(t, "Admit with the default cap", admit(t, st, key, adm(t, a.Fence, true, time.Minute)))
+
+	// The refused admissions registered nothing: the newer fence is
+	// blocked by exactly the capN+1 admitted, unexpired writes, and a
+	// stale or blocked fence is not Full.
+	b := handover(t, st, key, a)
+	r := admit(t, st, key, capped(b.Fence, time.Minute))
+	notFull("Admit(newer fence) behind writes at the cap", r)
+	wantRefused(t, "Admit(newer fence) behind writes at the cap", r, capN+1)
+	r = admit(t, st, key, capped(a.Fence, time.Minute))
+	notFull("Admit(stale fence) at the cap", r)
+	wantRefused(t, "Admit(stale fence) at the cap", r, 0)
 }
 
 // barrierSurvivesReopen: in-flight entries live in the store, so a gateway
