@@ -55,6 +55,8 @@ store="$DATABASE_URL${sep}table=${ns}_locks&fenceTable=${ns}_fences&auditTable=$
 
 "$tmp/fencegate" proofkey --kid demo --out "$tmp/demo.seed" >/dev/null
 cat >"$tmp/fencegate.yaml" <<EOF
+check:
+  timeout: 1s # a demo, not a latency figure: a loaded machine must not turn a refusal into 503
 proof:
   keys:
     - {kid: demo, privateKeyFile: $tmp/demo.seed}
