@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/storetest"
 )
 
 func TestParseURL(t *testing.T) {
@@ -147,24 +148,10 @@ func TestDocIDs(t *testing.T) {
 	}
 }
 
-// TestParseURLFenceFloor: fenceFloor=clock|off reaches Config.FenceFloor
-// (clock when absent), and anything else is refused naming the choices.
+// TestParseURLFenceFloor: the fenceFloor parameter every backend takes.
 func TestParseURLFenceFloor(t *testing.T) {
-	for _, c := range []struct {
-		query string
-		want  lockstore.FenceFloor
-		err   bool
-	}{{"", lockstore.FloorClock, false}, {"fenceFloor=clock", lockstore.FloorClock, false},
-		{"fenceFloor=off", lockstore.FloorOff, false}, {"fenceFloor=sometimes", 0, true}} {
-		cfg, err := ParseURL("firestore://proj?" + c.query)
-		if c.err {
-			if err == nil || !strings.Contains(err.Error(), "clock") || !strings.Contains(err.Error(), "off") {
-				t.Errorf("ParseURL(?%s) = %v, want an error naming clock and off", c.query, err)
-			}
-			continue
-		}
-		if err != nil || cfg.FenceFloor != c.want {
-			t.Errorf("ParseURL(?%s) = %v, %v; want fenceFloor %s", c.query, cfg.FenceFloor, err, c.want)
-		}
-	}
+	storetest.FenceFloorParam(t, func(q string) (lockstore.FenceFloor, error) {
+		cfg, err := ParseURL("firestore://proj?" + q)
+		return cfg.FenceFloor, err
+	})
 }
