@@ -167,6 +167,7 @@ func (c *Config) ValidateProxy() error {
 	if c.Check.Timeout < 0 {
 		p = append(p, "check.timeout: must not be negative")
 	}
+	c.Connections.validate(func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) })
 	if c.Audit.QueueSize < 0 || c.Audit.MaxEvents < 0 || c.Audit.MaxInputEvents < 0 || c.Audit.MaxAge < 0 {
 		p = append(p, "audit: queueSize, maxEvents, maxInputEvents and maxAge must not be negative")
 	}

@@ -172,7 +172,7 @@ func proxyRoutes(c config.Proxy) ([]proxy.Route, error) {
 // and idle connections; bodies stream without a total deadline (a barrier
 // write is bounded by its route's maxWrite, the upstream's answer by the
 // transport's response-header timeout), so its read timeout is zero.
-func newProxyRunner(c config.Proxy, routes []proxy.Route, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *proxy.Proxy, error) {
+func newProxyRunner(c config.Proxy, conns connLimits, routes []proxy.Route, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *proxy.Proxy, error) {
 	p, err := proxy.New(checker, routes, proxy.Options{Logger: log, TrustForwarded: c.TrustForwarded})
 	if err != nil {
 		return nil, nil, err
@@ -181,7 +181,7 @@ func newProxyRunner(c config.Proxy, routes []proxy.Route, checker *fencecheck.Ch
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := newHTTPRunner("proxy", c.ProxyAddr(), tc, p, 0, log)
+	r, err := newHTTPRunner("proxy", c.ProxyAddr(), tc, p, 0, conns, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -198,7 +198,7 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 	}
 	defer rt.close()
 	store, checker, reg, goBG := rt.store, rt.checker, rt.reg, rt.goBG
-	pr, p, err := newProxyRunner(cfg.Proxy, set.routes, checker, log, goBG)
+	pr, p, err := newProxyRunner(cfg.Proxy, connsOf(cfg.Connections), set.routes, checker, log, goBG)
 	if err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 			}
 			_, _ = io.WriteString(w, "ok\n")
 		})
-		mr, err := newHTTPRunner("metrics", m, nil, mux, readTimeout, log)
+		mr, err := newHTTPRunner("metrics", m, nil, mux, readTimeout, connsOf(cfg.Connections), log)
 		if err != nil {
 			return err
 		}
