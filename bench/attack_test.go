@@ -24,6 +24,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fencegate/fencegate/api"
@@ -119,7 +120,6 @@ type attackTarget struct {
 	proc     *proc
 	upstream string
 	held     lockstore.Held
-	token    string
 }
 
 // startAttackTarget runs bin serve on a bolt store with the HTTP, gRPC,
@@ -366,14 +366,19 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 
 // bigCalls sends n concurrent tokenless Acquire calls with a 4 MiB key,
 // over 4 connections from attacker addresses, each goroutine calling again
-// as soon as its call ends (at most every 100 ms, so the bench's own
-// marshalling does not take the machine).
+// as soon as its call ends (at most every 100 ms). The request is encoded
+// once (rawCodec): the bench's own marshalling would otherwise take the
+// CPU the server is measured on.
 func bigCalls(ctx context.Context, wg *sync.WaitGroup, tb testing.TB, addr string, n int) {
 	if n <= 0 {
 		return
 	}
-	req := &fencegatev1.AcquireRequest{Key: strings.Repeat("k", 4<<20), TtlMs: proto.Int64(30000)}
-	var clients []fencegatev1.LocksClient
+	b, err := proto.Marshal(&fencegatev1.AcquireRequest{Key: strings.Repeat("k", 4<<20), TtlMs: proto.Int64(30000)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req := &rawMsg{b: b}
+	var conns []*grpc.ClientConn
 	for i := range 4 {
 		ip := fmt.Sprintf("127.0.200.%d", i+1)
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -385,21 +390,33 @@ func bigCalls(ctx context.Context, wg *sync.WaitGroup, tb testing.TB, addr strin
 			tb.Fatal(err)
 		}
 		tb.Cleanup(func() { _ = conn.Close() })
-		clients = append(clients, fencegatev1.NewLocksClient(conn))
+		conns = append(conns, conn)
 	}
 	for i := range n {
 		wg.Go(func() {
-			c := clients[i%len(clients)]
+			conn := conns[i%len(conns)]
 			for ctx.Err() == nil {
 				t0 := time.Now()
 				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				_, _ = c.Acquire(cctx, req)
+				_ = conn.Invoke(cctx, fencegatev1.Locks_Acquire_FullMethodName, req, &rawMsg{}, grpc.ForceCodecV2(rawCodec{}))
 				cancel()
 				sleepCtx(ctx, 100*time.Millisecond-time.Since(t0))
 			}
 		})
 	}
 }
+
+// rawMsg is a message already encoded; rawCodec sends it as it is and
+// drops replies.
+type rawMsg struct{ b []byte }
+
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(v.(*rawMsg).b)}, nil
+}
+func (rawCodec) Unmarshal(mem.BufferSlice, any) error { return nil }
+func (rawCodec) Name() string                         { return "proto" }
 
 // rssOf is pid's resident set size in bytes (/proc/<pid>/status VmRSS).
 func rssOf(pid int) int64 {
