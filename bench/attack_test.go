@@ -23,8 +23,10 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fencegate/fencegate/api"
@@ -135,6 +137,10 @@ func startAttackTarget(tb testing.TB, bin string) *attackTarget {
 	sum := api.HashToken(benchToken)
 	dir := tb.TempDir()
 	cfg := filepath.Join(dir, "serve.yaml")
+	debug := ""
+	if *serveDebugAddr != "" {
+		debug = "debug:\n  addr: " + *serveDebugAddr + "\n"
+	}
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, `http:
   addr: 127.0.0.1:0
 grpc:
@@ -157,7 +163,7 @@ proxy:
       prefix: /
       upstream: %s
       key: bench/attack/held
-`, hex.EncodeToString(sum[:]), up.URL), 0o600); err != nil {
+%s`, hex.EncodeToString(sum[:]), up.URL, debug), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	p := startProc(tb, []string{"FENCEGATE_CONFIG=", "FENCEGATE_STORE=bolt://" + filepath.Join(dir, "locks.db")},
@@ -513,4 +519,44 @@ func truncateErr(s string) string {
 		s = s[:80] + "…"
 	}
 	return strings.ReplaceAll(s, "|", "/")
+}
+
+// TestUnderAttackSetup runs BenchmarkUnderAttack's setup at a small scale:
+// every legitimate target succeeds with and without a small attack, and a
+// tokenless 4 MiB Acquire is refused UNAUTHENTICATED.
+func TestUnderAttackSetup(t *testing.T) {
+	bin, err := fencegateBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startAttackTarget(t, bin)
+	targets := s.targets(t)
+	check := func(phase string) {
+		for _, tg := range targets {
+			if r := runLegit(t.Context(), tg, 300*time.Millisecond); r.ok == 0 || r.failed > 0 {
+				t.Errorf("%s %s: %d ok, %d failed (%s)", tg.name, phase, r.ok, r.failed, r.firstErr)
+			}
+		}
+	}
+	check("quiet")
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	for _, l := range []struct{ addr, kind string }{{s.proc.addr["http"], "http"}, {s.proc.addr["grpc"], "grpc"}} {
+		for i := range 10 {
+			wg.Go(func() { holdIdle(ctx, attackerIP(i*64), l.addr, l.kind) })
+		}
+	}
+	bigCalls(ctx, &wg, t, s.proc.addr["grpc"], 2)
+	check("attacked")
+
+	conn, err := grpc.NewClient(s.proc.addr["grpc"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = fencegatev1.NewLocksClient(conn).Acquire(t.Context(), &fencegatev1.AcquireRequest{Key: strings.Repeat("k", 4<<20), TtlMs: proto.Int64(30000)})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("tokenless 4 MiB acquire: %v, want Unauthenticated", err)
+	}
 }
