@@ -104,6 +104,7 @@ var (
 	attackBinary   = flag.String("attack-binary", "", "fencegate binary BenchmarkUnderAttack attacks (default: built from this tree)")
 	attackConns    = flag.Int("attack-conns", 1100, "idle connections the attacker holds on each listener")
 	attackBigCalls = flag.Int("attack-big-calls", 128, "concurrent tokenless 4 MiB gRPC Acquire calls")
+	attackBigEvery = flag.Duration("attack-big-every", 100*time.Millisecond, "least time between one attacker goroutine's 4 MiB calls (0: back to back)")
 	attackFor      = flag.Duration("attack-for", 3*time.Second, "how long the legitimate client is measured per listener and phase")
 	attackSettle   = flag.Duration("attack-settle", 3*time.Second, "time the attack runs before the legitimate client is measured")
 )
@@ -372,7 +373,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 
 // bigCalls sends n concurrent tokenless Acquire calls with a 4 MiB key,
 // over 4 connections from attacker addresses, each goroutine calling again
-// as soon as its call ends (at most every 100 ms). The request is encoded
+// as soon as its call ends (at most every -attack-big-every). The request is encoded
 // once (rawCodec): the bench's own marshalling would otherwise take the
 // CPU the server is measured on.
 func bigCalls(ctx context.Context, wg *sync.WaitGroup, tb testing.TB, addr string, n int) {
@@ -406,7 +407,9 @@ func bigCalls(ctx context.Context, wg *sync.WaitGroup, tb testing.TB, addr strin
 				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				_ = conn.Invoke(cctx, fencegatev1.Locks_Acquire_FullMethodName, req, &rawMsg{}, grpc.ForceCodecV2(rawCodec{}))
 				cancel()
-				sleepCtx(ctx, 100*time.Millisecond-time.Since(t0))
+				if wait := *attackBigEvery - time.Since(t0); wait > 0 {
+					sleepCtx(ctx, wait)
+				}
 			}
 		})
 	}
