@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/stats"
 )
 
@@ -40,6 +41,49 @@ const (
 type connLimits struct {
 	max     int // connections open at once; 0 is maxConnsPerListener
 	perPeer int // connections open at once from one IP; 0 is maxConnsPerPeer, capped at max
+	// metrics, when set, counts every listener's connections.
+	metrics *connMetrics
+}
+
+// connMetrics are the connection slots' metrics, labelled by listener.
+type connMetrics struct {
+	open *prometheus.GaugeVec
+	shed *prometheus.CounterVec
+}
+
+// Reasons of fencegate_listener_connections_shed_total.
+const (
+	shedIdle = "idle_closed"  // closed, idle, to admit a new connection
+	shedPeer = "peer_refused" // a new connection over its peer's cap, all of whose connections were busy
+)
+
+func newConnMetrics(reg prometheus.Registerer) *connMetrics {
+	m := &connMetrics{
+		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fencegate_listener_connections",
+			Help: "Connections a listener holds open (at most connections.maxPerListener).",
+		}, []string{"listener"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_listener_connections_shed_total",
+			Help: "Connections a full listener closed: idle_closed (the longest-idle, to admit a new one), peer_refused (a new one over its peer's cap with every connection of that peer busy).",
+		}, []string{"listener", "reason"}),
+	}
+	reg.MustRegister(m.open, m.shed)
+	return m
+}
+
+// listenerMetrics are one listener's series (nil-safe: no metrics).
+type listenerMetrics struct {
+	open             prometheus.Gauge
+	idleShed, refuse prometheus.Counter
+}
+
+func (m *connMetrics) forListener(name string) *listenerMetrics {
+	if m == nil {
+		return nil
+	}
+	return &listenerMetrics{open: m.open.WithLabelValues(name),
+		idleShed: m.shed.WithLabelValues(name, shedIdle), refuse: m.shed.WithLabelValues(name, shedPeer)}
 }
 
 func (c connLimits) resolved() connLimits {
@@ -64,6 +108,7 @@ type limitListener struct {
 	limits connLimits
 	name   string
 	log    *slog.Logger
+	m      *listenerMetrics // nil: none
 
 	mu     sync.Mutex
 	freed  *sync.Cond // a slot freed or a connection went idle
@@ -83,6 +128,7 @@ func newLimitListener(ln net.Listener, name string, limits connLimits, log *slog
 		limits:   limits.resolved(),
 		name:     name,
 		log:      log,
+		m:        limits.metrics.forListener(name),
 		open:     make(map[*trackedConn]struct{}),
 		byAddr:   make(map[string]*trackedConn),
 		peers:    make(map[netip.Addr]int),
@@ -155,13 +201,16 @@ func (l *limitListener) admit(c net.Conn) *trackedConn {
 		v := l.longestIdle(func(o *trackedConn) bool { return o.peer == peer })
 		if v == nil {
 			l.refused++
+			if l.m != nil {
+				l.m.refuse.Inc()
+			}
 			l.warnLocked()
 			_ = c.Close()
 			return nil
 		}
 		l.releaseLocked(v)
 		victims = append(victims, v)
-		l.evicted++
+		l.shedLocked()
 	}
 	for len(l.open) >= l.limits.max {
 		if l.closed {
@@ -171,7 +220,7 @@ func (l *limitListener) admit(c net.Conn) *trackedConn {
 		if v := l.longestIdle(nil); v != nil {
 			l.releaseLocked(v)
 			victims = append(victims, v)
-			l.evicted++
+			l.shedLocked()
 			continue
 		}
 		l.freed.Wait()
@@ -181,7 +230,18 @@ func (l *limitListener) admit(c net.Conn) *trackedConn {
 	l.open[tc] = struct{}{}
 	l.byAddr[tc.addr] = tc
 	l.peers[peer]++
+	if l.m != nil {
+		l.m.open.Inc()
+	}
 	return tc
+}
+
+// shedLocked counts an idle connection closed for a newcomer.
+func (l *limitListener) shedLocked() {
+	l.evicted++
+	if l.m != nil {
+		l.m.idleShed.Inc()
+	}
 }
 
 // longestIdle returns the open connection (among those match accepts; nil:
@@ -218,6 +278,9 @@ func (l *limitListener) releaseLocked(c *trackedConn) {
 	}
 	if l.peers[c.peer]--; l.peers[c.peer] <= 0 {
 		delete(l.peers, c.peer)
+	}
+	if l.m != nil {
+		l.m.open.Dec()
 	}
 	l.freed.Broadcast()
 }

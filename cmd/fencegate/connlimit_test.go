@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -324,5 +326,26 @@ func TestGRPCSlotsServeCallersUnderAnIdleFlood(t *testing.T) {
 				t.Fatalf("health check behind %d idle connections: %v (want served: %v)", len(conns), err, tc.served)
 			}
 		})
+	}
+}
+
+// TestConnectionSlotsMetrics: the open gauge follows the slots and the
+// shed counter counts each reason.
+func TestConnectionSlotsMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	limits := connLimits{max: 2, perPeer: 2, metrics: newConnMetrics(reg)}
+	release := make(chan struct{})
+	defer close(release)
+	addr := startSlots(t, limits, connTestHandler(release, false))
+	flood(t, addr, "/healthz", 3, 2*time.Second, "127.0.0.2")     // the third closes the first
+	flood(t, addr, "/slow", 2, 500*time.Millisecond, "127.0.0.3") // busy by the time flood returns
+	flood(t, addr, "/slow", 1, 500*time.Millisecond, "127.0.0.3")
+	open := testutil.ToFloat64(limits.metrics.open.WithLabelValues("http"))
+	idle := testutil.ToFloat64(limits.metrics.shed.WithLabelValues("http", shedIdle))
+	refused := testutil.ToFloat64(limits.metrics.shed.WithLabelValues("http", shedPeer))
+	// 127.0.0.3's two slow requests took the slots of 127.0.0.2's idle
+	// connections; its third found both of its own busy.
+	if open != 2 || idle != 3 || refused != 1 {
+		t.Fatalf("open %v, idle_closed %v, peer_refused %v; want 2, 3, 1", open, idle, refused)
 	}
 }

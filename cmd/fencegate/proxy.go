@@ -198,7 +198,7 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 	}
 	defer rt.close()
 	store, checker, reg, goBG := rt.store, rt.checker, rt.reg, rt.goBG
-	pr, p, err := newProxyRunner(cfg.Proxy, connsOf(cfg.Connections), set.routes, checker, log, goBG)
+	pr, p, err := newProxyRunner(cfg.Proxy, rt.conns, set.routes, checker, log, goBG)
 	if err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 			}
 			_, _ = io.WriteString(w, "ok\n")
 		})
-		mr, err := newHTTPRunner("metrics", m, nil, mux, readTimeout, connsOf(cfg.Connections), log)
+		mr, err := newHTTPRunner("metrics", m, nil, mux, readTimeout, rt.conns, log)
 		if err != nil {
 			return err
 		}

@@ -154,7 +154,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	var admissionRunner *httpRunner
 	var ready func(context.Context) error
 	if cfg.Admission.Enabled() {
-		r, h, err := newAdmissionRunner(cfg.Admission, set.admission, connsOf(cfg.Connections), checker, reg, log, goBG)
+		r, h, err := newAdmissionRunner(cfg.Admission, set.admission, rt.conns, checker, reg, log, goBG)
 		if err != nil {
 			return err
 		}
@@ -182,7 +182,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	var ls listeners
 
 	if cfg.HTTP.Enabled() {
-		r, err := newMainHTTPRunner(cfg, srv, ui, checker, log, goBG)
+		r, err := newMainHTTPRunner(cfg, rt.conns, srv, ui, checker, log, goBG)
 		if err != nil {
 			return err
 		}
@@ -191,21 +191,21 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	// Both gRPC listeners' health follows /readyz: NOT_SERVING until the
 	// first check answers, then as the store and webhook certificate go.
 	if cfg.GRPC.Enabled() {
-		r, err := newLocksGRPCRunner(cfg.GRPC, connsOf(cfg.Connections), srv, log, goBG)
+		r, err := newLocksGRPCRunner(cfg.GRPC, rt.conns, srv, log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("grpc", r)
 	}
 	if cfg.Authz.Enabled() {
-		r, err := newAuthzRunner(cfg.Authz, connsOf(cfg.Connections), srv, checker, log, goBG)
+		r, err := newAuthzRunner(cfg.Authz, rt.conns, srv, checker, log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("authz", r)
 	}
 	if len(set.proxyRoutes) > 0 {
-		r, _, err := newProxyRunner(cfg.Proxy, connsOf(cfg.Connections), set.proxyRoutes, checker, log, goBG)
+		r, _, err := newProxyRunner(cfg.Proxy, rt.conns, set.proxyRoutes, checker, log, goBG)
 		if err != nil {
 			return err
 		}
@@ -215,7 +215,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		ls.add("admission", admissionRunner)
 	}
 	if cfg.Debug.Enabled() {
-		r, err := newDebugRunner(cfg.Debug, connsOf(cfg.Connections), log)
+		r, err := newDebugRunner(cfg.Debug, rt.conns, log)
 		if err != nil {
 			return err
 		}
@@ -237,7 +237,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 
 // newMainHTTPRunner builds the HTTP listener: the lock API, forward-auth,
 // health and metrics.
-func newMainHTTPRunner(cfg config.Config, srv *api.Server, ui *console.Console, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
+func newMainHTTPRunner(cfg config.Config, conns connLimits, srv *api.Server, ui *console.Console, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
 	tc, _, err := serverTLS("http", cfg.HTTP.TLS, log, goBG)
 	if err != nil {
 		return nil, err
@@ -254,7 +254,7 @@ func newMainHTTPRunner(cfg config.Config, srv *api.Server, ui *console.Console, 
 	if maxWait == 0 {
 		maxWait = api.DefaultMaxWait
 	}
-	return newHTTPRunner("http", cfg.HTTP.Addr, tc, mux, readTimeout+maxWait, connsOf(cfg.Connections), log)
+	return newHTTPRunner("http", cfg.HTTP.Addr, tc, mux, readTimeout+maxWait, conns, log)
 }
 
 // Both gRPC listeners' health follows /readyz (api.Server.Ready: the store
