@@ -70,7 +70,7 @@ type Config struct {
 
 // Connections are the connection slots of every listener (each listener
 // has its own): at most MaxPerListener connections, at most MaxPerPeer of
-// them from one remote IP. A full listener closes its longest-idle
+// them from one remote IP (IPv6: one /64). A full listener closes its longest-idle
 // connection to admit a new one. Zero fields take the defaults, 1024 and
 // 64 (cmd/fencegate's connlimit.go).
 type Connections struct {

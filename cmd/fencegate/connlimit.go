@@ -15,7 +15,7 @@ import (
 )
 
 // Connection slots. Every listener holds at most max connections and at
-// most perPeer from one remote IP. A full listener does not make the next
+// most perPeer from one remote IP (IPv6: one /64). A full listener does not make the next
 // caller wait for an idle connection's timeout (2 minutes): it closes the
 // connection that has been idle longest and takes the newcomer, so idle
 // connections cannot hold the slots that callers with work need. Idle means
@@ -161,10 +161,17 @@ func (c *trackedConn) Close() error {
 	return c.closeErr
 }
 
+// peerOf is the address a connection's peer is counted under: its IPv4
+// address, or its IPv6 /64 (one host or site is commonly given a whole
+// /64, so counting /128s would give it a cap per address it cares to use).
 func peerOf(a net.Addr) netip.Addr {
 	if ta, ok := a.(*net.TCPAddr); ok {
 		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
-			return ip.Unmap()
+			ip = ip.Unmap()
+			if ip.Is6() {
+				return netip.PrefixFrom(ip, 64).Masked().Addr()
+			}
+			return ip
 		}
 	}
 	return netip.Addr{} // every non-TCP peer shares one count

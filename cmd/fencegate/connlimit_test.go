@@ -349,3 +349,23 @@ func TestConnectionSlotsMetrics(t *testing.T) {
 		t.Fatalf("open %v, idle_closed %v, peer_refused %v; want 2, 3, 1", open, idle, refused)
 	}
 }
+
+// TestPeerOf: IPv4 peers count per address (an IPv4-mapped IPv6 one as
+// its IPv4 address), IPv6 peers per /64.
+func TestPeerOf(t *testing.T) {
+	tcp := func(s string) net.Addr { return &net.TCPAddr{IP: net.ParseIP(s), Port: 1} }
+	for _, tc := range []struct {
+		a, b string
+		same bool
+	}{
+		{"10.0.0.1", "10.0.0.1", true},
+		{"10.0.0.1", "10.0.0.2", false},
+		{"::ffff:10.0.0.1", "10.0.0.1", true},
+		{"2001:db8:1:2::1", "2001:db8:1:2:ffff::9", true},
+		{"2001:db8:1:2::1", "2001:db8:1:3::1", false},
+	} {
+		if got := peerOf(tcp(tc.a)) == peerOf(tcp(tc.b)); got != tc.same {
+			t.Errorf("%s and %s counted as one peer: %v, want %v", tc.a, tc.b, got, tc.same)
+		}
+	}
+}
