@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/stats"
 )
 
@@ -386,8 +387,18 @@ func markTrusted(ctx context.Context) {
 }
 
 // statsHandler is the gRPC side of connState: it counts the RPCs in flight
-// on each of the listener's connections.
-type statsHandler struct{ l *limitListener }
+// on each of the listener's connections, except the methods in idle: a
+// stream anyone may open and keep open (grpc.health.v1.Health/Watch needs
+// no credential) would otherwise make its connection busy forever.
+type statsHandler struct {
+	l    *limitListener
+	idle map[string]bool
+}
+
+// idleMethods are the RPCs that do not make a connection busy.
+var idleMethods = map[string]bool{healthpb.Health_Watch_FullMethodName: true}
+
+type uncountedKey struct{}
 
 var _ stats.Handler = statsHandler{}
 
@@ -406,9 +417,17 @@ func (h statsHandler) TagConn(ctx context.Context, info *stats.ConnTagInfo) cont
 
 func (statsHandler) HandleConn(context.Context, stats.ConnStats) {}
 
-func (statsHandler) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (h statsHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	if h.idle[info.FullMethodName] {
+		return context.WithValue(ctx, uncountedKey{}, true)
+	}
+	return ctx
+}
 
 func (h statsHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	if ctx.Value(uncountedKey{}) != nil {
+		return
+	}
 	var delta int
 	switch s.(type) {
 	case *stats.Begin:

@@ -369,3 +369,67 @@ func TestPeerOf(t *testing.T) {
 		}
 	}
 }
+
+// TestGRPCSlotsHealthWatchIsIdle: connections that hold only a health
+// Watch stream (which needs no credential) and fill the listener do not
+// keep a health check out: a Watch leaves its connection idle. Counting
+// the Watch as a request in flight (the broken variant) keeps every slot
+// busy and the check waits.
+func TestGRPCSlotsHealthWatchIsIdle(t *testing.T) {
+	const capacity = 4
+	for _, tc := range []struct {
+		name   string
+		idle   map[string]bool
+		served bool
+	}{
+		{"watch is idle", idleMethods, true},
+		{"watch counted (broken variant)", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			limits := defaultGRPCLimits
+			limits.conns = connLimits{max: capacity, perPeer: capacity}
+			limits.idleMethods = tc.idle
+			r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, limits, discardLogger(), func(g *grpc.Server) *health.Server {
+				hs := health.NewServer()
+				healthpb.RegisterHealthServer(g, hs)
+				return hs
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { _ = r.serve() }()
+			t.Cleanup(r.srv.Stop)
+
+			for i := range capacity {
+				ip := fmt.Sprintf("127.0.0.%d", 2+i)
+				conn, err := grpc.NewClient(r.addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+					grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+						d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+						return d.DialContext(ctx, "tcp", a)
+					}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { conn.Close() })
+				w, err := healthpb.NewHealthClient(conn).Watch(t.Context(), &healthpb.HealthCheckRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := w.Recv(); err != nil { // the stream is open on the server
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), answerWithin)
+			defer cancel()
+			conn, err := grpc.NewClient(r.addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+			if tc.served != (err == nil) {
+				t.Fatalf("health check beside %d Watch-only connections: %v (want served: %v)", capacity, err, tc.served)
+			}
+		})
+	}
+}

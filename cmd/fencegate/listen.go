@@ -56,6 +56,9 @@ type grpcLimits struct {
 	// listener, what an idle connection costs matters more than batching
 	// reads of large messages, which these services do not have.
 	readBuffer int
+	// idleMethods are the RPCs that leave their connection idle for the
+	// connection slots (idleMethods; a test's broken variant: none).
+	idleMethods map[string]bool
 	// tap runs on each new call before its message is read (nil: none):
 	// the lock API rejects a call without a valid token there.
 	tap tap.ServerInHandle
@@ -96,6 +99,7 @@ var defaultGRPCLimits = grpcLimits{
 	maxStreams:       256,
 	streamWorkers:    64,
 	readBuffer:       8 << 10,
+	idleMethods:      idleMethods,
 }
 
 // serverOptions turns the limits into gRPC server options; a zero field
@@ -307,7 +311,7 @@ func newGRPCRunner(name, addr string, tc *tls.Config, limits grpcLimits, log *sl
 		return nil, err
 	}
 	opts := append(limits.serverOptions(),
-		grpc.StatsHandler(statsHandler{ln}),
+		grpc.StatsHandler(statsHandler{l: ln, idle: limits.idleMethods}),
 		grpc.ChainUnaryInterceptor(recoverUnary(log)),
 		grpc.ChainStreamInterceptor(recoverStream(log)))
 	if tc != nil {
