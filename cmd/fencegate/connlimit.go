@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/peer"
 )
 
 // Connection slots. Every listener holds at most max connections and at
@@ -114,7 +115,7 @@ type limitListener struct {
 	mu     sync.Mutex
 	freed  *sync.Cond // a slot freed or a connection went idle
 	open   map[*trackedConn]struct{}
-	byAddr map[string]*trackedConn // remote address → connection, for gRPC's stats handler
+	byAddr map[string]*trackedConn // remote address → connection, for the gRPC interceptors
 	peers  map[netip.Addr]int
 	closed bool
 
@@ -386,58 +387,57 @@ func markTrusted(ctx context.Context) {
 	}
 }
 
-// statsHandler is the gRPC side of connState: it counts the RPCs in flight
-// on each of the listener's connections, except the methods in idle: a
-// stream anyone may open and keep open (grpc.health.v1.Health/Watch needs
-// no credential) would otherwise make its connection busy forever.
-type statsHandler struct {
-	l    *limitListener
-	idle map[string]bool
-}
+// The gRPC side of connState: interceptors count the RPCs in flight on each
+// of the listener's connections (found by the peer address grpc-go puts in
+// every call's context, which is the accepted connection's), except the
+// methods in idle: a stream anyone may open and keep open
+// (grpc.health.v1.Health/Watch needs no credential) would otherwise make
+// its connection busy forever. Interceptors rather than a stats.Handler:
+// with one, grpc-go copies each call's metadata and builds an event per
+// header and message, on every call of every listener.
 
 // idleMethods are the RPCs that do not make a connection busy.
 var idleMethods = map[string]bool{healthpb.Health_Watch_FullMethodName: true}
 
-type uncountedKey struct{}
-
-var _ stats.Handler = statsHandler{}
-
-func (h statsHandler) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
-	if info.RemoteAddr == nil {
-		return ctx
+// grpcConn is the slot of the connection serving ctx, or nil.
+func (l *limitListener) grpcConn(ctx context.Context) *trackedConn {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return nil
 	}
-	h.l.mu.Lock()
-	tc := h.l.byAddr[info.RemoteAddr.String()]
-	h.l.mu.Unlock()
-	if tc == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, connKey{}, tc)
+	addr := p.Addr.String()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byAddr[addr]
 }
 
-func (statsHandler) HandleConn(context.Context, stats.ConnStats) {}
-
-func (h statsHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
-	if h.idle[info.FullMethodName] {
-		return context.WithValue(ctx, uncountedKey{}, true)
+// busyUnary marks the connection busy while a unary call runs, and puts
+// its slot in the call's context (markTrusted).
+func (l *limitListener) busyUnary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		tc := l.grpcConn(ctx)
+		if tc == nil {
+			return h(ctx, req)
+		}
+		l.setBusy(tc, 1)
+		defer l.setBusy(tc, -1)
+		return h(context.WithValue(ctx, connKey{}, tc), req)
 	}
-	return ctx
 }
 
-func (h statsHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	if ctx.Value(uncountedKey{}) != nil {
-		return
-	}
-	var delta int
-	switch s.(type) {
-	case *stats.Begin:
-		delta = 1
-	case *stats.End:
-		delta = -1
-	default:
-		return
-	}
-	if tc, ok := ctx.Value(connKey{}).(*trackedConn); ok {
-		h.l.setBusy(tc, delta)
+// busyStream marks the connection busy while a stream other than those in
+// idle is open.
+func (l *limitListener) busyStream(idle map[string]bool) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if idle[info.FullMethod] {
+			return h(srv, ss)
+		}
+		tc := l.grpcConn(ss.Context())
+		if tc == nil {
+			return h(srv, ss)
+		}
+		l.setBusy(tc, 1)
+		defer l.setBusy(tc, -1)
+		return h(srv, ss)
 	}
 }

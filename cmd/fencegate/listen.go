@@ -311,9 +311,8 @@ func newGRPCRunner(name, addr string, tc *tls.Config, limits grpcLimits, log *sl
 		return nil, err
 	}
 	opts := append(limits.serverOptions(),
-		grpc.StatsHandler(statsHandler{l: ln, idle: limits.idleMethods}),
-		grpc.ChainUnaryInterceptor(recoverUnary(log)),
-		grpc.ChainStreamInterceptor(recoverStream(log)))
+		grpc.ChainUnaryInterceptor(recoverUnary(log), ln.busyUnary()),
+		grpc.ChainStreamInterceptor(recoverStream(log), ln.busyStream(limits.idleMethods)))
 	if tc != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
