@@ -17,9 +17,10 @@ import (
 )
 
 // Connection slots. Every listener holds at most max connections and at
-// most perPeer from one remote IP (IPv6: one /64). A full listener does not make the next
-// caller wait for an idle connection's timeout (2 minutes): it closes the
-// connection that has been idle longest and takes the newcomer, so idle
+// most perPeer from one remote IP (IPv6: one /64). A full listener does not
+// make the next caller wait for an idle connection's timeout (2 minutes):
+// it closes the connection that has been idle longest and takes the
+// newcomer, so idle
 // connections cannot hold the slots that callers with work need. Idle means
 // no request in flight: HTTP between requests (or before the first one's
 // headers are read), gRPC with no RPC in flight. Connections that have
