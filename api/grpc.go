@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 // grpcOps maps the Locks service's methods to operations (scopes, metrics).
@@ -118,7 +119,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 // and runs h.
 func (s *Server) authorizedCall(ctx context.Context, req any, op Operation, h grpc.UnaryHandler, p **Principal) (any, error) {
 	var err error
-	*p, err = s.authenticate(authorizationMD(ctx))
+	*p, err = s.authenticate(ctx, authorizationMD(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -126,6 +127,42 @@ func (s *Server) authorizedCall(ctx context.Context, req any, op Operation, h gr
 		return nil, err
 	}
 	return h(context.WithValue(ctx, principalKey{}, *p), req)
+}
+
+// GRPCTap is a grpc.InTapHandle for a server the lock API is registered
+// on. grpc-go reads a call's whole message before any interceptor runs, so
+// without it a caller with no credential makes the server buffer and
+// decode every message it sends (up to the server's MaxRecvMsgSize, on
+// every stream at once). GRPCTap answers a fencegate.v1.Locks call without
+// a valid bearer token Unauthenticated (the status the interceptor would
+// give) from its headers alone, before the message is read. Other
+// services (health, reflection) pass, and the interceptor still
+// authenticates and authorizes every Locks call. It runs in the
+// connection's reader goroutine: a hash of the token, nothing more.
+func (s *Server) GRPCTap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	op, known := grpcOps[info.FullMethodName]
+	if !known || s.auth == nil {
+		return ctx, nil
+	}
+	var authorization string
+	if v := info.Header.Get("authorization"); len(v) == 1 {
+		authorization = v[0]
+	}
+	start := time.Now()
+	if _, err := s.authenticate(ctx, authorization); err != nil {
+		s.metrics.observe(op, resultOf(false, err), start)
+		st := asAPIError(err).grpcStatus()
+		if d := time.Since(start); s.access.logsGRPC(st.Code(), d) && s.log.Enabled(ctx, slog.LevelInfo) {
+			s.log.LogAttrs(ctx, slog.LevelInfo, "grpc request",
+				slog.String("method", info.FullMethodName), // one of grpcOps
+				slog.String("code", st.Code().String()),
+				slog.Duration("duration", d),
+				slog.String("token", ""),
+			)
+		}
+		return ctx, st.Err()
+	}
+	return ctx, nil
 }
 
 // authorizationMD returns the "authorization" metadata value; several

@@ -85,10 +85,17 @@ func (s *Server) serveOp(op Operation, method string, fn opFunc) http.Handler {
 		}
 		start := time.Now()
 		ctx, span := startOpSpan(tracing.FromHTTP(r.Context(), r.Header), op)
-		p, err := s.authenticate(r.Header.Get("Authorization"))
+		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
 		if err == nil {
 			setPrincipal(r.Context(), p)
 			err = authorizeOp(p, op)
+		} else if r.ContentLength != 0 {
+			// The body of a caller without a credential is never read:
+			// answer and close instead of letting net/http wait for it
+			// (up to the read timeout, 30 s + maxWait) to reuse the
+			// connection.
+			w.Header().Set("Connection", "close")
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 		}
 		var (
 			status int

@@ -57,6 +57,11 @@ type Options struct {
 	// Replication, when set, reports the store's replication for /readyz
 	// (the "replication" field) after a successful check (optional).
 	Replication func(ctx context.Context) (lockstore.Replication, error)
+	// Authenticated, when set, is called with the request's context each
+	// time a bearer token is accepted (HTTP, gRPC and GRPCTap):
+	// cmd/fencegate keeps such a caller's connection longer when its
+	// listener is full.
+	Authenticated func(ctx context.Context)
 }
 
 // Server is the lock API over HTTP/JSON and gRPC. Build one per process
@@ -72,6 +77,7 @@ type Server struct {
 	access    AccessLog
 	ready     func(ctx context.Context) error
 	repl      func(ctx context.Context) (lockstore.Replication, error)
+	onAuth    func(ctx context.Context)
 	metrics   *metrics
 
 	fenceWarnings prometheus.Counter // fences issued past FenceWarn (fencemetric.go)
@@ -95,6 +101,7 @@ func New(o Options) (*Server, error) {
 		opTimeout: opTimeout,
 		auditLog:  o.Audit,
 		auth:      o.Auth,
+		onAuth:    o.Authenticated,
 		maxWait:   o.MaxWait,
 		gatherer:  o.Gatherer,
 		log:       o.Logger,
@@ -132,7 +139,7 @@ func New(o Options) (*Server, error) {
 
 // authenticate maps an Authorization value to a principal; nil, nil when
 // auth is off.
-func (s *Server) authenticate(authorization string) (*Principal, error) {
+func (s *Server) authenticate(ctx context.Context, authorization string) (*Principal, error) {
 	if s.auth == nil {
 		return nil, nil
 	}
@@ -143,6 +150,9 @@ func (s *Server) authenticate(authorization string) (*Principal, error) {
 			ae.wwwAuth = "invalid_token"
 		}
 		return nil, ae
+	}
+	if s.onAuth != nil {
+		s.onAuth(ctx)
 	}
 	return p, nil
 }

@@ -27,7 +27,12 @@ import (
 // (package main): maxConnsPerListener, the HTTP timeouts of
 // newMainHTTPRunner, defaultGRPCLimits.serverOptions and the panic-recovery
 // interceptors of newGRPCRunner. A change there must be copied here, or the
-// floors stop being the stack fencegate really runs on.
+// floors stop being the stack fencegate really runs on. Not mirrored: the
+// connection slots (connlimit.go; here a plain cap — they add two
+// uncontended mutex operations per request, in net/http's ConnState hook or
+// a gRPC stats handler) and the per-listener message bounds and the lock
+// API's tap (the benchmarks send small requests with a token); the
+// `fencegate serve` children have all of it.
 const (
 	maxConnsPerListener = 1024
 	httpReadHeader      = 10 * time.Second
@@ -58,6 +63,7 @@ func grpcServerOptions() []grpc.ServerOption {
 			MinTime:             10 * time.Second,
 			PermitWithoutStream: true,
 		}),
+		grpc.ReadBufferSize(8 << 10),
 		grpc.ChainUnaryInterceptor(recoverUnary),
 		grpc.ChainStreamInterceptor(recoverStream),
 	}

@@ -445,7 +445,10 @@ func TestMain(m *testing.M) {
 	memBoard.Lock()
 	mem := maps.Clone(memBoard.m)
 	memBoard.Unlock()
-	if len(results) == 0 && len(mem) == 0 {
+	attackBoard.mu.Lock()
+	attacked := len(attackBoard.order) > 0
+	attackBoard.mu.Unlock()
+	if len(results) == 0 && len(mem) == 0 && !attacked {
 		os.Exit(code)
 	}
 	info := runInfo{
@@ -457,6 +460,7 @@ func TestMain(m *testing.M) {
 	var sb strings.Builder
 	render(&sb, info, results)
 	renderMemory(&sb, mem)
+	renderAttack(&sb)
 	fmt.Print("\n" + sb.String())
 	if code == 0 && *resultsDir != "" {
 		name := filepath.Join(*resultsDir, start.UTC().Format("2006-01-02")+"-"+info.Commit+".md")

@@ -64,6 +64,34 @@ type Config struct {
 	Proof Proof `yaml:"proof"`
 	// Debug is the opt-in profiling listener.
 	Debug Debug `yaml:"debug"`
+	// Connections bounds every listener's connections.
+	Connections Connections `yaml:"connections"`
+}
+
+// Connections are the connection slots of every listener (each listener
+// has its own): at most MaxPerListener connections, at most MaxPerPeer of
+// them from one remote IP (IPv6: one /64). A full listener closes its longest-idle
+// connection to admit a new one. Zero fields take the defaults, 1024 and
+// 64 (cmd/fencegate's connlimit.go).
+type Connections struct {
+	MaxPerListener int `yaml:"maxPerListener"`
+	// MaxPerPeer: raise it (up to MaxPerListener) when one proxy
+	// (nginx forward-auth, Envoy) is the only peer and opens more
+	// concurrent connections than the default.
+	MaxPerPeer int `yaml:"maxPerPeer"`
+}
+
+// validate adds the problems of the connection limits.
+func (c Connections) validate(add func(format string, args ...any)) {
+	if c.MaxPerListener < 0 {
+		add("connections.maxPerListener: %d must not be negative (0 is the default, 1024)", c.MaxPerListener)
+	}
+	if c.MaxPerPeer < 0 {
+		add("connections.maxPerPeer: %d must not be negative (0 is the default, 64)", c.MaxPerPeer)
+	}
+	if c.MaxPerListener > 0 && c.MaxPerPeer > c.MaxPerListener {
+		add("connections.maxPerPeer: %d is more than connections.maxPerListener (%d)", c.MaxPerPeer, c.MaxPerListener)
+	}
 }
 
 // Debug configures the net/http/pprof listener. It is off unless Addr is
@@ -281,6 +309,7 @@ func (c *Config) Validate() error {
 			add("debug.addr: %q is not host:port (%v)", c.Debug.Addr, err)
 		}
 	}
+	c.Connections.validate(add)
 
 	// Names, scopes and duplicate secrets are api.NewAuthenticator's to
 	// check; the digest's text is checked here, where the operator who

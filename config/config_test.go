@@ -181,3 +181,45 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectionLimits: the keys, their flags and environment variables
+// set the limits; a negative value, a per-peer cap above the listener's
+// and a non-number are each listed.
+func TestConnectionLimits(t *testing.T) {
+	path := writeFile(t, "connections:\n  maxPerListener: 512\n")
+	c, err := load(t, []string{"--config", path, "--max-conns-per-peer", "16"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Connections != (Connections{MaxPerListener: 512, MaxPerPeer: 16}) {
+		t.Fatalf("got %+v", c.Connections)
+	}
+	if c, err = load(t, nil, map[string]string{"FENCEGATE_MAX_CONNS": "2048"}); err != nil || c.Connections.MaxPerListener != 2048 {
+		t.Fatalf("env: %+v, %v", c.Connections, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--max-conns", "-1", "--max-conns-per-peer", "-2"}, []string{"connections.maxPerListener: -1", "connections.maxPerPeer: -2"}},
+		{[]string{"--max-conns", "8", "--max-conns-per-peer", "9"}, []string{"connections.maxPerPeer: 9 is more than connections.maxPerListener (8)"}},
+		{[]string{"--max-conns", "many"}, []string{"--max-conns: must be an integer"}},
+	} {
+		_, err := load(t, tc.args, nil)
+		var p Problems
+		if !errors.As(err, &p) {
+			t.Fatalf("%v: want Problems, got %v", tc.args, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: problems do not mention %q:\n%v", tc.args, w, err)
+			}
+		}
+	}
+	// The proxy validates them too.
+	c = Default()
+	c.Connections.MaxPerPeer = -1
+	if err := c.ValidateProxy(); err == nil || !strings.Contains(err.Error(), "connections.maxPerPeer") {
+		t.Fatalf("ValidateProxy: %v", err)
+	}
+}

@@ -46,8 +46,21 @@ var settings = []setting{
 		set: func(c *Config, v string) error { c.Log.Format = v; return nil }},
 	{name: "log-access", usage: "HTTP access log: off, errors (4xx, 5xx and slow requests) or all (default errors)",
 		set: func(c *Config, v string) error { c.Log.Access = v; return nil }},
+	{name: "max-conns", usage: "connections one listener holds open; when full it closes its longest-idle connection (default 1024)",
+		set: func(c *Config, v string) error { return setInt(&c.Connections.MaxPerListener, v) }},
+	{name: "max-conns-per-peer", usage: "connections one remote IP holds open on one listener (default 64)",
+		set: func(c *Config, v string) error { return setInt(&c.Connections.MaxPerPeer, v) }},
 	{name: "debug-addr", usage: "net/http/pprof listener, e.g. 127.0.0.1:6060 (default off; a non-loopback address is served with a warning)",
 		set: func(c *Config, v string) error { c.Debug.Addr = v; return nil }},
+}
+
+func setInt(dst *int, v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("must be an integer, got %q", v)
+	}
+	*dst = n
+	return nil
 }
 
 // EnvName returns the environment variable for a flag name.

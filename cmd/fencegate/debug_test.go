@@ -20,7 +20,7 @@ import (
 // startDebug serves the debug listener on d.Addr and returns its address.
 func startDebug(t *testing.T, d config.Debug, log *slog.Logger) string {
 	t.Helper()
-	r, err := newDebugRunner(d, log)
+	r, err := newDebugRunner(d, connLimits{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

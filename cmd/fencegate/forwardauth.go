@@ -54,12 +54,12 @@ func mountForwardAuth(mux *http.ServeMux, srv *api.Server, checker *fencecheck.C
 // /v1/authz/check and nothing else, so that the proxies' port can be told
 // apart from the lock clients' (a NetworkPolicy, a firewall) and the lock
 // API's port need not admit them.
-func newForwardAuthRunner(l config.Listener, srv *api.Server, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
+func newForwardAuthRunner(l config.Listener, conns connLimits, srv *api.Server, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
 	tc, _, err := serverTLS("authz-http", l.TLS, log, goBG)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mountForwardAuth(mux, srv, checker, ao)
-	return newHTTPRunner("authz-http", l.Addr, tc, mux, readTimeout, log)
+	return newHTTPRunner("authz-http", l.Addr, tc, mux, readTimeout, conns, log)
 }

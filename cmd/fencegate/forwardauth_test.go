@@ -40,7 +40,7 @@ func forwardAuthGatewayTB(t testing.TB, cfg config.Config, set serveSettings, ao
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := newMainHTTPRunner(cfg, srv, ui, rt.checker, ao(set.auth), log, rt.goBG)
+	r, err := newMainHTTPRunner(cfg, connLimits{}, srv, ui, rt.checker, ao(set.auth), log, rt.goBG)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestForwardAuthOwnListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := newForwardAuthRunner(cfg.Authz.HTTP, srv, rt.checker, opts(set.auth), discardLogger(), rt.goBG)
+	r, err := newForwardAuthRunner(cfg.Authz.HTTP, connLimits{}, srv, rt.checker, opts(set.auth), discardLogger(), rt.goBG)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,11 +59,11 @@ func TestGRPCHealthStartsNotServing(t *testing.T) {
 		go func() { defer bg.Done(); fn(bgCtx) }()
 	}
 	l := config.Listener{Addr: "127.0.0.1:0"}
-	locks, err := newLocksGRPCRunner(l, srv, log, goBG)
+	locks, err := newLocksGRPCRunner(l, connLimits{}, srv, log, goBG)
 	if err != nil {
 		t.Fatal(err)
 	}
-	az, err := newAuthzRunner(l, srv, checker, authz.Options{Logger: log}, log, goBG)
+	az, err := newAuthzRunner(l, connLimits{}, srv, checker, authz.Options{Logger: log}, log, goBG)
 	if err != nil {
 		t.Fatal(err)
 	}

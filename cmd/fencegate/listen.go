@@ -11,11 +11,11 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/tap"
 
 	"github.com/fencegate/fencegate/certwatch"
 	"github.com/fencegate/fencegate/config"
@@ -29,18 +29,39 @@ const (
 	readTimeout       = 30 * time.Second // a request's body (≤ 64 KiB), on top of any waitMs
 )
 
-// maxConnsPerListener bounds the connections one listener holds open. Past
-// it, new connections wait in the kernel's accept queue instead of taking
-// file descriptors, so a flood of idle connections on one listener cannot
-// starve the others, the store's pool or /healthz of descriptors. Idle
-// connections are reaped (readHeaderTimeout/idleTimeout for HTTP,
-// grpcLimits for gRPC), so waiting connections get their turn.
-const maxConnsPerListener = 1024
+// Every listener holds at most maxConnsPerListener connections and
+// maxConnsPerPeer from one IP (connlimit.go: a full listener closes its
+// longest-idle connection instead of making a newcomer wait), so a flood of
+// idle connections on one listener can neither starve the others, the
+// store's pool or /healthz of descriptors, nor keep callers with work out.
+
+// maxHeaderBytes bounds an HTTP request's header block (net/http's default
+// is 1 MiB, per connection). Envoy's default limit is 60 KiB and nginx's
+// 4 × 8 KiB; fencegate reads a few headers of bounded size.
+const maxHeaderBytes = 64 << 10
 
 // grpcLimits are the gRPC transport's bounds on connections that do nothing.
 type grpcLimits struct {
-	// maxConns is maxConnsPerListener (a knob so tests can use a small one).
-	maxConns int
+	// conns are the listener's connection slots.
+	conns connLimits
+	// maxRecvMsg bounds one received message (grpc-go's default is 4
+	// MiB); what a service's messages need, and no more, since a message
+	// is read whole before any handler sees it. Zero: grpc-go's default.
+	maxRecvMsg int
+	// maxHeaderList bounds a call's header block (grpc-go's default is
+	// 16 MiB). Zero: grpc-go's default.
+	maxHeaderList uint32
+	// readBuffer is each connection's read buffer (grpc-go's default is
+	// 32 KiB, held for the connection's life): with 1024 connections per
+	// listener, what an idle connection costs matters more than batching
+	// reads of large messages, which these services do not have.
+	readBuffer int
+	// idleMethods are the RPCs that leave their connection idle for the
+	// connection slots (idleMethods; a test's broken variant: none).
+	idleMethods map[string]bool
+	// tap runs on each new call before its message is read (nil: none):
+	// the lock API rejects a call without a valid token there.
+	tap tap.ServerInHandle
 	// handshake bounds the HTTP/2 preface and settings exchange: a peer
 	// that connects and sends nothing, or only the preface, is dropped.
 	handshake time.Duration
@@ -70,7 +91,6 @@ type grpcLimits struct {
 }
 
 var defaultGRPCLimits = grpcLimits{
-	maxConns:         maxConnsPerListener,
 	handshake:        10 * time.Second,
 	maxIdle:          2 * time.Minute, // as HTTP's idleTimeout
 	keepaliveTime:    time.Minute,
@@ -78,6 +98,8 @@ var defaultGRPCLimits = grpcLimits{
 	minPingInterval:  10 * time.Second,
 	maxStreams:       256,
 	streamWorkers:    64,
+	readBuffer:       8 << 10,
+	idleMethods:      idleMethods,
 }
 
 // serverOptions turns the limits into gRPC server options; a zero field
@@ -92,6 +114,18 @@ func (l grpcLimits) serverOptions() []grpc.ServerOption {
 	}
 	if l.streamWorkers > 0 {
 		opts = append(opts, grpc.NumStreamWorkers(l.streamWorkers))
+	}
+	if l.maxRecvMsg > 0 {
+		opts = append(opts, grpc.MaxRecvMsgSize(l.maxRecvMsg))
+	}
+	if l.maxHeaderList > 0 {
+		opts = append(opts, grpc.MaxHeaderListSize(l.maxHeaderList))
+	}
+	if l.tap != nil {
+		opts = append(opts, grpc.InTapHandle(l.tap))
+	}
+	if l.readBuffer > 0 {
+		opts = append(opts, grpc.ReadBufferSize(l.readBuffer))
 	}
 	opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionIdle: l.maxIdle,
@@ -171,13 +205,13 @@ type runner interface {
 }
 
 // listen binds addr first, so a port in use is reported at start, before
-// "ready" is logged, and caps the connections it accepts at maxConns.
-func listen(name, addr string, maxConns int) (net.Listener, error) {
+// "ready" is logged, and gives it connection slots (connlimit.go).
+func listen(name, addr string, conns connLimits, log *slog.Logger) (*limitListener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%s listener: %w", name, err)
 	}
-	return netutil.LimitListener(ln, maxConns), nil
+	return newLimitListener(ln, name, conns, log), nil
 }
 
 // serverTLS loads a listener's certificate (re-read on change) or returns
@@ -195,26 +229,30 @@ func serverTLS(name string, t config.TLS, log *slog.Logger, goBG func(func(conte
 }
 
 type httpRunner struct {
-	ln  net.Listener
+	ln  *limitListener
 	srv *http.Server
 	tls bool
 }
 
 // newHTTPRunner binds an HTTP listener (HTTPS when tc is set) serving h
-// behind the panic recovery. readTimeout bounds reading one request.
-func newHTTPRunner(name, addr string, tc *tls.Config, h http.Handler, readTimeout time.Duration, log *slog.Logger) (*httpRunner, error) {
-	ln, err := listen(name, addr, maxConnsPerListener)
+// behind the panic recovery, with the connection slots conns. readTimeout
+// bounds reading one request.
+func newHTTPRunner(name, addr string, tc *tls.Config, h http.Handler, readTimeout time.Duration, conns connLimits, log *slog.Logger) (*httpRunner, error) {
+	log = log.With("listener", name)
+	ln, err := listen(name, addr, conns, log)
 	if err != nil {
 		return nil, err
 	}
-	log = log.With("listener", name)
 	return &httpRunner{ln: ln, tls: tc != nil, srv: &http.Server{
 		Handler:           recoverHTTP(h, log),
 		TLSConfig:         tc,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		IdleTimeout:       idleTimeout,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		MaxHeaderBytes:    maxHeaderBytes,
+		ConnState:         ln.connState,
+		ConnContext:       connContext,
+		ErrorLog:          serverErrorLog(log),
 	}}, nil
 }
 
@@ -258,7 +296,7 @@ func bodiless(h http.Handler) http.Handler {
 }
 
 type grpcRunner struct {
-	ln     net.Listener
+	ln     *limitListener
 	srv    *grpc.Server
 	health *health.Server
 }
@@ -268,18 +306,18 @@ type grpcRunner struct {
 // server that shutdown turns to NOT_SERVING first.
 func newGRPCRunner(name, addr string, tc *tls.Config, limits grpcLimits, log *slog.Logger, register func(*grpc.Server) *health.Server) (*grpcRunner, error) {
 	log = log.With("listener", name)
+	ln, err := listen(name, addr, limits.conns, log)
+	if err != nil {
+		return nil, err
+	}
 	opts := append(limits.serverOptions(),
-		grpc.ChainUnaryInterceptor(recoverUnary(log)),
-		grpc.ChainStreamInterceptor(recoverStream(log)))
+		grpc.ChainUnaryInterceptor(recoverUnary(log), ln.busyUnary()),
+		grpc.ChainStreamInterceptor(recoverStream(log), ln.busyStream(limits.idleMethods)))
 	if tc != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	g := grpc.NewServer(opts...)
 	hs := register(g)
-	ln, err := listen(name, addr, limits.maxConns)
-	if err != nil {
-		return nil, err
-	}
 	return &grpcRunner{ln: ln, srv: g, health: hs}, nil
 }
 

@@ -21,7 +21,7 @@ import (
 // testLimits are defaultGRPCLimits scaled down so idle connections are
 // reaped in seconds.
 var testLimits = grpcLimits{
-	maxConns:         4,
+	conns:            connLimits{max: 4, perPeer: 4},
 	handshake:        300 * time.Millisecond,
 	maxIdle:          300 * time.Millisecond,
 	keepaliveTime:    time.Second,
@@ -130,7 +130,7 @@ func healthCheck(ctx context.Context, addr string) error {
 func TestGRPCIdleConnectionsAreReaped(t *testing.T) {
 	t.Run("limits", func(t *testing.T) {
 		addr := startGRPCHealth(t, testLimits)
-		conns := openIdle(t, addr, 3*testLimits.maxConns)
+		conns := openIdle(t, addr, 3*testLimits.conns.max)
 		// The check waits in the accept queue until idle connections
 		// are reaped; it must not need a slot of its own.
 		ctx, cancel := context.WithTimeout(context.Background(), reapWindow)
@@ -143,8 +143,8 @@ func TestGRPCIdleConnectionsAreReaped(t *testing.T) {
 		}
 	})
 	t.Run("no limits (the old listener) keeps them", func(t *testing.T) {
-		addr := startGRPCHealth(t, grpcLimits{maxConns: 1 << 20})
-		conns := openIdle(t, addr, 3*testLimits.maxConns)
+		addr := startGRPCHealth(t, grpcLimits{conns: connLimits{max: 1 << 20, perPeer: 1 << 20}})
+		conns := openIdle(t, addr, 3*testLimits.conns.max)
 		ctx, cancel := context.WithTimeout(context.Background(), reapWindow)
 		defer cancel()
 		if err := healthCheck(ctx, addr); err != nil {
@@ -177,7 +177,7 @@ func TestForwardAuthDoesNotWaitForABody(t *testing.T) {
 			mux.Handle("/check", tc.h(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				w.WriteHeader(http.StatusOK)
 			})))
-			r, err := newHTTPRunner("http", "127.0.0.1:0", nil, mux, time.Hour, discardLogger())
+			r, err := newHTTPRunner("http", "127.0.0.1:0", nil, mux, time.Hour, connLimits{}, discardLogger())
 			if err != nil {
 				t.Fatal(err)
 			}

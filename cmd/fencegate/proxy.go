@@ -181,7 +181,7 @@ func proxyRoutes(c config.Proxy) ([]proxy.Route, error) {
 // itself (bodyIdleTimeout, bodyTimeout), the upstream's answer by the
 // transport's response-header timeout and a barrier write by its maxWrite,
 // so the server's own read timeout is zero.
-func newProxyRunner(c config.Proxy, routes []proxy.Route, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *proxy.Proxy, error) {
+func newProxyRunner(c config.Proxy, conns connLimits, routes []proxy.Route, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *proxy.Proxy, error) {
 	p, err := proxy.New(checker, routes, proxy.Options{Logger: log, TrustForwarded: c.TrustForwarded})
 	if err != nil {
 		return nil, nil, err
@@ -190,7 +190,7 @@ func newProxyRunner(c config.Proxy, routes []proxy.Route, checker *fencecheck.Ch
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := newHTTPRunner("proxy", c.ProxyAddr(), tc, p, 0, log)
+	r, err := newHTTPRunner("proxy", c.ProxyAddr(), tc, p, 0, conns, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -207,7 +207,7 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 	}
 	defer rt.close()
 	store, checker, reg, goBG := rt.store, rt.checker, rt.reg, rt.goBG
-	pr, p, err := newProxyRunner(cfg.Proxy, set.routes, checker, log, goBG)
+	pr, p, err := newProxyRunner(cfg.Proxy, rt.conns, set.routes, checker, log, goBG)
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 			}
 			_, _ = io.WriteString(w, "ok\n")
 		})
-		mr, err := newHTTPRunner("metrics", m, nil, mux, readTimeout, log)
+		mr, err := newHTTPRunner("metrics", m, nil, mux, readTimeout, rt.conns, log)
 		if err != nil {
 			return err
 		}

@@ -74,7 +74,7 @@ func TestHTTPPanicIsRecoveredByTheListener(t *testing.T) {
 	mux := http.NewServeMux()
 	srv.Register(mux)
 	mux.HandleFunc("/bare", func(http.ResponseWriter, *http.Request) { panic("bare boom") })
-	r, err := newHTTPRunner("http", "127.0.0.1:0", nil, mux, time.Minute, log)
+	r, err := newHTTPRunner("http", "127.0.0.1:0", nil, mux, time.Minute, connLimits{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

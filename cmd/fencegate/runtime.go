@@ -35,6 +35,9 @@ type runtime struct {
 	auditLog    lockstore.AuditLog
 	reg         *prometheus.Registry
 	checker     *fencecheck.Checker
+	// conns are every listener's connection slots (connections.*), counted
+	// in fencegate_listener_connections*.
+	conns connLimits
 	// goBG runs fn until close: every background goroutine has this owner.
 	goBG func(fn func(context.Context))
 
@@ -74,6 +77,8 @@ func startRuntime(ctx context.Context, cfg config.Config, set runtimeSettings, l
 
 	rt.reg = prometheus.NewRegistry()
 	rt.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rt.conns = connsOf(cfg.Connections)
+	rt.conns.metrics = newConnMetrics(rt.reg)
 	// Every lock operation is also timed per store call, off the request
 	// path (the decorator's worker observes; a full queue drops and counts).
 	sm, err := api.NewStoreMetrics(rt.reg, rt.caps.Backend)

@@ -154,7 +154,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	var admissionRunner *httpRunner
 	var ready func(context.Context) error
 	if cfg.Admission.Enabled() {
-		r, h, err := newAdmissionRunner(cfg.Admission, set.admission, checker, reg, log, goBG)
+		r, h, err := newAdmissionRunner(cfg.Admission, set.admission, rt.conns, checker, reg, log, goBG)
 		if err != nil {
 			return err
 		}
@@ -173,7 +173,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	srv, err := api.New(api.Options{
 		Store: ui.Record(store), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
 		Registerer: reg, Gatherer: reg, Logger: log, AccessLog: set.accessLog, Ready: ready, Proofs: set.proofs,
-		Replication: rt.replication,
+		Replication: rt.replication, Authenticated: markTrusted,
 	})
 	if err != nil {
 		return err
@@ -182,7 +182,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	var ls listeners
 
 	if cfg.HTTP.Enabled() {
-		r, err := newMainHTTPRunner(cfg, srv, ui, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
+		r, err := newMainHTTPRunner(cfg, rt.conns, srv, ui, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
 		if err != nil {
 			return err
 		}
@@ -191,28 +191,28 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	// Both gRPC listeners' health follows /readyz: NOT_SERVING until the
 	// first check answers, then as the store and webhook certificate go.
 	if cfg.GRPC.Enabled() {
-		r, err := newLocksGRPCRunner(cfg.GRPC, srv, log, goBG)
+		r, err := newLocksGRPCRunner(cfg.GRPC, rt.conns, srv, log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("grpc", r)
 	}
 	if cfg.Authz.Enabled() {
-		r, err := newAuthzRunner(cfg.Authz.Listener, srv, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
+		r, err := newAuthzRunner(cfg.Authz.Listener, rt.conns, srv, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("authz", r)
 	}
 	if cfg.Authz.HTTP.Enabled() {
-		r, err := newForwardAuthRunner(cfg.Authz.HTTP, srv, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
+		r, err := newForwardAuthRunner(cfg.Authz.HTTP, rt.conns, srv, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("authz-http", r)
 	}
 	if len(set.proxyRoutes) > 0 {
-		r, _, err := newProxyRunner(cfg.Proxy, set.proxyRoutes, checker, log, goBG)
+		r, _, err := newProxyRunner(cfg.Proxy, rt.conns, set.proxyRoutes, checker, log, goBG)
 		if err != nil {
 			return err
 		}
@@ -222,7 +222,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		ls.add("admission", admissionRunner)
 	}
 	if cfg.Debug.Enabled() {
-		r, err := newDebugRunner(cfg.Debug, log)
+		r, err := newDebugRunner(cfg.Debug, rt.conns, log)
 		if err != nil {
 			return err
 		}
@@ -244,7 +244,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 
 // newMainHTTPRunner builds the HTTP listener: the lock API, forward-auth,
 // health and metrics.
-func newMainHTTPRunner(cfg config.Config, srv *api.Server, ui *console.Console, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
+func newMainHTTPRunner(cfg config.Config, conns connLimits, srv *api.Server, ui *console.Console, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
 	tc, _, err := serverTLS("http", cfg.HTTP.TLS, log, goBG)
 	if err != nil {
 		return nil, err
@@ -261,15 +261,42 @@ func newMainHTTPRunner(cfg config.Config, srv *api.Server, ui *console.Console, 
 	if maxWait == 0 {
 		maxWait = api.DefaultMaxWait
 	}
-	return newHTTPRunner("http", cfg.HTTP.Addr, tc, mux, readTimeout+maxWait, log)
+	return newHTTPRunner("http", cfg.HTTP.Addr, tc, mux, readTimeout+maxWait, conns, log)
 }
 
 // Both gRPC listeners' health follows /readyz (api.Server.Ready: the store
 // and the webhook certificate), NOT_SERVING until the first check answers.
 
-// newLocksGRPCRunner builds the gRPC lock API listener.
-func newLocksGRPCRunner(l config.Listener, srv *api.Server, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
-	return newGRPCListener("grpc", l, log, goBG, func(g *grpc.Server) *health.Server {
+// Message bounds of the gRPC listeners (grpc.MaxRecvMsgSize; grpc-go's
+// default is 4 MiB, read whole before any handler or interceptor runs).
+const (
+	// locksMaxRecvMsg: a lock API request is a key (≤ 512 bytes after
+	// NFC, at most 3 × that before), a lockId, a TTL and a wait.
+	locksMaxRecvMsg = 4 << 10
+	// authzMaxRecvMsg: an ext_authz CheckRequest or ext_proc
+	// ProcessingRequest carries the request's headers (Envoy's default
+	// max_request_headers_kb is 60) and attributes, never a body
+	// (deploy/envoy: no with_request_body, body mode NONE).
+	authzMaxRecvMsg = 128 << 10
+	// locksMaxHeaderList, authzMaxHeaderList bound a call's HTTP/2 header
+	// block (grpc-go's default is 16 MiB): a token and tracing headers;
+	// Envoy's own metadata on its check calls.
+	locksMaxHeaderList = 16 << 10
+	authzMaxHeaderList = 32 << 10
+)
+
+// connsOf turns the configuration's connection limits into connLimits.
+func connsOf(c config.Connections) connLimits {
+	return connLimits{max: c.MaxPerListener, perPeer: c.MaxPerPeer}
+}
+
+// newLocksGRPCRunner builds the gRPC lock API listener. A Locks call
+// without a valid token is refused before its message is read
+// (api.Server.GRPCTap).
+func newLocksGRPCRunner(l config.Listener, conns connLimits, srv *api.Server, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
+	limits := defaultGRPCLimits
+	limits.conns, limits.maxRecvMsg, limits.maxHeaderList, limits.tap = conns, locksMaxRecvMsg, locksMaxHeaderList, srv.GRPCTap
+	return newGRPCListener("grpc", l, limits, log, goBG, func(g *grpc.Server) *health.Server {
 		srv.RegisterGRPC(g)
 		hs := health.NewServer()
 		healthpb.RegisterHealthServer(g, hs)
@@ -279,8 +306,10 @@ func newLocksGRPCRunner(l config.Listener, srv *api.Server, log *slog.Logger, go
 }
 
 // newAuthzRunner builds the Envoy ext_authz listener; Envoy health-checks it.
-func newAuthzRunner(l config.Listener, srv *api.Server, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
-	return newGRPCListener("authz", l, log, goBG, func(g *grpc.Server) *health.Server {
+func newAuthzRunner(l config.Listener, conns connLimits, srv *api.Server, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
+	limits := defaultGRPCLimits
+	limits.conns, limits.maxRecvMsg, limits.maxHeaderList = conns, authzMaxRecvMsg, authzMaxHeaderList
+	return newGRPCListener("authz", l, limits, log, goBG, func(g *grpc.Server) *health.Server {
 		as := authz.NewServer(checker, ao)
 		as.Register(g)
 		authz.NewExtProc(checker, ao).Register(g)
@@ -290,12 +319,12 @@ func newAuthzRunner(l config.Listener, srv *api.Server, checker *fencecheck.Chec
 }
 
 // newGRPCListener builds one of serve's gRPC listeners with its TLS.
-func newGRPCListener(name string, l config.Listener, log *slog.Logger, goBG func(func(context.Context)), register func(*grpc.Server) *health.Server) (*grpcRunner, error) {
+func newGRPCListener(name string, l config.Listener, limits grpcLimits, log *slog.Logger, goBG func(func(context.Context)), register func(*grpc.Server) *health.Server) (*grpcRunner, error) {
 	tc, _, err := serverTLS(name, l.TLS, log, goBG)
 	if err != nil {
 		return nil, err
 	}
-	return newGRPCRunner(name, l.Addr, tc, defaultGRPCLimits, log, register)
+	return newGRPCRunner(name, l.Addr, tc, limits, log, register)
 }
 
 // newAuthenticator builds the token set; its error lists every problem
@@ -352,7 +381,7 @@ func admissionOptions(c config.Admission) (admission.Options, error) {
 	return o, o.Validate()
 }
 
-func newAdmissionRunner(c config.Admission, o admission.Options, checker *fencecheck.Checker, reg prometheus.Registerer, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *admission.Handler, error) {
+func newAdmissionRunner(c config.Admission, o admission.Options, conns connLimits, checker *fencecheck.Checker, reg prometheus.Registerer, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *admission.Handler, error) {
 	tc, w, err := serverTLS("admission", c.TLS, log, goBG)
 	if err != nil {
 		return nil, nil, err
@@ -372,7 +401,7 @@ func newAdmissionRunner(c config.Admission, o admission.Options, checker *fencec
 		}
 		_, _ = io.WriteString(rw, "ok\n")
 	})
-	r, err := newHTTPRunner("admission", c.Addr, tc, mux, readTimeout, log)
+	r, err := newHTTPRunner("admission", c.Addr, tc, mux, readTimeout, conns, log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,444 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+)
+
+// Connection slots. Every listener holds at most max connections and at
+// most perPeer from one remote IP (IPv6: one /64). A full listener does not
+// make the next caller wait for an idle connection's timeout (2 minutes):
+// it closes the connection that has been idle longest and takes the
+// newcomer, so idle
+// connections cannot hold the slots that callers with work need. Idle means
+// no request in flight: HTTP between requests (or before the first one's
+// headers are read), gRPC with no RPC in flight. Connections that have
+// carried an authenticated lock API call are closed only when no other
+// connection is idle. Only when every slot carries a request in flight
+// does a new connection wait in the kernel's accept queue, as before.
+//
+// A peer at its perPeer cap loses its own longest-idle connection to its
+// new one; with all of its connections busy, its new connection is closed
+// at once. Without that cap, one address could keep every slot busy with
+// slow requests; with it, an attacker needs max/perPeer addresses to do
+// so (docs/api.md "Connection limits").
+
+// Defaults of config.Connections.
+const (
+	maxConnsPerListener = 1024
+	maxConnsPerPeer     = 64
+)
+
+// connLimits bounds one listener's connections.
+type connLimits struct {
+	max     int // connections open at once; 0 is maxConnsPerListener
+	perPeer int // connections open at once from one IP; 0 is maxConnsPerPeer, capped at max
+	// metrics, when set, counts every listener's connections.
+	metrics *connMetrics
+}
+
+// connMetrics are the connection slots' metrics, labelled by listener.
+type connMetrics struct {
+	open *prometheus.GaugeVec
+	shed *prometheus.CounterVec
+}
+
+// Reasons of fencegate_listener_connections_shed_total.
+const (
+	shedIdle = "idle_closed"  // closed, idle, to admit a new connection
+	shedPeer = "peer_refused" // a new connection over its peer's cap, all of whose connections were busy
+)
+
+func newConnMetrics(reg prometheus.Registerer) *connMetrics {
+	m := &connMetrics{
+		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fencegate_listener_connections",
+			Help: "Connections a listener holds open (at most connections.maxPerListener).",
+		}, []string{"listener"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_listener_connections_shed_total",
+			Help: "Connections a full listener closed: idle_closed (the longest-idle, to admit a new one), peer_refused (a new one over its peer's cap with every connection of that peer busy).",
+		}, []string{"listener", "reason"}),
+	}
+	reg.MustRegister(m.open, m.shed)
+	return m
+}
+
+// listenerMetrics are one listener's series (nil-safe: no metrics).
+type listenerMetrics struct {
+	open             prometheus.Gauge
+	idleShed, refuse prometheus.Counter
+}
+
+func (m *connMetrics) forListener(name string) *listenerMetrics {
+	if m == nil {
+		return nil
+	}
+	return &listenerMetrics{open: m.open.WithLabelValues(name),
+		idleShed: m.shed.WithLabelValues(name, shedIdle), refuse: m.shed.WithLabelValues(name, shedPeer)}
+}
+
+func (c connLimits) resolved() connLimits {
+	if c.max <= 0 {
+		c.max = maxConnsPerListener
+	}
+	if c.perPeer <= 0 {
+		c.perPeer = maxConnsPerPeer
+	}
+	c.perPeer = min(c.perPeer, c.max)
+	return c
+}
+
+// limitWarnInterval is how often a listener logs that it is shedding
+// connections: an attacker decides how often it sheds, not how often the
+// log says so.
+const limitWarnInterval = 10 * time.Second
+
+// limitListener is a net.Listener with connection slots (see above).
+type limitListener struct {
+	net.Listener
+	limits connLimits
+	name   string
+	log    *slog.Logger
+	m      *listenerMetrics // nil: none
+
+	mu     sync.Mutex
+	freed  *sync.Cond // a slot freed or a connection went idle
+	open   map[*trackedConn]struct{}
+	byAddr map[string]*trackedConn // remote address → connection, for the gRPC interceptors
+	peers  map[netip.Addr]int
+	closed bool
+
+	// shed counts connections closed for a slot since the last warning.
+	evicted, refused int
+	lastWarn         time.Time
+}
+
+func newLimitListener(ln net.Listener, name string, limits connLimits, log *slog.Logger) *limitListener {
+	l := &limitListener{
+		Listener: ln,
+		limits:   limits.resolved(),
+		name:     name,
+		log:      log,
+		m:        limits.metrics.forListener(name),
+		open:     make(map[*trackedConn]struct{}),
+		byAddr:   make(map[string]*trackedConn),
+		peers:    make(map[netip.Addr]int),
+	}
+	l.freed = sync.NewCond(&l.mu)
+	return l
+}
+
+// trackedConn is one accepted connection holding a slot.
+type trackedConn struct {
+	net.Conn
+	l    *limitListener
+	peer netip.Addr
+	addr string
+
+	// Guarded by l.mu.
+	busy      int       // requests in flight (HTTP: 0 or 1; gRPC: RPCs)
+	hijacked  bool      // HTTP handed the connection to a handler: never idle
+	idleSince time.Time // when busy last dropped to zero (or the accept)
+	trusted   bool      // has carried an authenticated call
+	released  bool      // its slot is free (closed or evicted)
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func (c *trackedConn) Close() error {
+	c.l.release(c)
+	c.closeOnce.Do(func() { c.closeErr = c.Conn.Close() })
+	return c.closeErr
+}
+
+// peerOf is the address a connection's peer is counted under: its IPv4
+// address, or its IPv6 /64 (one host or site is commonly given a whole
+// /64, so counting /128s would give it a cap per address it cares to use).
+func peerOf(a net.Addr) netip.Addr {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
+			ip = ip.Unmap()
+			if ip.Is6() {
+				return netip.PrefixFrom(ip, 64).Masked().Addr()
+			}
+			return ip
+		}
+	}
+	return netip.Addr{} // every non-TCP peer shares one count
+}
+
+// Accept returns the next connection that gets a slot. Connections over
+// their peer's cap are closed here and never returned.
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if tc := l.admit(c); tc != nil {
+			return tc, nil
+		}
+	}
+}
+
+// admit gives c a slot, closing idle connections to make room, or closes
+// c when its peer's connections are all busy. It waits only while every
+// slot carries a request in flight.
+func (l *limitListener) admit(c net.Conn) *trackedConn {
+	peer := peerOf(c.RemoteAddr())
+	var victims []*trackedConn
+	defer func() {
+		for _, v := range victims {
+			_ = v.Close()
+		}
+	}()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.peers[peer] >= l.limits.perPeer {
+		v := l.longestIdle(func(o *trackedConn) bool { return o.peer == peer })
+		if v == nil {
+			l.refused++
+			if l.m != nil {
+				l.m.refuse.Inc()
+			}
+			l.warnLocked()
+			_ = c.Close()
+			return nil
+		}
+		l.releaseLocked(v)
+		victims = append(victims, v)
+		l.shedLocked()
+	}
+	for len(l.open) >= l.limits.max {
+		if l.closed {
+			_ = c.Close()
+			return nil
+		}
+		if v := l.longestIdle(nil); v != nil {
+			l.releaseLocked(v)
+			victims = append(victims, v)
+			l.shedLocked()
+			continue
+		}
+		l.freed.Wait()
+	}
+	l.warnLocked()
+	tc := &trackedConn{Conn: c, l: l, peer: peer, addr: c.RemoteAddr().String(), idleSince: time.Now()}
+	l.open[tc] = struct{}{}
+	l.byAddr[tc.addr] = tc
+	l.peers[peer]++
+	if l.m != nil {
+		l.m.open.Inc()
+	}
+	return tc
+}
+
+// shedLocked counts an idle connection closed for a newcomer.
+func (l *limitListener) shedLocked() {
+	l.evicted++
+	if l.m != nil {
+		l.m.idleShed.Inc()
+	}
+}
+
+// longestIdle returns the open connection (among those match accepts; nil:
+// all) idle the longest, preferring any that never carried an
+// authenticated call; nil when none is idle.
+func (l *limitListener) longestIdle(match func(*trackedConn) bool) *trackedConn {
+	var best *trackedConn
+	for c := range l.open {
+		if c.busy > 0 || c.hijacked || (match != nil && !match(c)) {
+			continue
+		}
+		if best == nil || (best.trusted && !c.trusted) ||
+			(best.trusted == c.trusted && c.idleSince.Before(best.idleSince)) {
+			best = c
+		}
+	}
+	return best
+}
+
+func (l *limitListener) release(c *trackedConn) {
+	l.mu.Lock()
+	l.releaseLocked(c)
+	l.mu.Unlock()
+}
+
+func (l *limitListener) releaseLocked(c *trackedConn) {
+	if c.released {
+		return
+	}
+	c.released = true
+	delete(l.open, c)
+	if l.byAddr[c.addr] == c {
+		delete(l.byAddr, c.addr)
+	}
+	if l.peers[c.peer]--; l.peers[c.peer] <= 0 {
+		delete(l.peers, c.peer)
+	}
+	if l.m != nil {
+		l.m.open.Dec()
+	}
+	l.freed.Broadcast()
+}
+
+// warnLocked logs, at most once per limitWarnInterval, how many
+// connections were closed for a slot since the last line. The line
+// carries counts only: no peer address an attacker could make it repeat.
+func (l *limitListener) warnLocked() {
+	if l.evicted == 0 && l.refused == 0 {
+		return
+	}
+	now := time.Now()
+	if now.Sub(l.lastWarn) < limitWarnInterval {
+		return
+	}
+	l.lastWarn = now
+	l.log.Warn("listener at its connection limits: closed idle connections to admit new ones, and refused connections from peers at their cap",
+		"listener", l.name, "idle_closed", l.evicted, "peer_refused", l.refused,
+		"max_conns", l.limits.max, "max_conns_per_peer", l.limits.perPeer)
+	l.evicted, l.refused = 0, 0
+}
+
+func (l *limitListener) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	l.freed.Broadcast()
+	l.mu.Unlock()
+	return l.Listener.Close()
+}
+
+// setBusy moves c's in-flight count by delta; at zero it is idle from now.
+func (l *limitListener) setBusy(c *trackedConn, delta int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c.busy = max(c.busy+delta, 0)
+	if c.busy == 0 {
+		c.idleSince = time.Now()
+		l.freed.Broadcast()
+	}
+}
+
+// trackedOf finds the slot of a connection net/http hands a hook, under
+// its TLS layer.
+func trackedOf(c net.Conn) *trackedConn {
+	if t, ok := c.(*tls.Conn); ok {
+		c = t.NetConn()
+	}
+	tc, _ := c.(*trackedConn)
+	return tc
+}
+
+// connState is the http.Server hook that tells the listener which of its
+// connections are idle.
+func (l *limitListener) connState(c net.Conn, s http.ConnState) {
+	tc := trackedOf(c)
+	if tc == nil {
+		return
+	}
+	switch s {
+	case http.StateActive:
+		l.mu.Lock()
+		tc.busy = 1
+		l.mu.Unlock()
+	case http.StateIdle:
+		l.mu.Lock()
+		tc.busy = 0
+		tc.idleSince = time.Now()
+		l.freed.Broadcast()
+		l.mu.Unlock()
+	case http.StateHijacked:
+		l.mu.Lock()
+		tc.hijacked = true
+		l.mu.Unlock()
+	}
+}
+
+type connKey struct{}
+
+// connContext is the http.Server hook that lets a handler reach its
+// connection's slot (markTrusted).
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if tc := trackedOf(c); tc != nil {
+		return context.WithValue(ctx, connKey{}, tc)
+	}
+	return ctx
+}
+
+// markTrusted records that the connection serving ctx carried an
+// authenticated call: under pressure it is closed after the others.
+func markTrusted(ctx context.Context) {
+	if tc, ok := ctx.Value(connKey{}).(*trackedConn); ok {
+		tc.l.mu.Lock()
+		tc.trusted = true
+		tc.l.mu.Unlock()
+	}
+}
+
+// The gRPC side of connState: interceptors count the RPCs in flight on each
+// of the listener's connections (found by the peer address grpc-go puts in
+// every call's context, which is the accepted connection's), except the
+// methods in idle: a stream anyone may open and keep open
+// (grpc.health.v1.Health/Watch needs no credential) would otherwise make
+// its connection busy forever. Interceptors rather than a stats.Handler:
+// with one, grpc-go copies each call's metadata and builds an event per
+// header and message, on every call of every listener.
+
+// idleMethods are the RPCs that do not make a connection busy.
+var idleMethods = map[string]bool{healthpb.Health_Watch_FullMethodName: true}
+
+// grpcConn is the slot of the connection serving ctx, or nil.
+func (l *limitListener) grpcConn(ctx context.Context) *trackedConn {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return nil
+	}
+	addr := p.Addr.String()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byAddr[addr]
+}
+
+// busyUnary marks the connection busy while a unary call runs, and puts
+// its slot in the call's context (markTrusted).
+func (l *limitListener) busyUnary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		tc := l.grpcConn(ctx)
+		if tc == nil {
+			return h(ctx, req)
+		}
+		l.setBusy(tc, 1)
+		defer l.setBusy(tc, -1)
+		return h(context.WithValue(ctx, connKey{}, tc), req)
+	}
+}
+
+// busyStream marks the connection busy while a stream other than those in
+// idle is open.
+func (l *limitListener) busyStream(idle map[string]bool) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if idle[info.FullMethod] {
+			return h(srv, ss)
+		}
+		tc := l.grpcConn(ss.Context())
+		if tc == nil {
+			return h(srv, ss)
+		}
+		l.setBusy(tc, 1)
+		defer l.setBusy(tc, -1)
+		return h(srv, ss)
+	}
+}
