@@ -232,7 +232,10 @@ func (c *Checker) Abandon(ctx context.Context, d Decision) {
 	}
 	c.m.inflight.Dec()
 	c.m.abandoned.Inc()
-	c.log.LogAttrs(ctx, slog.LevelInfo, "fencecheck: barrier write abandoned; newer fences wait until its maxWrite",
+	// Debug, not info: a client makes a write abandoned by leaving, so one
+	// line each would let anyone flood the logs; the count is in
+	// fencegate_barrier_abandoned_total.
+	c.log.LogAttrs(ctx, slog.LevelDebug, "fencecheck: barrier write abandoned; newer fences wait until its maxWrite",
 		slog.String("decisionId", d.DecisionID))
 }
 
