@@ -50,6 +50,10 @@ import (
 //
 // -attack-binary runs another build (e.g. the commit before the fix) in
 // place of this tree's, to measure before and after.
+// benchCheckToken is the forward-auth caller's token (operation check),
+// as a proxy presents it in Proxy-Authorization.
+const benchCheckToken = "bench-check-token"
+
 func BenchmarkUnderAttack(b *testing.B) {
 	bin := *attackBinary
 	if bin == "" {
@@ -135,7 +139,7 @@ func startAttackTarget(tb testing.TB, bin string) *attackTarget {
 		w.WriteHeader(http.StatusOK)
 	}))
 	tb.Cleanup(up.Close)
-	sum := api.HashToken(benchToken)
+	sum, checkSum := api.HashToken(benchToken), api.HashToken(benchCheckToken)
 	dir := tb.TempDir()
 	cfg := filepath.Join(dir, "serve.yaml")
 	debug := ""
@@ -154,6 +158,10 @@ tokens:
   - name: bench
     sha256: %s
     prefixes: ["bench/"]
+  - name: bench-proxy
+    sha256: %s
+    prefixes: ["bench/"]
+    operations: [check]
 log:
   level: info
   format: json
@@ -164,7 +172,7 @@ proxy:
       prefix: /
       upstream: %s
       key: bench/attack/held
-%s`, hex.EncodeToString(sum[:]), up.URL, debug), 0o600); err != nil {
+%s`, hex.EncodeToString(sum[:]), hex.EncodeToString(checkSum[:]), up.URL, debug), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	p := startProc(tb, []string{"FENCEGATE_CONFIG=", "FENCEGATE_STORE=bolt://" + filepath.Join(dir, "locks.db")},
@@ -224,6 +232,8 @@ func (s *attackTarget) targets(tb testing.TB) []legitTarget {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, httpBase+authz.HTTPPath+"/orders/1", nil)
 				req.Header.Set(authz.HeaderKey, s.held.Key)
 				req.Header.Set(authz.HeaderToken, s.held.Fence)
+				// The proxy's credential (a token with the check operation).
+				req.Header.Set("Proxy-Authorization", "Bearer "+benchCheckToken)
 				res, err := hc.Do(req)
 				return status(res, err, http.StatusOK)
 			}, hc.CloseIdleConnections
