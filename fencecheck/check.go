@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/writeproof"
@@ -80,7 +82,10 @@ type Checker struct {
 	proofs        *writeproof.Verifier
 	hideCurrent   bool
 	maxWriteCap   time.Duration
-	maxInFlight   int
+	// routeWarn paces warnRoute; routeWarnDropped counts the lines it held back.
+	routeWarn        *rate.Limiter
+	routeWarnDropped atomic.Int64
+	maxInFlight      int
 }
 
 // New returns a Checker reading s.
@@ -100,6 +105,7 @@ func New(s lockstore.Store, o Options) *Checker {
 
 		finishTimeout: o.FinishTimeout,
 		maxWriteCap:   o.MaxWriteCap,
+		routeWarn:     rate.NewLimiter(1, routeWarnBurst),
 	}
 	if c.maxWriteCap <= 0 || c.maxWriteCap > lockstore.MaxWriteLimit {
 		c.maxWriteCap = lockstore.MaxWriteLimit
@@ -212,8 +218,7 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 		// The route is misconfigured: fail closed, loudly.
 		d.Policy, d.Mode = r.Policy, ModeEnforce
 		d = c.unavailable(d)
-		c.log.LogAttrs(ctx, slog.LevelWarn, "fencecheck: route options invalid; failing closed",
-			slog.String("decisionId", d.DecisionID), slog.String("route", r.Route), slog.Any("error", err))
+		c.warnRoute(ctx, d.DecisionID, r.Route, err)
 		return d, err
 	}
 
@@ -368,6 +373,30 @@ func (r Request) bounded() Request {
 	r.Path = lockstore.Clip(r.Path, lockstore.MaxAuditPath)
 	return r
 }
+
+// warnRoute logs a route whose options do not parse. A caller can send such
+// options on every request (ext_authz context, forward-auth query), so the
+// lines are rate-limited (routeWarnBurst, then one a second; the next line
+// written says how many were dropped) and the error, which quotes the
+// option's value, is cut to routeWarnErrorBytes.
+func (c *Checker) warnRoute(ctx context.Context, decisionID, route string, err error) {
+	if !c.routeWarn.Allow() {
+		c.routeWarnDropped.Add(1)
+		return
+	}
+	attrs := []slog.Attr{slog.String("decisionId", decisionID), slog.String("route", route),
+		slog.String("error", lockstore.Clip(err.Error(), routeWarnErrorBytes))}
+	if n := c.routeWarnDropped.Swap(0); n > 0 {
+		attrs = append(attrs, slog.Int64("suppressed", n))
+	}
+	c.log.LogAttrs(ctx, slog.LevelWarn, "fencecheck: route options invalid; failing closed", attrs...)
+}
+
+// Bounds on warnRoute's lines.
+const (
+	routeWarnBurst      = 10
+	routeWarnErrorBytes = 256
+)
 
 // decisionIDBytes gives 72 random bits: unique enough to find one decision
 // among billions in an audit trail, short enough for a response header.

@@ -464,3 +464,28 @@ func (c *Checker) eventUnbounded(r Request, d Decision) lockstore.AuditEvent {
 	ev.Route, ev.Peer, ev.Method, ev.Path, ev.Presented = r.Route, r.Peer, r.Method, r.Path, r.Fence
 	return ev
 }
+
+// TestRouteWarningsBounded: a caller that sends unparsable route options on
+// every request (a 100 KiB fence_policy) gets its fail-closed 503 each
+// time, but the warn lines are paced and each is cut: the log grows by a
+// few KiB, not by the requests' size. Logging every one in full (the old
+// line) is the broken variant: 200 requests would write 20 MB.
+func TestRouteWarningsBounded(t *testing.T) {
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	c := New(&stateStore{state: lockstore.KeyState{LatestFence: f5}}, Options{Logger: log})
+	bad := Policy(strings.Repeat("x", 100<<10))
+	for range 200 {
+		d, err := c.Check(context.Background(), Request{Key: "k", Write: true, Fence: f5, Policy: bad})
+		if err == nil || d.Allowed || d.Status != 503 {
+			t.Fatalf("unparsable policy: %+v, %v; want 503 with an error", d, err)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, "route options invalid"); n > routeWarnBurst+2 {
+		t.Errorf("%d warn lines for 200 requests within a second; want at most about %d", n, routeWarnBurst)
+	}
+	if len(out) > 16<<10 {
+		t.Errorf("the warnings took %d bytes", len(out))
+	}
+}
