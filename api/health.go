@@ -48,7 +48,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		// Informational: a store that cannot say still serves.
 		if rep, err := s.repl(ctx); err == nil {
-			reply.Replication = &rep
+			// The mode only: /readyz takes no token, and the detail
+			// names standbys (it is in the start-up log).
+			reply.Replication = &lockstore.Replication{Mode: rep.Mode}
 		} else {
 			reply.Replication = &lockstore.Replication{Mode: lockstore.ReplicationUnknown}
 		}

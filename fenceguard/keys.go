@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -59,7 +60,8 @@ type KeySetOptions struct {
 // Rotation needs nothing of the API: a proof signed by a key id the cached
 // set does not know (the gateway moved a new key first) makes the KeySet
 // fetch again at once (at most once per MinRefresh); a key the gateway
-// dropped stops verifying here once the cache is older than MaxAge. When a
+// dropped stops verifying here once the cache is older than MaxAge and a
+// fetch succeeds (a removed key goes on verifying while fetches fail). When a
 // fetch fails, the keys already fetched go on verifying (they are public
 // keys, not secrets; a gateway outage must not stop the API's writes); with
 // none fetched yet, verification fails with ErrKeysUnavailable.
@@ -195,7 +197,7 @@ func (k *KeySet) refresh(ctx context.Context, seen uint64) error {
 	k.attemptedAt = k.now()
 	if err != nil {
 		k.log.LogAttrs(ctx, slog.LevelWarn, "fenceguard: fetching the gateway's proof keys failed; keeping the keys already fetched, if any",
-			slog.Any("error", err), slog.Bool("cached", k.v != nil))
+			slog.String("error", fetchError(err)), slog.Bool("cached", k.v != nil))
 		return fmt.Errorf("%w: %v", ErrKeysUnavailable, err)
 	}
 	k.v, k.fetchedAt = v, k.attemptedAt
@@ -222,4 +224,14 @@ func (k *KeySet) fetch(ctx context.Context) (*writeproof.Verifier, error) {
 		return nil, fmt.Errorf("GET key set: status %d", resp.StatusCode)
 	}
 	return writeproof.ReadKeySet(io.LimitReader(resp.Body, maxKeySetBytes))
+}
+
+// fetchError is a failed fetch's error as logs carry it: a *url.Error quotes
+// the key set's URL, which may hold credentials, so only its cause is kept.
+func fetchError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Op + ": " + ue.Err.Error()
+	}
+	return err.Error()
 }

@@ -231,6 +231,9 @@ func ParseURL(raw string) (Config, error) {
 		}
 		c.AuditRetention.MaxAge = d
 	}
+	if n := len(q[lockstore.FenceFloorParam]); n > 1 {
+		return Config{}, lockstore.Errorf(lockstore.InvalidArgument, "config", "postgres: %s given %d times", lockstore.FenceFloorParam, n)
+	}
 	if v, ok := take(lockstore.FenceFloorParam); ok {
 		f, err := lockstore.ParseFenceFloor(v)
 		if err != nil {

@@ -96,9 +96,10 @@ func (s *Store) acquireAcked(ctx context.Context, key, lockID string, keys []str
 
 var _ lockstore.ReplicationReporter = (*Store)(nil)
 
-// Replication reports synchronous under ack=replicas; otherwise
-// asynchronous when the server has replicas (Redis replication always is),
-// none when it has none.
+// Replication reports synchronous under ack=replicas when acquires wait
+// for every connected replica; asynchronous when some replica is not waited
+// for (ackReplicas below the replicas connected: a lagging one may be
+// promoted) or without ack mode; none without replicas.
 func (s *Store) Replication(ctx context.Context) (lockstore.Replication, error) {
 	info, err := s.client.Info(ctx, "replication").Result()
 	if err != nil {
@@ -112,9 +113,12 @@ func (s *Store) Replication(ctx context.Context) (lockstore.Replication, error) 
 	}
 	detail := fmt.Sprintf("connected replicas=%d", replicas)
 	switch {
-	case s.ackReplicas > 0:
+	case s.ackReplicas > 0 && int64(replicas) <= s.ackReplicas:
 		return lockstore.Replication{Mode: lockstore.ReplicationSynchronous,
 			Detail: fmt.Sprintf("%s; acquires wait for %d (ack=replicas)", detail, s.ackReplicas)}, nil
+	case s.ackReplicas > 0:
+		return lockstore.Replication{Mode: lockstore.ReplicationAsynchronous,
+			Detail: fmt.Sprintf("%s; acquires wait for only %d (ack=replicas): raise ackReplicas to every replica a failover may promote", detail, s.ackReplicas)}, nil
 	case replicas > 0:
 		return lockstore.Replication{Mode: lockstore.ReplicationAsynchronous, Detail: detail}, nil
 	}

@@ -99,7 +99,8 @@ func TestAckParams(t *testing.T) {
 		{"ack=replicas&ackReplicas=0", "ackReplicas=N"},
 		{"ack=all&ackReplicas=1", "the only acknowledgement mode"},
 		{"ackReplicas=1", "need ack=replicas"},
-		{"ack=replicas&ackReplicas=1&ackTimeout=5s", "ackTimeout must be a duration in (0, 1s]"},
+		{"ack=replicas&ackReplicas=1&ackTimeout=5s", "ackTimeout must be a duration in [1ms, 1s]"},
+		{"ack=replicas&ackReplicas=1&ackTimeout=500us", "ackTimeout must be a duration in [1ms, 1s]"}, // WAIT N 0 blocks for good
 	} {
 		cfg, err := ParseURL("redis://127.0.0.1:6379/0?" + c.query)
 		if c.errHas == "" {
@@ -111,5 +112,18 @@ func TestAckParams(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.errHas) {
 			t.Errorf("ParseURL(?%s) error = %v, want one containing %q", c.query, err, c.errHas)
 		}
+	}
+}
+
+// TestAckTimeoutWithinReadTimeout: the WAIT must end before the
+// connection's read deadline, or a slow replica would read as an outage;
+// Open refuses the pair before it connects.
+func TestAckTimeoutWithinReadTimeout(t *testing.T) {
+	cfg, err := ParseURL("redis://127.0.0.1:1/0?ack=replicas&ackReplicas=1&ackTimeout=250ms&read_timeout=100ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "below the read timeout") {
+		t.Fatalf("Open = %v; want the ackTimeout refused against the read timeout", err)
 	}
 }

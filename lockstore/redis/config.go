@@ -250,7 +250,10 @@ func takeOwnParams(cfg *Config, q url.Values) error {
 	}
 	q.Del(queryAuditMaxAge)
 	if v, ok := q[lockstore.FenceFloorParam]; ok {
-		f, err := lockstore.ParseFenceFloor(v[len(v)-1])
+		if len(v) != 1 {
+			return invalidConfig("store URL: %s given %d times", lockstore.FenceFloorParam, len(v))
+		}
+		f, err := lockstore.ParseFenceFloor(v[0])
 		if err != nil {
 			return err
 		}
@@ -264,6 +267,11 @@ func takeOwnParams(cfg *Config, q url.Values) error {
 // needs ackReplicas (WAIT needs a number, and "whoever is connected" passes
 // when the replicas are cut off), and the other two need ack=replicas.
 func takeAckParams(cfg *Config, q url.Values) error {
+	for _, name := range []string{queryAck, queryAckReplicas, queryAckTimeout} {
+		if len(q[name]) > 1 {
+			return invalidConfig("store URL: %s given %d times", name, len(q[name]))
+		}
+	}
 	ack, n, timeout := q.Get(queryAck), q.Get(queryAckReplicas), q.Get(queryAckTimeout)
 	q.Del(queryAck)
 	q.Del(queryAckReplicas)
@@ -285,8 +293,8 @@ func takeAckParams(cfg *Config, q url.Values) error {
 	cfg.AckReplicas = r
 	if timeout != "" {
 		d, err := time.ParseDuration(timeout)
-		if err != nil || d <= 0 || d > MaxAckTimeout {
-			return invalidConfig("store URL: %s must be a duration in (0, %s], such as 250ms", queryAckTimeout, MaxAckTimeout)
+		if err != nil || d < time.Millisecond || d > MaxAckTimeout {
+			return invalidConfig("store URL: %s must be a duration in [1ms, %s], such as 250ms", queryAckTimeout, MaxAckTimeout)
 		}
 		cfg.AckTimeout = d
 	}

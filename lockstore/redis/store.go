@@ -71,6 +71,17 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 
 	opts, fo := cfg.clientOptions()
+	readTimeout := DefaultReadTimeout
+	if fo != nil {
+		readTimeout = fo.ReadTimeout
+	} else {
+		readTimeout = opts.ReadTimeout
+	}
+	if s.ackReplicas > 0 && (s.ackTimeout < time.Millisecond || (readTimeout > 0 && s.ackTimeout >= readTimeout)) {
+		// WAIT's timeout is whole milliseconds (0 blocks for good), and the
+		// connection's read deadline must outlast it.
+		return nil, invalidConfig("ackTimeout %s must be at least 1ms and below the read timeout (%s)", s.ackTimeout, readTimeout)
+	}
 	if fo != nil {
 		s.client = goredis.NewFailoverClient(fo)
 	} else {
