@@ -107,14 +107,19 @@ if legacy > 0 and redis.call('HEXISTS', H, SUM) == 1 then legacy = legacy - 1 en
 if legacy > 0 then
   local kv
   if legacy < batch then kv = redis.call('HGETALL', H) else kv = redis.call('HRANDFIELD', H, batch, 'WITHVALUES') end
+  -- Every entry of the batch is checked before any is moved, so a corrupt
+  -- one refuses the admit without writing half a batch.
+  for i = 1, #kv, 2 do
+    local v = kv[i + 1]
+    if kv[i] ~= SUM and (#v < 17 or string.sub(v, 16, 16) ~= ':' or tonumber(string.sub(v, 17)) == nil or tonumber(string.sub(v, 1, 15)) == nil) then
+      return {raw, cur, now, -4, 0, 0}
+    end
+  end
   local moved = {}
   for i = 1, #kv, 2 do
     local id, v = kv[i], kv[i + 1]
     if id ~= SUM then
       local dl = tonumber(string.sub(v, 17))
-      if #v < 17 or string.sub(v, 16, 16) ~= ':' or dl == nil or tonumber(string.sub(v, 1, 15)) == nil then
-        return {raw, cur, now, -4, 0, 0}
-      end
       if dl > now then
         redis.call('ZADD', ZD, string.sub(v, 17), id)
         redis.call('ZADD', ZF, string.sub(v, 1, 15), id)
