@@ -113,8 +113,8 @@ func buildBarrierStatements(cfg Config) barrierStatements {
 				RETURNING 1
 			)
 			SELECT d.now_ms, d.lock_id, d.expires_at_ms, d.acquired_at_ms, d.lock_fence, d.counter,
-				d.matched, b.n, b.until, EXISTS (SELECT 1 FROM ins)
-			FROM derived d, blockers b`),
+				d.matched, b.n, b.until, EXISTS (SELECT 1 FROM ins), f.n, f.again
+			FROM derived d, blockers b, inflight f`),
 
 		finish: r.Replace(`DELETE FROM {barrier} WHERE key = $1 AND write_id = $2`),
 
@@ -176,10 +176,12 @@ type admitRow struct {
 	counter          *int64
 	matched, created bool
 	blocking, until  int64
+	inflight         int64 // the key's unexpired entries, counted up to the cap
+	again            bool  // this write id is one of them
 }
 
 func (r *admitRow) dest() []any {
-	return append(r.lock.dest()[:5], &r.counter, &r.matched, &r.blocking, &r.until, &r.created)
+	return append(r.lock.dest()[:5], &r.counter, &r.matched, &r.blocking, &r.until, &r.created, &r.inflight, &r.again)
 }
 
 // result derives the state exactly as Inspect does from the same columns
@@ -209,9 +211,14 @@ func (r *admitRow) result(a lockstore.WriteAdmission) (lockstore.WriteAdmitResul
 		res.Admitted = true
 	case r.matched && r.blocking > 0:
 		res.Blocking, res.BlockedUntilMs = int(r.blocking), r.until
-	case r.matched:
-		// Matching, unblocked, not registered: the cap.
+	case r.matched && r.inflight >= int64(a.InFlightCap()) && !r.again:
 		res.Full = true
+	case r.matched:
+		// Matching, unblocked, under the cap, yet not registered: the
+		// statement did something this code does not expect; fail closed
+		// as an error, not as a retriable "full".
+		return lockstore.WriteAdmitResult{}, lockstore.Errorf(lockstore.Internal, op,
+			"postgres: the admit statement registered no entry for a matching, unblocked write under the cap (%d in flight)", r.inflight)
 	}
 	return res, nil
 }
