@@ -413,7 +413,10 @@ func (wl workload) run(t *testing.T) *workloadStats {
 func proxyRoutesConfig(t *testing.T, routes ...string) string {
 	t.Helper()
 	var b strings.Builder
-	b.WriteString("check:\n  timeout: 300ms\nproxy:\n  addr: 127.0.0.1:0\n  routes:\n")
+	// Every writer and holder of these tests is one client IP, with up to
+	// 72 connections open: past the default 64 per peer the proxy would
+	// shed some (docs/api.md "Connection limits").
+	b.WriteString("connections:\n  maxPerPeer: 256\ncheck:\n  timeout: 300ms\nproxy:\n  addr: 127.0.0.1:0\n  routes:\n")
 	for _, r := range routes {
 		b.WriteString(r)
 	}
