@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // Bounds on what clients can make the proxy log. An upstream exchange that
@@ -94,17 +96,9 @@ func errAttr(err error) slog.Attr {
 	return slog.String("error", bounded(msg))
 }
 
-// bounded cuts s at maxLoggedError bytes (at a rune boundary).
-func bounded(s string) string {
-	if len(s) <= maxLoggedError {
-		return s
-	}
-	cut := maxLoggedError
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…(truncated)"
-}
+// bounded cuts s to maxLoggedError bytes (lockstore.Clip: at a rune
+// boundary, the cut marked).
+func bounded(s string) string { return lockstore.Clip(s, maxLoggedError) }
 
 // throttledWriter is httputil.ReverseProxy's ErrorLog output: one warn
 // line per message, through the throttle, bounded.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // net/http writes one ErrorLog line per failed connection (a TLS
@@ -55,19 +57,7 @@ func (w *limitedWriter) Write(p []byte) (int, error) {
 		w.log.Warn("server errors dropped from the log (rate limit)", "dropped", dropped, "window", errorLogWindow)
 	}
 	if pass {
-		w.log.LogAttrs(context.Background(), slog.LevelWarn, truncate(strings.TrimRight(string(p), "\n"), errorLogLineMax))
+		w.log.LogAttrs(context.Background(), slog.LevelWarn, lockstore.Clip(strings.TrimRight(string(p), "\n"), errorLogLineMax))
 	}
 	return len(p), nil
-}
-
-// truncate cuts s to at most n bytes (at a rune boundary), marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n
-	for i > 0 && s[i]&0xC0 == 0x80 {
-		i--
-	}
-	return s[:i] + "…(truncated)"
 }

@@ -71,7 +71,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 
 	opts, fo := cfg.clientOptions()
-	readTimeout := DefaultReadTimeout
+	var readTimeout time.Duration // clientOptions applied the default
 	if fo != nil {
 		readTimeout = fo.ReadTimeout
 	} else {
