@@ -60,6 +60,9 @@ type Config struct {
 	// Proxy is the fencing reverse proxy (config/proxy.go).
 	Proxy Proxy `yaml:"proxy"`
 
+	// Routes is the route table every edge shares (config/routes.go).
+	Routes []Route `yaml:"routes"`
+
 	// Proof signs and verifies write proofs (config/proof.go).
 	Proof Proof `yaml:"proof"`
 	// Debug is the opt-in profiling listener.
