@@ -35,6 +35,10 @@ const (
 // ParseProofMode parses a route's proof mode; "" is ProofNone. Matching is
 // case-insensitive ("lockid", "lock-id" and "lock_id" are ProofLockID).
 func ParseProofMode(s string) (ProofMode, error) {
+	switch m := ProofMode(s); m {
+	case ProofNone, ProofLockID, ProofSigned:
+		return m, nil // a compiled route's value: no folding
+	}
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", "none":
 		return ProofNone, nil

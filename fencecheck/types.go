@@ -93,6 +93,10 @@ func StatusOf(r Reason) int {
 // ParsePolicy parses a route's policy; "" is PolicyHolder. Matching is
 // case-insensitive.
 func ParsePolicy(s string) (Policy, error) {
+	switch p := Policy(s); p {
+	case PolicyHolder, PolicyLatest, PolicyOff:
+		return p, nil // a compiled route's value: no folding
+	}
 	switch p := Policy(strings.ToLower(strings.TrimSpace(s))); p {
 	case "":
 		return PolicyHolder, nil
@@ -105,6 +109,10 @@ func ParsePolicy(s string) (Policy, error) {
 // ParseMode parses a route's mode; "" is ModeEnforce. "dryrun" and
 // "dry_run" are accepted for "dry-run". Matching is case-insensitive.
 func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeEnforce, ModeDryRun, ModeWarn:
+		return m, nil // a compiled route's value: no folding
+	}
 	switch m := Mode(strings.ToLower(strings.TrimSpace(s))); m {
 	case "":
 		return ModeEnforce, nil

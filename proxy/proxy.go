@@ -286,7 +286,7 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 		ms, _ := fencecheck.WriteMethods(r.Methods)
 		rt := &route{Route: r, methods: ms, headers: newHeaderPolicy(r)}
 		rt.path, _ = url.PathUnescape(pfx) // CheckPath passed: valid escapes, no %2F
-		for i := 0; i <= len(pathFolds); i++ {
+		for i := 0; i < readings; i++ {
 			rt.folded = append(rt.folded, folded(i, rt.path))
 		}
 		rt.rp = &httputil.ReverseProxy{
@@ -299,7 +299,7 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 		}
 		p.routes = append(p.routes, rt)
 	}
-	for i := 0; i <= len(pathFolds) && len(errs) == 0; i++ {
+	for i := 0; i < readings && len(errs) == 0; i++ {
 		// Under a reading that makes two prefixes one, no request could be
 		// told apart: an upstream reading it so could serve either.
 		byFold := map[string]*route{}

@@ -1,0 +1,257 @@
+package fencecheck
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// RouteSpec is a route's options as written: an entry of the route table,
+// a proxy route, or the options an ext_authz or forward-auth caller sends.
+// Empty fields take the defaults. CompileRoute turns it into a Route.
+type RouteSpec struct {
+	Name string
+	// Key is a literal key or a template over path segments
+	// ("orders/{2:int}"); empty: the key comes from KeyHeader.
+	Key         string
+	KeyHeader   string // default HeaderKey
+	FenceHeader string // default HeaderToken
+	Policy      string // ParsePolicy
+	Mode        string // ParseMode
+	Methods     string // WriteMethods
+	Proof       string // ParseProofMode
+	Barrier     bool
+	MaxWrite    time.Duration // 0: DefaultMaxWrite
+	// MaxWait bounds how long a barrier write waits for an older one; it
+	// is carried for the barrier's wait budget (0: the check's timeout).
+	MaxWait time.Duration
+}
+
+// Route is a compiled route: every option parsed once, at load for the
+// route table and the proxy, once per distinct options for a caller's
+// (authz keeps them in a bounded cache). It is immutable and safe for
+// concurrent use. Request is the one place that turns a request into the
+// check's Request.
+type Route struct {
+	Name        string
+	Policy      Policy
+	Mode        Mode
+	Proof       ProofMode
+	Methods     MethodSet
+	Key         *KeyTemplate // nil: the key comes from KeyHeader
+	KeyHeader   string       // lower case; "" when Key is set
+	FenceHeader string       // lower case
+	Barrier     bool
+	MaxWrite    time.Duration // 0: DefaultMaxWrite
+	MaxWait     time.Duration
+	Spec        RouteSpec // as written, for logs and `fencegate routes check`
+
+	// err: options that do not parse; every write fails closed (503
+	// unavailable) with it as the RouteError. keyErr: a key template that
+	// does not parse; every write is denied 400 malformed (it names no
+	// key), logged at warn.
+	err, keyErr error
+}
+
+// ErrRouteOption marks a route option that does not parse.
+var ErrRouteOption = errors.New("fencecheck: bad route option")
+
+// CompileRoute parses s once. The error lists every option that does not
+// parse (it wraps ErrRouteOption, and ErrBadTemplate for a key template);
+// the Route is returned even then, failing closed as the options ask:
+// writes of a route whose policy, mode, proof, methods or headers do not
+// parse are answered 503 unavailable (every method counts as a write when
+// the methods do not parse), and writes under a template that does not
+// parse 400 malformed. A configuration refuses such a route at load; a
+// caller's options serve it so.
+func CompileRoute(s RouteSpec) (*Route, error) {
+	rt := &Route{Name: s.Name, Barrier: s.Barrier, MaxWrite: s.MaxWrite, MaxWait: s.MaxWait, Spec: s}
+	var errs []error
+	var err error
+	if rt.Policy, err = ParsePolicy(s.Policy); err != nil {
+		errs = append(errs, err)
+	}
+	if rt.Mode, err = ParseMode(s.Mode); err != nil {
+		errs = append(errs, err)
+	}
+	if rt.Proof, err = ParseProofMode(s.Proof); err != nil {
+		errs = append(errs, err)
+	}
+	if rt.Methods, err = WriteMethods(s.Methods); err != nil {
+		rt.Methods, _ = WriteMethods("*") // fail closed: every request is a write
+		errs = append(errs, err)
+	}
+	rt.FenceHeader = HeaderToken
+	if s.FenceHeader != "" {
+		if !ValidHeaderName(s.FenceHeader) {
+			errs = append(errs, fmt.Errorf("fencecheck: fence header %q is not a header name", s.FenceHeader))
+		}
+		rt.FenceHeader = strings.ToLower(s.FenceHeader)
+	}
+	if s.MaxWrite < 0 || s.MaxWait < 0 {
+		errs = append(errs, errors.New("fencecheck: maxWrite and maxWait must not be negative"))
+	}
+	if len(errs) > 0 {
+		rt.err = fmt.Errorf("%w: %w", ErrRouteOption, errors.Join(errs...))
+	}
+	switch {
+	case s.Key != "" && s.KeyHeader != "":
+		rt.keyErr = fmt.Errorf("%w: key and keyHeader exclude each other", ErrRouteOption)
+	case s.Key != "":
+		// Parsing is the whole syntax check: a template's segment numbers
+		// are bounded (maxSegmentIndex), so no path needs to be tried.
+		if rt.Key, err = ParseKeyTemplate(s.Key); err != nil {
+			rt.keyErr = err
+		}
+	default:
+		rt.KeyHeader = HeaderKey
+		if s.KeyHeader != "" {
+			if !ValidHeaderName(s.KeyHeader) {
+				rt.keyErr = fmt.Errorf("%w: key header %q is not a header name", ErrRouteOption, s.KeyHeader)
+			}
+			rt.KeyHeader = strings.ToLower(s.KeyHeader)
+		}
+	}
+	return rt, errors.Join(rt.err, rt.keyErr)
+}
+
+// Failed returns a copy of rt whose writes fail closed with err (503
+// unavailable), as a route whose options do not parse.
+func (rt *Route) Failed(err error) *Route {
+	c := *rt
+	c.err = errors.Join(rt.err, err)
+	return &c
+}
+
+// Err is why the route's writes fail closed, or nil.
+func (rt *Route) Err() error { return errors.Join(rt.err, rt.keyErr) }
+
+// Input is what a transport extracts from its wire format for one request.
+type Input struct {
+	Method string
+	// MethodUnknown: the request's method is not known (a proxy named the
+	// URI but not the method); it is checked as a write whatever the
+	// route's methods say.
+	MethodUnknown bool
+	// Path is the origin-form request target as sent; a query string or
+	// fragment is cut off here.
+	Path string
+	// Header returns a header's value by lower-case name (one copy);
+	// Count how many copies the request carried.
+	Header func(lc string) string
+	Count  func(lc string) int
+	// CommaJoined: the transport hands over duplicate headers joined with
+	// commas (Envoy's header map, nginx's $http_), so a comma in the key
+	// header cannot be told from two keys.
+	CommaJoined bool
+	Peer        string
+	Source      string
+	// CanFinish: the transport sees the upstream's response and reports
+	// completion (ext_proc, the proxy), so the route may use the barrier.
+	CanFinish bool
+	// Trusted: the caller is the operator's own (the proxy itself, a
+	// route table entry, an authenticated proxy); only then may a route
+	// register barrier entries, which outlive the request.
+	Trusted bool
+}
+
+// Errors a Request carries as its RouteError.
+var (
+	// ErrBarrierUnsupported: the route asks an edge that cannot see the
+	// response (ext_authz, forward-auth) for the write barrier.
+	ErrBarrierUnsupported = errors.New("fencecheck: the route asks for the write barrier, which needs an edge that sees the response: " +
+		"use ext_proc or `fencegate proxy`, not ext_authz or forward-auth")
+	// ErrUntrustedBarrier: a caller not authenticated as the operator's
+	// proxy asks for the write barrier.
+	ErrUntrustedBarrier = errors.New("fencecheck: the write barrier from a caller not authenticated as the operator's proxy " +
+		"(no verified client certificate, not loopback): a barrier entry holds back every newer fence on the key, so only a trusted caller may register one")
+)
+
+// Request builds the check's Request for in under the route: the only
+// place that reads the fence, lockId, proof and key headers, finds inputs
+// sent twice and expands the key template. The error, when not nil, is why
+// the key could not be known (a template that does not parse wraps
+// ErrBadTemplate, a path it cannot read ErrKeyPath); the Request then
+// already asks for 400 malformed, and the error is for the transport's
+// log.
+func (rt *Route) Request(in Input) (Request, error) {
+	path := in.Path
+	if i := strings.IndexAny(path, "?#"); i >= 0 {
+		path = path[:i]
+	}
+	req := Request{
+		Write:     in.MethodUnknown || rt.Methods.IsWrite(in.Method),
+		Policy:    rt.Policy,
+		Mode:      rt.Mode,
+		ProofMode: rt.Proof,
+		Route:     rt.Name,
+		Source:    in.Source,
+		Peer:      in.Peer,
+		Method:    in.Method,
+		Path:      path,
+		LockID:    in.Header(HeaderLockID),
+		Proof:     in.Header(HeaderProof),
+		Fence:     in.Header(rt.FenceHeader),
+	}
+	switch {
+	case rt.err != nil:
+		req.RouteError = rt.err
+	case rt.Barrier && !in.CanFinish:
+		req.RouteError = ErrBarrierUnsupported
+	case rt.Barrier && !in.Trusted:
+		// Refused, not ignored: a route that asked for the barrier must
+		// not silently run without it.
+		req.RouteError = ErrUntrustedBarrier
+	default:
+		req.Barrier, req.MaxWrite = rt.Barrier, rt.MaxWrite
+	}
+	// A fence input sent twice is ambiguous: this check reads one copy,
+	// the upstream may read the other. Denied malformed.
+	if in.Count(rt.FenceHeader) > 1 || in.Count(HeaderLockID) > 1 || in.Count(HeaderProof) > 1 {
+		req.Ambiguous = true
+	}
+	var keyErr error
+	switch {
+	case rt.keyErr != nil:
+		if req.Write {
+			req.Ambiguous, keyErr = true, rt.keyErr
+		}
+	case rt.Key == nil:
+		req.Key = in.Header(rt.KeyHeader)
+		if in.Count(rt.KeyHeader) > 1 || (in.CommaJoined && strings.Contains(req.Key, ",")) {
+			// A key with a comma must come from the route's template.
+			req.Ambiguous = true
+		}
+	case req.Write:
+		// A path that is not canonical under the template is denied 400
+		// malformed without a backend read (Ambiguous comes before the
+		// missing-fence check, so the answer does not depend on whether a
+		// fence was sent).
+		key, err := rt.Key.Expand(in.Path)
+		if err != nil {
+			req.Ambiguous, keyErr = true, err
+		}
+		req.Key = key
+	}
+	return req, keyErr
+}
+
+// ValidHeaderName reports whether h is an HTTP header field name (an RFC
+// 9110 token).
+func ValidHeaderName(h string) bool { return isToken(h) }
+
+// SegmentIs reports whether a decoded path segment has a key template's
+// segment type: SegmentInt (a canonical decimal id), SegmentUUID (a
+// lower-case UUID) or SegmentAny (any non-empty segment).
+func SegmentIs(typ, seg string) bool {
+	switch typ {
+	case SegmentInt:
+		return canonicalInt(seg)
+	case SegmentUUID:
+		return canonicalUUID(seg)
+	case SegmentAny:
+		return seg != ""
+	}
+	return false
+}

@@ -1,0 +1,266 @@
+// Package routes is the route table every edge shares (#20): ext_authz,
+// ext_proc, forward-auth and the fencing reverse proxy. Compile turns the
+// configuration's entries into a Table once (each entry's options compiled
+// into a fencecheck.Route, its match parsed, the entries checked against
+// each other); Match finds the entry governing a request by host, path and
+// method, with the Gateway API's precedence; Named finds the entry a
+// trusted caller names. A Table is immutable; Holder swaps it on reload.
+//
+// Imports: fencecheck and config (plain data) only; the transports import
+// it.
+package routes
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/fencecheck"
+)
+
+// Path match types (config.RoutePath.Type).
+const (
+	PathExact    = "Exact"
+	PathPrefix   = "PathPrefix"
+	PathTemplate = "Template"
+)
+
+// Unmatched says what a write that matches no entry gets.
+type Unmatched string
+
+// Unmatched settings (check.unmatchedWrites).
+const (
+	// UnmatchedDeny (the default): the write fails closed, 503
+	// unavailable; reads pass.
+	UnmatchedDeny Unmatched = "deny"
+	// UnmatchedDefaults: the write is checked as without a table (the
+	// caller's options, else the defaults).
+	UnmatchedDefaults Unmatched = "defaults"
+)
+
+// ParseUnmatched parses check.unmatchedWrites; "" is UnmatchedDeny.
+func ParseUnmatched(s string) (Unmatched, error) {
+	switch Unmatched(s) {
+	case "", UnmatchedDeny:
+		return UnmatchedDeny, nil
+	case UnmatchedDefaults:
+		return UnmatchedDefaults, nil
+	}
+	return "", fmt.Errorf("routes: unmatched writes %q: want deny or defaults", s)
+}
+
+// ErrNoRoute is the RouteError of a write no entry governs (UnmatchedDeny).
+var ErrNoRoute = errors.New("routes: no route table entry matches this request; writes fail closed (check.unmatchedWrites: deny)")
+
+// Entry is one compiled entry of the table.
+type Entry struct {
+	Name string
+	// Route is the entry's compiled options.
+	Route *fencecheck.Route
+	// Upstream is where the fencing reverse proxy sends the entry's
+	// requests; nil: the entry is only checked (authz edges).
+	Upstream *url.URL
+	// Config is the entry as written.
+	Config config.Route
+
+	hosts   []string // lower case; "*.example.com" wildcards; empty: every host
+	path    pathMatch
+	methods []string // exact request methods; empty: every method
+	order   int      // position in the file, the last tie-break
+}
+
+// Table is a compiled route table. It is immutable and safe for
+// concurrent use. A nil *Table is the empty table of a gateway without
+// one.
+type Table struct {
+	entries   []*Entry
+	byName    map[string]*Entry
+	hash      string
+	unmatched Unmatched
+	noRoute   *fencecheck.Route
+	// foldInvariant: no reading changes any entry's path match, so a
+	// plain path needs no second match; templates: some entry is one.
+	foldInvariant, templates bool
+}
+
+// Options are the table's gateway-wide settings.
+type Options struct {
+	Unmatched Unmatched
+}
+
+// Compile compiles entries into a Table, or reports every problem at once
+// (one line per problem, naming the entry): options that do not compile,
+// matches that do not parse, a name used twice, and two entries no
+// request could tell apart (the same hosts, the same path match and
+// overlapping methods).
+func Compile(entries []config.Route, o Options) (*Table, error) {
+	if o.Unmatched == "" {
+		o.Unmatched = UnmatchedDeny
+	}
+	t := &Table{byName: make(map[string]*Entry, len(entries)), unmatched: o.Unmatched}
+	var errs []error
+	for i, c := range entries {
+		where := fmt.Sprintf("routes[%d]", i)
+		if c.Name != "" {
+			where += fmt.Sprintf(" (%s)", c.Name)
+		}
+		e, err := compileEntry(c, i)
+		if err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				errs = append(errs, fmt.Errorf("%s: %s", where, line))
+			}
+			continue
+		}
+		if t.byName[e.Name] != nil {
+			errs = append(errs, fmt.Errorf("%s: name %q is used by another entry", where, e.Name))
+			continue
+		}
+		t.byName[e.Name] = e
+		t.entries = append(t.entries, e)
+	}
+	for i, a := range t.entries {
+		for _, b := range t.entries[i+1:] {
+			if why := indistinguishable(a, b); why != "" {
+				errs = append(errs, fmt.Errorf("routes %q and %q: no request can tell them apart (%s)", a.Name, b.Name, why))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	t.foldInvariant = true
+	for _, e := range t.entries {
+		t.templates = t.templates || e.path.typ == PathTemplate
+		for i := 0; i < Readings; i++ {
+			if e.path.typ == PathTemplate {
+				t.foldInvariant = t.foldInvariant && slices.Equal(e.path.foldedSegs[i], e.path.segs)
+			} else {
+				t.foldInvariant = t.foldInvariant && e.path.folded[i] == e.path.p
+			}
+		}
+	}
+	nr, _ := fencecheck.CompileRoute(fencecheck.RouteSpec{})
+	t.noRoute = nr.Failed(ErrNoRoute)
+	sum := sha256.New()
+	_ = json.NewEncoder(sum).Encode(struct {
+		R []config.Route
+		U Unmatched
+	}{entries, o.Unmatched})
+	t.hash = hex.EncodeToString(sum.Sum(nil))[:16]
+	return t, nil
+}
+
+func compileEntry(c config.Route, order int) (*Entry, error) {
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, errors.New("name: required"))
+	}
+	rt, err := fencecheck.CompileRoute(fencecheck.RouteSpec{
+		Name: c.Name, Key: c.Key, KeyHeader: c.KeyHeader, FenceHeader: c.FenceHeader, Policy: c.Policy, Mode: c.Mode,
+		Methods: c.Methods, Proof: c.Proof, Barrier: c.Barrier, MaxWrite: c.MaxWrite.Std(), MaxWait: c.MaxWait.Std(),
+	})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	e := &Entry{Name: c.Name, Route: rt, Config: c, order: order}
+	for _, h := range c.Match.Hosts {
+		n, err := normalizeHostPattern(h)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !slices.Contains(e.hosts, n) {
+			e.hosts = append(e.hosts, n)
+		}
+	}
+	slices.Sort(e.hosts)
+	if e.path, err = parsePathMatch(c.Match.Path); err != nil {
+		errs = append(errs, err)
+	}
+	for _, m := range c.Match.Methods {
+		if !fencecheck.ValidHeaderName(m) { // a method is a token too
+			errs = append(errs, fmt.Errorf("match.methods: %q is not an HTTP method", m))
+			continue
+		}
+		if !slices.Contains(e.methods, m) {
+			e.methods = append(e.methods, m)
+		}
+	}
+	if c.Upstream != "" {
+		u, err := url.Parse(c.Upstream)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("upstream: %q must be an http:// or https:// URL with a host", c.Upstream))
+		}
+		e.Upstream = u
+	}
+	return e, errors.Join(errs...)
+}
+
+// Len is the number of entries.
+func (t *Table) Len() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.entries)
+}
+
+// Hash identifies the table's content (the entries as written and the
+// unmatched setting): 16 hex digits, logged at every load and reload.
+func (t *Table) Hash() string {
+	if t == nil {
+		return ""
+	}
+	return t.hash
+}
+
+// Unmatched is the table's unmatched-writes setting.
+func (t *Table) Unmatched() Unmatched { return t.unmatched }
+
+// Entries returns the entries in the file's order.
+func (t *Table) Entries() []*Entry {
+	if t == nil {
+		return nil
+	}
+	return slices.Clone(t.entries)
+}
+
+// Named returns the entry called name, or nil.
+func (t *Table) Named(name string) *Entry {
+	if t == nil {
+		return nil
+	}
+	return t.byName[name]
+}
+
+// NoRoute is the route of a request no entry matches under UnmatchedDeny:
+// the default write methods, every write failing closed with ErrNoRoute.
+func (t *Table) NoRoute() *fencecheck.Route { return t.noRoute }
+
+// Holder holds the table the edges serve; a reload swaps it whole.
+type Holder struct{ p atomic.Pointer[Table] }
+
+// NewHolder returns a Holder serving t.
+func NewHolder(t *Table) *Holder {
+	h := &Holder{}
+	h.p.Store(t)
+	return h
+}
+
+// Load returns the table being served (nil: none configured). A nil
+// Holder holds none.
+func (h *Holder) Load() *Table {
+	if h == nil {
+		return nil
+	}
+	return h.p.Load()
+}
+
+// Store swaps in t.
+func (h *Holder) Store(t *Table) { h.p.Store(t) }
