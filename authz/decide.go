@@ -3,7 +3,6 @@ package authz
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"unicode/utf16"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/routes"
 )
 
 // Sources name the transport in audit events.
@@ -36,6 +36,10 @@ type Options struct {
 	// certificate, or a forward-auth caller with a credential, is trusted.
 	// Only a trusted caller's route may ask for the write barrier.
 	TrustLoopback bool
+	// Routes, when it holds a table (config routes:), governs requests as
+	// resolve says; the owner swaps the table on reload. nil or empty:
+	// every request takes its caller's options.
+	Routes *routes.Holder
 }
 
 // requestView is what both transports extract from their wire format.
@@ -44,6 +48,7 @@ type requestView struct {
 	// methodUnknown: the proxy named the original URI but not its method;
 	// the request is checked as a write whatever the route's methods say.
 	methodUnknown bool
+	host          string                 // the original request's host (any port), for the route table
 	path          string                 // may carry a query string; it is cut off here
 	header        func(lc string) string // by lowercase name: the value (one copy)
 	count         func(lc string) int    // by lowercase name: how many copies the request carried
@@ -56,6 +61,18 @@ type requestView struct {
 	caller caller
 }
 
+// input is the view as fencecheck.Route.Request reads it. Every authz
+// transport hands over duplicate headers joined with commas (Envoy's
+// headers map, nginx's $http_ variables), so a comma in a key header
+// cannot be told from two keys.
+func (v requestView) input(trusted bool) fencecheck.Input {
+	return fencecheck.Input{
+		Method: v.method, MethodUnknown: v.methodUnknown, Path: v.path,
+		Header: v.header, Count: v.count, CommaJoined: true,
+		Peer: v.peer, Source: v.source, CanFinish: v.canFinish, Trusted: trusted,
+	}
+}
+
 // decider turns a requestView and a route's options into a fencecheck
 // Request and decides it. It is shared by the gRPC and HTTP transports so
 // that both read the same inputs the same way.
@@ -64,102 +81,71 @@ type decider struct {
 	log           *slog.Logger
 	authenticate  func(string) (KeyScope, error)
 	trustLoopback bool
+	routes        *routes.Holder
+	inline        *routeCache
 }
 
 func newDecider(c *fencecheck.Checker, o Options) decider {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return decider{checker: c, log: o.Logger, authenticate: o.Authenticate, trustLoopback: o.TrustLoopback}
+	return decider{checker: c, log: o.Logger, authenticate: o.Authenticate, trustLoopback: o.TrustLoopback,
+		routes: o.Routes, inline: newRouteCache(routeCacheSize)}
+}
+
+// resolve picks the route governing a request (#20), in order: the table
+// entry a trusted caller names (fence_route); a trusted caller's inline
+// options; the table entry the request's host, path and method match.
+// Without a table every caller's options apply, as before the table. With
+// one, a caller that is not trusted cannot choose or override an entry:
+// its options are ignored. fromTable reports a route of the operator's
+// own configuration (trusted for the barrier whoever asks); refuse, a
+// path the table cannot route (not canonical, or ambiguous).
+func (d decider) resolve(v requestView, ro routeOptions) (rt *fencecheck.Route, fromTable bool, refuse error) {
+	tbl := d.routes.Load()
+	if tbl == nil {
+		return d.inline.get(ro), false, nil
+	}
+	if v.caller.trusted {
+		if e := tbl.Named(ro.name); e != nil {
+			return e.Route, true, nil
+		}
+		if ro.inline() {
+			return d.inline.get(ro), false, nil
+		}
+	}
+	e, err := tbl.Match(v.host, v.path, v.method)
+	switch {
+	case err != nil:
+		return nil, true, err
+	case e != nil:
+		return e.Route, true, nil
+	case tbl.Unmatched() == routes.UnmatchedDefaults:
+		return d.inline.get(ro), false, nil
+	}
+	return tbl.NoRoute(), true, nil
 }
 
 func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fencecheck.Decision, error) {
-	path := v.path
-	if i := strings.IndexAny(path, "?#"); i >= 0 {
-		path = path[:i]
-	}
-	methods, methodsErr := fencecheck.WriteMethods(ro.methods)
-	if methodsErr != nil {
-		// Fail closed, as for any route option that does not parse: every
-		// request is a write, and RouteError below makes the checker answer
-		// it 503 "unavailable" (whatever the route's mode), with a decision
-		// id, metrics and audit like any other.
-		methods, _ = fencecheck.WriteMethods("*")
-	}
-	req := fencecheck.Request{
-		Write:  v.methodUnknown || methods.IsWrite(v.method),
-		Policy: fencecheck.Policy(ro.policy),
-		Mode:   fencecheck.Mode(ro.mode),
-		Route:  ro.name,
-		Source: v.source,
-		Peer:   v.peer,
-		Method: v.method,
-		Path:   path,
-		LockID: v.header(HeaderLockID),
-
-		ProofMode: fencecheck.ProofMode(ro.proof),
-		Proof:     v.header(HeaderProof),
-	}
-	barrier, maxWrite, berr := parseBarrier(ro.barrier, ro.maxWrite)
-	switch {
-	case ro.err != nil:
-		req.RouteError = ro.err
-	case methodsErr != nil:
-		req.RouteError = fmt.Errorf("%s: %w", ExtMethods, methodsErr)
-	case berr != nil:
-		req.RouteError = berr
-	case barrier && !v.canFinish:
-		req.RouteError = errBarrierUnsupported
-	case barrier && !v.caller.trusted:
-		// A barrier entry outlives the request and holds back every newer
-		// fence on the key for up to maxWrite: only the operator's proxy
-		// may register one. Refused, not ignored: a route that asked for
-		// the barrier must not silently run without it.
-		req.RouteError = errUntrustedBarrier // logged by the checker, with the route, at warn
-	default:
-		req.Barrier, req.MaxWrite = barrier, maxWrite
-	}
-	fenceHeader := HeaderToken
-	if ro.header != "" {
-		fenceHeader = strings.ToLower(ro.header)
-	}
-	req.Fence = v.header(fenceHeader)
-
-	// A fence input sent twice is ambiguous: this check reads one copy, the
-	// upstream may read the other. Denied malformed (fencecheck).
-	inputs := []string{fenceHeader, HeaderLockID, HeaderProof}
-	if ro.key == "" {
-		req.Key = v.header(HeaderKey)
-		inputs = append(inputs, HeaderKey)
-		// Proxies join duplicate headers with commas (Envoy's headers map,
-		// nginx's $http_ variables), so a comma in a key header cannot be
-		// told from two keys: a key with a comma must come from fence_key.
-		req.Ambiguous = strings.Contains(req.Key, ",")
-	}
-	for _, h := range inputs {
-		if v.count(h) > 1 {
-			req.Ambiguous = true
+	rt, fromTable, refuse := d.resolve(v, ro)
+	var req fencecheck.Request
+	if refuse != nil {
+		req = d.routes.Load().Refuse(v.input(v.caller.trusted))
+		if req.Write {
+			d.log.LogAttrs(ctx, slog.LevelDebug, "authz: the route table cannot route this path; writes refused", slog.Any("error", refuse))
 		}
-	}
-	if req.Ambiguous && req.Write {
-		d.log.LogAttrs(ctx, slog.LevelDebug, "authz: a fence input header was sent more than once", slog.String("route", ro.name))
-	}
-
-	if ro.key != "" && req.Write {
-		// A template that does not parse, or a path that is not canonical
-		// under it, is denied 400 "malformed" without a backend read
-		// (Ambiguous comes before the missing-fence check, so the answer
-		// does not depend on whether a fence was sent).
-		key, err := fencecheck.ExpandKey(ro.key, v.path)
-		if err != nil {
+	} else {
+		var kerr error
+		req, kerr = rt.Request(v.input(v.caller.trusted || fromTable))
+		if kerr != nil {
 			level := slog.LevelDebug
-			if errors.Is(err, fencecheck.ErrBadTemplate) {
+			if errors.Is(kerr, fencecheck.ErrBadTemplate) || errors.Is(kerr, fencecheck.ErrRouteOption) {
 				level = slog.LevelWarn // the route's configuration, not the client
 			}
-			d.log.LogAttrs(ctx, level, "authz: fence_key did not expand", slog.String("route", ro.name), slog.Any("error", err))
-			req.Ambiguous = true
+			d.log.LogAttrs(ctx, level, "authz: fence_key did not expand", slog.String("route", rt.Name), slog.Any("error", kerr))
+		} else if req.Ambiguous && req.Write {
+			d.log.LogAttrs(ctx, slog.LevelDebug, "authz: a fence input header was sent more than once", slog.String("route", rt.Name))
 		}
-		req.Key = key
 	}
 	if req.Write && v.caller.scope != nil {
 		// A key the backend would refuse is the checker's to answer

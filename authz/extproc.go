@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -167,6 +168,7 @@ func (s *ExtProc) decide(ctx context.Context, req *extprocv3.ProcessingRequest, 
 	}
 	v := requestView{
 		method:    headers[":method"],
+		host:      cmp.Or(headers[":authority"], headers["host"]),
 		path:      headers[":path"],
 		header:    func(lc string) string { return headers[lc] },
 		count:     func(lc string) int { return copies[lc] },
@@ -295,15 +297,12 @@ func parseBarrier(on, maxWrite string) (bool, time.Duration, error) {
 	return barrier, d, nil
 }
 
-// errUntrustedBarrier: a caller that is not authenticated as the
-// operator's proxy asks for the write barrier.
-var errUntrustedBarrier = errors.New("authz: " + ExtBarrier + " from a caller not authenticated as the operator's proxy " +
-	"(no verified client certificate, not loopback): a barrier entry holds back every newer fence on the key, so only a trusted caller may register one")
-
-// errBarrierUnsupported: the route asks ext_authz or forward-auth for the
-// barrier, which needs an edge that sees the upstream's response.
-var errBarrierUnsupported = errors.New("authz: the route asks for the write barrier (" + ExtBarrier +
-	"), which needs an edge that sees the response: use ext_proc or `fencegate proxy`, not ext_authz or forward-auth")
+// The barrier errors a route's Request carries (kept under their old
+// names for the tests).
+var (
+	errUntrustedBarrier   = fencecheck.ErrUntrustedBarrier
+	errBarrierUnsupported = fencecheck.ErrBarrierUnsupported
+)
 
 // upstreamCompleted reports whether a response status, as ext_proc sees it,
 // can be the upstream's complete answer. Envoy answers 408 (request,

@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"strconv"
@@ -82,6 +83,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	}
 	v := requestView{
 		method: hr.GetMethod(),
+		host:   cmp.Or(hr.GetHost(), headers[":authority"]),
 		path:   hr.GetPath(),
 		header: func(lc string) string { return headers[lc] },
 		count:  count,

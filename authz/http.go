@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -210,17 +211,18 @@ func originalRequest(r *http.Request) (requestView, convention) {
 		source: SourceHTTP,
 	}
 	for _, c := range [...]struct {
-		conv              convention
-		method, uriHeader string
+		conv                          convention
+		method, uriHeader, hostHeader string
 	}{
-		{convForwarded, "X-Forwarded-Method", "X-Forwarded-Uri"},
-		{convOriginal, "X-Original-Method", "X-Original-Uri"},
+		{convForwarded, "X-Forwarded-Method", "X-Forwarded-Uri", "X-Forwarded-Host"},
+		{convOriginal, "X-Original-Method", "X-Original-Uri", "X-Original-Host"},
 	} {
 		m, u := r.Header.Get(c.method), r.Header.Get(c.uriHeader)
 		if m == "" && u == "" {
 			continue
 		}
 		v.method, v.path = m, u
+		v.host = cmp.Or(r.Header.Get(c.hostHeader), r.Host)
 		if v.method == "" && u != "" {
 			// Not the auth request's own method: nginx's auth subrequest
 			// is always GET, so every write would pass as a read. The
@@ -234,7 +236,7 @@ func originalRequest(r *http.Request) (requestView, convention) {
 		}
 		return v, c.conv
 	}
-	v.method = r.Method
+	v.method, v.host = r.Method, r.Host
 	// The request target as sent, not r.URL.EscapedPath(): that re-encodes
 	// a path it finds invalidly encoded (raw UTF-8, say), so the key
 	// template would judge another spelling than the upstream receives.
