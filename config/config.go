@@ -176,6 +176,10 @@ type Check struct {
 	// BarrierMaxInFlight caps one key's writes in flight on barrier routes;
 	// zero is lockstore.DefaultMaxInFlight (1024).
 	BarrierMaxInFlight int `yaml:"barrierMaxInFlight"`
+	// UnmatchedWrites is what a write no route table entry matches gets
+	// when a table is configured: deny (the default; 503 unavailable) or
+	// defaults (checked as without a table). Reads always pass.
+	UnmatchedWrites string `yaml:"unmatchedWrites"`
 }
 
 // Audit configures the audit trail. Zero fields take the defaults of
@@ -295,7 +299,7 @@ func (c *Config) Validate() error {
 		}
 		checkTLS(add, l.name+".tls", l.l.TLS)
 	}
-	if !c.HTTP.Enabled() && !c.GRPC.Enabled() && !c.Authz.Enabled() && !c.Authz.HTTP.Enabled() && !c.Admission.Enabled() && len(c.Proxy.Routes) == 0 {
+	if !c.HTTP.Enabled() && !c.GRPC.Enabled() && !c.Authz.Enabled() && !c.Authz.HTTP.Enabled() && !c.Admission.Enabled() && len(c.ProxyEntries()) == 0 {
 		add("every listener is off: enable at least one of http, grpc, authz, admission, or set proxy.routes")
 	}
 
@@ -364,6 +368,7 @@ func (c *Config) Validate() error {
 		add("audit: queueSize, maxEvents, maxInputEvents and maxAge must not be negative")
 	}
 
+	p = append(p, c.routeProblems()...)
 	if len(c.Proxy.Routes) > 0 {
 		p = append(p, c.Proxy.problems()...)
 	}

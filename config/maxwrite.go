@@ -31,7 +31,7 @@ func (c *Config) maxWriteCapProblems() []string {
 		return append(out, "check.maxWriteCap: must be between 1ms and 24h")
 	}
 	limit := c.Check.EffectiveMaxWriteCap()
-	for i, r := range c.Proxy.Routes {
+	for i, r := range c.RouteTable() {
 		if !r.Barrier {
 			continue
 		}
@@ -40,7 +40,10 @@ func (c *Config) maxWriteCapProblems() []string {
 			mw, src = DefaultProxyMaxWrite, " (the default)"
 		}
 		if mw > limit {
-			where := fmt.Sprintf("proxy.routes[%d]", i)
+			where := fmt.Sprintf("routes[%d]", i)
+			if i >= len(c.Routes) {
+				where = fmt.Sprintf("proxy.routes[%d]", i-len(c.Routes))
+			}
 			if r.Name != "" {
 				where += fmt.Sprintf(" (%s)", r.Name)
 			}

@@ -82,13 +82,21 @@ func (p Proxy) ProxyAddr() string {
 	return p.Addr
 }
 
-// Drain is how long a SIGTERM waits for in-flight requests.
+// Drain is proxy.shutdownTimeout with its default (Config.Drain raises it
+// for barrier routes).
 func (p Proxy) Drain() time.Duration {
 	d := p.ShutdownTimeout.Std()
 	if d <= 0 {
 		d = DefaultProxyShutdownTimeout
 	}
-	for _, r := range p.Routes {
+	return d
+}
+
+// Drain is how long a SIGTERM waits for in-flight requests: proxy.Drain,
+// raised for the table's barrier entries with an upstream.
+func (c *Config) Drain() time.Duration {
+	d := c.Proxy.Drain()
+	for _, r := range c.ProxyEntries() {
 		if !r.Barrier {
 			continue
 		}
@@ -119,9 +127,6 @@ func (p Proxy) problems() []string {
 	checkTLS(add, "proxy.tls", p.TLS)
 	if p.ShutdownTimeout < 0 {
 		add("proxy.shutdownTimeout: must not be negative")
-	}
-	if len(p.Routes) == 0 {
-		add("proxy.routes: at least one route is required")
 	}
 	for i, r := range p.Routes {
 		where := fmt.Sprintf("proxy.routes[%d]", i)
@@ -191,6 +196,10 @@ func (c *Config) ValidateProxy() error {
 		p = append(p, "audit: queueSize, maxEvents, maxInputEvents and maxAge must not be negative")
 	}
 	p = append(p, c.Proxy.problems()...)
+	p = append(p, c.routeProblems()...)
+	if len(c.ProxyEntries()) == 0 {
+		p = append(p, "proxy.routes: at least one route is required (proxy.routes, or routes: entries with an upstream)")
+	}
 	p = append(p, c.maxWriteCapProblems()...)
 	if len(p) > 0 {
 		return p

@@ -1,5 +1,11 @@
 package config
 
+import (
+	"fmt"
+	"net/url"
+	"time"
+)
+
 // Route is one entry of the route table (the top-level `routes:` list), shared
 // by every edge: Envoy ext_authz and ext_proc, forward-auth, `fencegate proxy`
 // and the proxy listener of `fencegate serve`. A request is governed by the
@@ -67,4 +73,115 @@ type RouteMatch struct {
 type RoutePath struct {
 	Type  string `yaml:"type"` // Exact | PathPrefix (default) | Template
 	Value string `yaml:"value"`
+}
+
+// Route path match types (RoutePath.Type; routes.Compile parses them).
+const (
+	RoutePathExact    = "Exact"
+	RoutePathPrefix   = "PathPrefix"
+	RoutePathTemplate = "Template"
+)
+
+// Unmatched-write settings (Check.UnmatchedWrites).
+const (
+	UnmatchedDeny     = "deny"
+	UnmatchedDefaults = "defaults"
+)
+
+// RouteTable is the whole route table: the routes: entries, then each
+// proxy.routes entry as an entry of its own (match: its prefix; its
+// upstream), named as written or "proxy:<prefix>".
+func (c *Config) RouteTable() []Route {
+	out := make([]Route, 0, len(c.Routes)+len(c.Proxy.Routes))
+	out = append(out, c.Routes...)
+	for _, r := range c.Proxy.Routes {
+		name := r.Name
+		if name == "" {
+			name = "proxy:" + r.Prefix
+		}
+		out = append(out, Route{
+			Name: name, Match: RouteMatch{Path: RoutePath{Type: RoutePathPrefix, Value: r.Prefix}},
+			Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader, Policy: r.Policy, Mode: r.Mode,
+			Methods: r.Methods, Proof: r.Proof, Barrier: r.Barrier, MaxWrite: r.MaxWrite,
+			Upstream: r.Upstream, PreserveHost: r.PreserveHost, Upgrade: r.Upgrade,
+			BodyIdleTimeout: r.BodyIdleTimeout, BodyTimeout: r.BodyTimeout,
+		})
+	}
+	return out
+}
+
+// ProxyEntries are the table's entries the fencing reverse proxy serves
+// (those with an upstream).
+func (c *Config) ProxyEntries() []Route {
+	var out []Route
+	for _, r := range c.RouteTable() {
+		if r.Upstream != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// routeProblems checks what config owns of the routes: entries (names,
+// the upstream's URL, the proxy-only options only with an upstream, the
+// match an upstream entry may use) and check.unmatchedWrites. The options
+// (policy, templates, matches' shapes, overlaps) are routes.Compile's to
+// check; cmd reports them with these.
+func (c *Config) routeProblems() []string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	switch c.Check.UnmatchedWrites {
+	case "", UnmatchedDeny, UnmatchedDefaults:
+	default:
+		add("check.unmatchedWrites: %q must be deny or defaults", c.Check.UnmatchedWrites)
+	}
+	seen := map[string]bool{}
+	upstreams := false
+	for i, r := range c.Routes {
+		where := fmt.Sprintf("routes[%d]", i)
+		if r.Name != "" {
+			where += fmt.Sprintf(" (%s)", r.Name)
+		}
+		switch {
+		case r.Name == "":
+			add("%s.name: required (what fence_route names, what audit events carry)", where)
+		case seen[r.Name]:
+			add("%s.name: %q is used by another entry", where, r.Name)
+		}
+		seen[r.Name] = true
+		if r.MaxWrite < 0 || r.MaxWait < 0 {
+			add("%s: maxWrite and maxWait must not be negative", where)
+		}
+		if r.MaxWrite > 0 && !r.Barrier {
+			add("%s.maxWrite: set without barrier: true", where)
+		}
+		if r.MaxWrite > 0 && (r.MaxWrite.Std() < time.Millisecond || r.MaxWrite.Std() > 24*time.Hour) {
+			add("%s.maxWrite: must be between 1ms and 24h", where)
+		}
+		if r.Upstream == "" {
+			if r.PreserveHost || r.Upgrade || r.BodyIdleTimeout != 0 || r.BodyTimeout != 0 {
+				add("%s: preserveHost, upgrade, bodyIdleTimeout and bodyTimeout are the proxy's: set them only with an upstream", where)
+			}
+			continue
+		}
+		upstreams = true
+		if u, err := url.Parse(r.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("%s.upstream: %q must be an http:// or https:// URL with a host", where, r.Upstream)
+		}
+		if (r.Match.Path.Type != "" && r.Match.Path.Type != RoutePathPrefix) || len(r.Match.Hosts) > 0 || len(r.Match.Methods) > 0 {
+			add("%s.match: an entry with an upstream is served by path prefix alone (match.path type PathPrefix, no hosts, no methods)", where)
+		}
+		for _, d := range []struct {
+			name string
+			v    Duration
+		}{{"bodyIdleTimeout", r.BodyIdleTimeout}, {"bodyTimeout", r.BodyTimeout}} {
+			if d.v != 0 && (d.v.Std() < time.Millisecond || d.v.Std() > 24*time.Hour) {
+				add("%s.%s: must be between 1ms and 24h", where, d.name)
+			}
+		}
+	}
+	if upstreams && len(c.Proxy.Routes) > 0 {
+		add("routes: entries with an upstream and proxy.routes exclude each other: move proxy.routes into routes:")
+	}
+	return out
 }

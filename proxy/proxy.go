@@ -107,29 +107,10 @@ func (r Route) Validate() error {
 	if r.Upstream == nil || r.Upstream.Host == "" || (r.Upstream.Scheme != "http" && r.Upstream.Scheme != "https") {
 		errs = append(errs, errors.New("upstream must be an http:// or https:// URL with a host"))
 	}
-	if _, err := fencecheck.ParsePolicy(string(r.Policy)); err != nil {
+	if _, err := fencecheck.CompileRoute(r.spec()); err != nil {
+		// Every option parsed once; a key template's syntax without
+		// expanding it against a made-up path.
 		errs = append(errs, err)
-	}
-	if _, err := fencecheck.ParseProofMode(string(r.Proof)); err != nil {
-		errs = append(errs, err)
-	}
-	if _, err := fencecheck.ParseMode(string(r.Mode)); err != nil {
-		errs = append(errs, err)
-	}
-	if _, err := fencecheck.WriteMethods(r.Methods); err != nil {
-		errs = append(errs, err)
-	}
-	if strings.ContainsAny(r.Key, "{}") {
-		// A template's syntax is checked against a path with segments
-		// enough for any "{N}"; only ErrBadTemplate is the route's fault.
-		if _, err := fencecheck.ExpandKey(r.Key, "/"+strings.Repeat("s/", 64)); errors.Is(err, fencecheck.ErrBadTemplate) {
-			errs = append(errs, err)
-		}
-	}
-	for _, h := range []string{r.KeyHeader, r.FenceHeader} {
-		if h != "" && !validHeaderName(h) {
-			errs = append(errs, fmt.Errorf("%q is not a header name", h))
-		}
 	}
 	if r.MaxWrite < 0 {
 		errs = append(errs, errors.New("maxWrite must not be negative"))
@@ -147,14 +128,12 @@ func (r Route) Validate() error {
 	return fmt.Errorf("route %q: %w", name, errors.Join(errs...))
 }
 
-func validHeaderName(h string) bool {
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
+// spec is the route's fencing options as fencecheck compiles them.
+func (r Route) spec() fencecheck.RouteSpec {
+	return fencecheck.RouteSpec{
+		Name: r.Name, Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader, Policy: string(r.Policy),
+		Mode: string(r.Mode), Methods: r.Methods, Proof: string(r.Proof), Barrier: r.Barrier, MaxWrite: r.MaxWrite,
 	}
-	return h != ""
 }
 
 // Options configure the proxy. The zero value is usable.
@@ -231,7 +210,10 @@ var _ http.Handler = (*Proxy)(nil)
 
 type route struct {
 	Route
-	methods fencecheck.MethodSet
+	// compiled is the route's options, parsed once: what every request's
+	// check is built from (fencecheck.Route.Request).
+	compiled *fencecheck.Route
+	methods  fencecheck.MethodSet
 	rp      *httputil.ReverseProxy
 	headers headerPolicy
 	// path is the prefix decoded, without a trailing "/" ("" for "/"):
@@ -283,8 +265,8 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 		}
 		seen[pfx] = true
 		r.Prefix = pfx
-		ms, _ := fencecheck.WriteMethods(r.Methods)
-		rt := &route{Route: r, methods: ms, headers: newHeaderPolicy(r)}
+		compiled, _ := fencecheck.CompileRoute(r.spec()) // Validate passed
+		rt := &route{Route: r, compiled: compiled, methods: compiled.Methods, headers: newHeaderPolicy(r)}
 		rt.path, _ = url.PathUnescape(pfx) // CheckPath passed: valid escapes, no %2F
 		for i := 0; i < readings; i++ {
 			rt.folded = append(rt.folded, folded(i, rt.path))
@@ -418,7 +400,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: protocol upgrade refused", slog.String("route", rt.Name))
 			http.Error(w, "protocol upgrades are not allowed on this route", http.StatusBadRequest)
 			return
-		case req.Write && rt.Policy != fencecheck.PolicyOff:
+		case req.Write && rt.compiled.Policy != fencecheck.PolicyOff:
 			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: protocol upgrade on a fenced write refused", slog.String("route", rt.Name))
 			http.Error(w, "protocol upgrades are not allowed on fenced writes", http.StatusBadRequest)
 			return
@@ -492,52 +474,19 @@ type exchange struct {
 	body *deadlineBody // nil for a request without a body
 }
 
-// request turns r into the check's request.
+// request turns r into the check's request, as every edge does
+// (fencecheck.Route.Request). net/http keeps every copy of a header, so a
+// comma in a key is the key's own.
 func (p *Proxy) request(r *http.Request, rt *route) fencecheck.Request {
 	h := r.Header
-	req := fencecheck.Request{
-		Write:    rt.methods.IsWrite(r.Method),
-		Policy:   rt.Policy,
-		Mode:     rt.Mode,
-		Route:    rt.Name,
-		Source:   Source,
-		Peer:     p.clientAddr(r),
-		Method:   r.Method,
-		Path:     r.URL.EscapedPath(),
-		LockID:   h.Get(fencecheck.HeaderLockID),
-		Barrier:  rt.Barrier,
-		MaxWrite: rt.MaxWrite,
-
-		ProofMode: rt.Proof,
-		Proof:     h.Get(fencecheck.HeaderProof),
-	}
-	fenceHeader := rt.FenceHeader
-	if fenceHeader == "" {
-		fenceHeader = fencecheck.HeaderToken
-	}
-	req.Fence = h.Get(fenceHeader)
-	// A fence input sent twice is ambiguous: the check reads one copy, the
-	// upstream may read the other (fencecheck denies it 400 malformed).
-	inputs := []string{fenceHeader, fencecheck.HeaderLockID, fencecheck.HeaderProof}
-	if rt.Key == "" {
-		keyHeader := rt.KeyHeader
-		if keyHeader == "" {
-			keyHeader = fencecheck.HeaderKey
-		}
-		req.Key = h.Get(keyHeader)
-		inputs = append(inputs, keyHeader)
-	} else if req.Write {
-		key, err := fencecheck.ExpandKey(rt.Key, r.URL.EscapedPath())
-		if err != nil {
-			// An empty key is denied 400 malformed without a store read.
-			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: key template did not expand", slog.String("route", rt.Name), errAttr(err))
-		}
-		req.Key = key
-	}
-	for _, name := range inputs {
-		if len(h.Values(name)) > 1 {
-			req.Ambiguous = true
-		}
+	req, err := rt.compiled.Request(fencecheck.Input{
+		Method: r.Method, Path: r.URL.EscapedPath(),
+		Header: h.Get, Count: func(lc string) int { return len(h.Values(lc)) },
+		Peer: p.clientAddr(r), Source: Source, CanFinish: true, Trusted: true,
+	})
+	if err != nil {
+		// An empty key is denied 400 malformed without a store read.
+		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: key template did not expand", slog.String("route", rt.Name), errAttr(err))
 	}
 	return req
 }
