@@ -297,13 +297,6 @@ func parseBarrier(on, maxWrite string) (bool, time.Duration, error) {
 	return barrier, d, nil
 }
 
-// The barrier errors a route's Request carries (kept under their old
-// names for the tests).
-var (
-	errUntrustedBarrier   = fencecheck.ErrUntrustedBarrier
-	errBarrierUnsupported = fencecheck.ErrBarrierUnsupported
-)
-
 // upstreamCompleted reports whether a response status, as ext_proc sees it,
 // can be the upstream's complete answer. Envoy answers 408 (request,
 // stream-idle or max-stream-duration timeouts), 413 and 5xx itself when

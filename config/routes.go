@@ -185,3 +185,15 @@ func (c *Config) routeProblems() []string {
 	}
 	return out
 }
+
+// ValidateRoutes checks the route table's part of the configuration (what
+// a reload re-reads): routes:, proxy.routes' shape, check.unmatchedWrites
+// and the barrier entries' maxWrite against check.maxWriteCap.
+func (c *Config) ValidateRoutes() error {
+	p := Problems(c.routeProblems())
+	p = append(p, c.maxWriteCapProblems()...)
+	if len(p) > 0 {
+		return p
+	}
+	return nil
+}

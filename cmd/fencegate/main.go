@@ -5,6 +5,7 @@
 //	fencegate proxy    run the fencing reverse proxy in front of an API
 //	fencegate lock     acquire, release, extend, look up, or run a command under a lock
 //	fencegate audit    list audit events (denials) from a gateway
+//	fencegate routes   check the route table and which entry a request matches
 //	fencegate check    ask a gateway whether a fence is current for a key
 //	fencegate migrate  create the PostgreSQL schema
 //	fencegate token    generate a bearer token and the hash for the config file
@@ -44,6 +45,7 @@ func commands() []command {
 		{"proxy", "run the fencing reverse proxy (routes from the config file)", runProxy},
 		{"lock", "acquire | release | extend | status | lookup | run", runLock},
 		{"audit", "list audit events (denials) from a gateway", runAudit},
+		{"routes", "check the route table (routes check --config F --request \"PUT URL\")", runRoutes},
 		{"check", "ask a gateway whether a fence is current for a key", runCheck},
 		{"migrate", "create the PostgreSQL tables and indexes", runMigrate},
 		{"token", "generate a bearer token and its config entry", runToken},

@@ -102,7 +102,7 @@ func proxyConfig(path string, getenv func(string) string, flags func(*config.Con
 			p = append(p, "store: "+line)
 		}
 	}
-	if set.routes, err = proxyRoutes(c.Proxy); err != nil {
+	if set.routes, err = proxyRoutes(c.ProxyEntries()); err != nil {
 		for _, e := range unjoin(err) {
 			p = append(p, "proxy.routes: "+strings.ReplaceAll(e.Error(), "\n", "; "))
 		}
@@ -140,18 +140,23 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
-// proxyRoutes turns the config's routes into the proxy's, validating the
-// fencing options (policy, mode, methods, key templates).
-func proxyRoutes(c config.Proxy) ([]proxy.Route, error) {
+// proxyRoutes turns the route table's entries with an upstream (routes:
+// or proxy.routes) into the proxy's, validating the fencing options
+// (policy, mode, methods, key templates).
+func proxyRoutes(entries []config.Route) ([]proxy.Route, error) {
 	var routes []proxy.Route
 	var errs []error
-	for _, r := range c.Routes {
+	for _, r := range entries {
+		prefix := r.Match.Path.Value
+		if prefix == "" {
+			prefix = "/"
+		}
 		u, err := url.Parse(r.Upstream)
 		if err != nil {
 			u = nil // reported by config's validation
 		}
 		rt := proxy.Route{
-			Name: r.Name, Prefix: r.Prefix, Upstream: u, Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader,
+			Name: r.Name, Prefix: prefix, Upstream: u, Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader,
 			Policy: fencecheck.Policy(r.Policy), Mode: fencecheck.Mode(r.Mode), Methods: r.Methods, Proof: fencecheck.ProofMode(r.Proof),
 			Barrier: r.Barrier, MaxWrite: r.MaxWrite.Std(), PreserveHost: r.PreserveHost,
 			BodyIdleTimeout: r.BodyIdleTimeout.Std(), BodyTimeout: r.BodyTimeout.Std(), Upgrade: r.Upgrade,
@@ -159,14 +164,14 @@ func proxyRoutes(c config.Proxy) ([]proxy.Route, error) {
 		if err := rt.Validate(); err != nil {
 			// config already named prefix and upstream problems; keep the
 			// fencing ones.
-			if u != nil && strings.HasPrefix(r.Prefix, "/") {
+			if u != nil && strings.HasPrefix(prefix, "/") {
 				errs = append(errs, err)
 			}
 			continue
 		}
 		routes = append(routes, rt)
 	}
-	if len(errs) == 0 && len(routes) == len(c.Routes) {
+	if len(errs) == 0 && len(routes) == len(entries) {
 		// Problems between routes: one prefix twice, or two that an
 		// upstream reading paths case-insensitively (say) cannot tell apart.
 		if err := proxy.ValidateRoutes(routes); err != nil {
@@ -211,7 +216,7 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 	if err != nil {
 		return err
 	}
-	ls := &listeners{drain: cfg.Proxy.Drain(), name: "fencegate proxy"}
+	ls := &listeners{drain: cfg.Drain(), name: "fencegate proxy"}
 	ls.add("proxy", pr)
 	if m := cfg.Proxy.MetricsAddr; m != "" && m != config.Off {
 		mux := http.NewServeMux()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -25,6 +26,7 @@ import (
 	"github.com/fencegate/fencegate/console"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/routes"
 	"github.com/fencegate/fencegate/tracing/otelenv"
 	"github.com/fencegate/fencegate/writeproof"
 )
@@ -51,6 +53,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fencegate serve: %v\n", err)
 		return exitUsage
 	}
+	set.configPath = cmp.Or(fs.Lookup("config").Value.String(), os.Getenv("FENCEGATE_CONFIG"))
 	log := newLogger(cfg.Log, stderr)
 	routeRedisLogs(log)
 	if err := serve(ctx, cfg, set, log); err != nil {
@@ -77,6 +80,10 @@ type serveSettings struct {
 	tracing  otelenv.Config // from the OTEL_* variables
 	// accessLog is log.access, parsed by the api package.
 	accessLog api.AccessLog
+	// table is the route table the authz edges serve (nil: none);
+	// configPath the file it is reloaded from ("": no reloads).
+	table      *routes.Table
+	configPath string
 }
 
 // loadServeConfig loads the configuration and parses what the packages own
@@ -111,9 +118,14 @@ func loadServeConfig(build func(func(string) string) (config.Config, error), get
 			add("admission", err)
 		}
 	}
-	if len(cfg.Proxy.Routes) > 0 {
-		if set.proxyRoutes, err = proxyRoutes(cfg.Proxy); err != nil {
+	if entries := cfg.ProxyEntries(); len(entries) > 0 {
+		if set.proxyRoutes, err = proxyRoutes(entries); err != nil {
 			add("proxy", err)
+		}
+	}
+	if cfg.ValidateRoutes() == nil { // else config listed the problems
+		if set.table, err = compileTable(&cfg); err != nil {
+			add("routes", err)
 		}
 	}
 	if set.proofs, err = proofSigner(cfg.Proof); err != nil {
@@ -179,10 +191,21 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		return err
 	}
 
+	// The route table: every authz edge reads it through one holder, which
+	// a reload (SIGHUP, a changed config file) swaps.
+	table := routes.NewHolder(set.table)
+	if set.configPath != "" {
+		goBG(newTableReloader(set.configPath, table, reg, log).run)
+	}
+	if set.table != nil {
+		log.Info("route table loaded", "routes", set.table.Len(), "hash", set.table.Hash(), "unmatched_writes", string(set.table.Unmatched()))
+	}
+	edge := authzOptions(set.auth, authz.Options{Logger: log, Routes: table})
+
 	var ls listeners
 
 	if cfg.HTTP.Enabled() {
-		r, err := newMainHTTPRunner(cfg, rt.conns, srv, ui, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
+		r, err := newMainHTTPRunner(cfg, rt.conns, srv, ui, checker, edge, log, goBG)
 		if err != nil {
 			return err
 		}
@@ -198,14 +221,14 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		ls.add("grpc", r)
 	}
 	if cfg.Authz.Enabled() {
-		r, err := newAuthzRunner(cfg.Authz.Listener, rt.conns, srv, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
+		r, err := newAuthzRunner(cfg.Authz.Listener, rt.conns, srv, checker, edge, log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("authz", r)
 	}
 	if cfg.Authz.HTTP.Enabled() {
-		r, err := newForwardAuthRunner(cfg.Authz.HTTP, rt.conns, srv, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
+		r, err := newForwardAuthRunner(cfg.Authz.HTTP, rt.conns, srv, checker, edge, log, goBG)
 		if err != nil {
 			return err
 		}
@@ -236,8 +259,8 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	if set.auth == nil {
 		authState = "off"
 	}
-	if len(cfg.Proxy.Routes) > 0 {
-		ls.drain = max(shutdownTimeout, cfg.Proxy.Drain()) // in-flight barrier writes finish and deregister
+	if len(set.proxyRoutes) > 0 {
+		ls.drain = max(shutdownTimeout, cfg.Drain()) // in-flight barrier writes finish and deregister
 	}
 	return ls.run(ctx, log, "store", caps.Backend, "store_url", config.RedactURL(cfg.Store), "time_authority", string(caps.TimeAuthority), "auth", authState)
 }

@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"reflect"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/routes"
+)
+
+// compileTable compiles the route table the authz edges serve: every
+// entry of routes: and proxy.routes, when routes: has any (proxy.routes
+// alone keep serving only the proxy, as before the table). nil: no table.
+// The error lists every problem, one per line.
+func compileTable(c *config.Config) (*routes.Table, error) {
+	if len(c.Routes) == 0 {
+		return nil, nil
+	}
+	u, err := routes.ParseUnmatched(c.Check.UnmatchedWrites)
+	if err != nil {
+		return nil, err
+	}
+	return routes.Compile(c.RouteTable(), routes.Options{Unmatched: u})
+}
+
+// routesPollInterval is how often the config file is read for a changed
+// route table (a Kubernetes ConfigMap update swaps a symlink; nothing
+// signals the process).
+var routesPollInterval = 2 * time.Second
+
+// tableReloader re-reads the route table from the config file on SIGHUP
+// and when the file's content changes. A table that does not load leaves
+// the served one in place: every problem is logged, the failure counted.
+type tableReloader struct {
+	path   string
+	holder *routes.Holder
+	log    *slog.Logger
+	// loaded is the file as last applied (routes included), to tell which
+	// other keys changed; sum its content's hash.
+	loaded  config.Config
+	sum     [32]byte
+	reloads *prometheus.CounterVec
+	entries prometheus.Gauge
+}
+
+// newTableReloader watches path for the table held by h, counting
+// reloads on reg.
+func newTableReloader(path string, h *routes.Holder, reg prometheus.Registerer, log *slog.Logger) *tableReloader {
+	r := &tableReloader{path: path, holder: h, log: log,
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencegate_routes_reload_total",
+			Help: "Route table reloads (SIGHUP or a changed config file), by result: ok or error (the old table kept serving)."}, []string{"result"}),
+		entries: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencegate_routes_entries",
+			Help: "Entries of the route table being served (0: none configured)."}),
+	}
+	r.reloads.WithLabelValues("ok")
+	r.reloads.WithLabelValues("error")
+	r.entries.Set(float64(h.Load().Len()))
+	reg.MustRegister(r.reloads, r.entries)
+	r.loaded, r.sum, _ = readConfigFile(path)
+	return r
+}
+
+// readConfigFile loads path over the defaults, with its content's hash.
+func readConfigFile(path string) (config.Config, [32]byte, error) {
+	c := config.Default()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, [32]byte{}, fmt.Errorf("config: %w", err)
+	}
+	return c, sha256.Sum256(b), c.LoadFile(path)
+}
+
+// run reloads on SIGHUP and on a changed file until ctx ends.
+func (r *tableReloader) run(ctx context.Context) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	t := time.NewTicker(routesPollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			r.reload("SIGHUP")
+		case <-t.C:
+			b, err := os.ReadFile(r.path)
+			if err == nil && sha256.Sum256(b) != r.sum {
+				r.reload("file changed")
+			}
+		}
+	}
+}
+
+// reload reads the file and swaps in its table, or keeps the old one.
+func (r *tableReloader) reload(trigger string) {
+	c, sum, err := readConfigFile(r.path)
+	r.sum = sum // a broken file is reported once, not on every poll
+	var problems []string
+	if err != nil {
+		problems = append(problems, err.Error())
+	} else {
+		if err := c.ValidateRoutes(); err != nil {
+			problems = append(problems, err.(config.Problems)...)
+		}
+		if len(problems) == 0 {
+			t, err := compileTable(&c)
+			if err == nil {
+				r.apply(trigger, c, t)
+				return
+			}
+			problems = append(problems, strings.Split(err.Error(), "\n")...)
+		}
+	}
+	r.reloads.WithLabelValues("error").Inc()
+	for _, p := range problems {
+		r.log.Error("route table reload failed; the previous table keeps serving", "trigger", trigger, "problem", p)
+	}
+}
+
+func (r *tableReloader) apply(trigger string, c config.Config, t *routes.Table) {
+	r.holder.Store(t)
+	r.reloads.WithLabelValues("ok").Inc()
+	r.entries.Set(float64(t.Len()))
+	r.log.Info("route table reloaded", "trigger", trigger, "routes", t.Len(), "hash", t.Hash())
+	if changed := restartKeys(r.loaded, c); len(changed) > 0 {
+		r.log.Warn("config keys changed that apply only at restart; not applied", "keys", strings.Join(changed, ","))
+	}
+	r.loaded = c
+}
+
+// restartKeys names the top-level keys (and proxy.routes, the upstream
+// entries) that differ between two loads of the file, routes: and
+// check.unmatchedWrites aside: those a reload applies.
+func restartKeys(old, cur config.Config) []string {
+	var out []string
+	if !reflect.DeepEqual(old.ProxyEntries(), cur.ProxyEntries()) {
+		out = append(out, "upstream entries (the proxy's routes)")
+	}
+	old.Routes, cur.Routes = nil, nil
+	old.Check.UnmatchedWrites, cur.Check.UnmatchedWrites = "", ""
+	ov, cv := reflect.ValueOf(old), reflect.ValueOf(cur)
+	for i := 0; i < ov.NumField(); i++ {
+		if !reflect.DeepEqual(ov.Field(i).Interface(), cv.Field(i).Interface()) {
+			name, _, _ := strings.Cut(ov.Type().Field(i).Tag.Get("yaml"), ",")
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// runRoutes is `fencegate routes <subcommand>`.
+func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintln(stderr, "usage: fencegate routes <subcommand> [flags]\n\nsubcommands:\n  check   validate the route table and show which entry a sample request matches")
+		// coordinator: list `istio` here when routes_istio.go is merged.
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	switch args[0] {
+	case "check":
+		return routesCheck(ctx, args[1:], stdout, stderr)
+		// ---- coordinator: hook `istio` here ----
+		// case "istio":
+		// 	return routesIstio(args[1:], stdout, stderr)
+		// ---- end of the istio hook ----
+	}
+	fmt.Fprintf(stderr, "fencegate routes: unknown subcommand %q\n", args[0])
+	return exitUsage
+}
+
+// requestFlags collects repeated --request values.
+type requestFlags []string
+
+func (r *requestFlags) String() string     { return strings.Join(*r, "; ") }
+func (r *requestFlags) Set(v string) error { *r = append(*r, v); return nil }
+
+// headerFlags collects repeated --header "name: value" values.
+type headerFlags http.Header
+
+func (h headerFlags) String() string { return "" }
+func (h headerFlags) Set(v string) error {
+	name, val, ok := strings.Cut(v, ":")
+	if !ok || !fencecheck.ValidHeaderName(strings.TrimSpace(name)) {
+		return fmt.Errorf("%q is not \"name: value\"", v)
+	}
+	http.Header(h).Add(strings.TrimSpace(name), strings.TrimSpace(val))
+	return nil
+}
+
+// routesCheck is `fencegate routes check`: it validates the config file's
+// route table as serve would load it (or reload it), prints its entries,
+// and for each --request the entry that governs it and the key it yields.
+// Exit 0: valid; 2: the table (or a flag) does not load; 1: a --request
+// no entry matches (or its path cannot be routed).
+func routesCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("routes check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "YAML config file with routes: (env FENCEGATE_CONFIG)")
+	var reqs requestFlags
+	hdrs := headerFlags{}
+	fs.Var(&reqs, "request", `a sample request, "METHOD URL" ("PUT https://api.example.com/orders/42"); repeatable`)
+	fs.Var(hdrs, "header", `a header of every sample request, "name: value" (x-fence-key: orders/7); repeatable`)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: fencegate routes check --config FILE [--request \"PUT https://api.example.com/orders/42\"]...\n\nValidates the route table as `fencegate serve` loads it, lists its entries, and\nshows which entry governs each sample request and the lock key it yields.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fencegate routes check: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	path := *configPath
+	if path == "" {
+		path = os.Getenv("FENCEGATE_CONFIG")
+	}
+	if path == "" {
+		fmt.Fprintln(stderr, "fencegate routes check: --config is required")
+		return exitUsage
+	}
+	c, _, err := readConfigFile(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "fencegate routes check: %v\n", err)
+		return exitUsage
+	}
+	var problems []string
+	if err := c.ValidateRoutes(); err != nil {
+		problems = append(problems, err.(config.Problems)...)
+	}
+	var t *routes.Table
+	if len(problems) == 0 {
+		if t, err = compileTable(&c); err != nil {
+			problems = append(problems, strings.Split(err.Error(), "\n")...)
+		}
+	}
+	if len(problems) > 0 {
+		fmt.Fprintf(stderr, "fencegate routes check: the route table does not load:\n  - %s\n", strings.Join(problems, "\n  - "))
+		return exitUsage
+	}
+	if t == nil {
+		fmt.Fprintln(stdout, "no route table (routes: is empty): every request takes its caller's options")
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "route table: %d entries, hash %s, unmatched writes: %s\n", t.Len(), t.Hash(), t.Unmatched())
+	for _, e := range t.Entries() {
+		fmt.Fprintf(stdout, "  %s\n", describeEntry(e))
+	}
+	code := exitOK
+	for _, r := range reqs {
+		line, ok := explainRequest(t, r, http.Header(hdrs))
+		fmt.Fprintln(stdout, line)
+		if !ok {
+			code = exitNo
+		}
+	}
+	return code
+}
+
+// describeEntry is one line about an entry: its match and options.
+func describeEntry(e *routes.Entry) string {
+	m := e.Config.Match
+	hosts := "any host"
+	if len(m.Hosts) > 0 {
+		hosts = strings.Join(m.Hosts, ",")
+	}
+	typ := m.Path.Type
+	if typ == "" {
+		typ = routes.PathPrefix
+	}
+	val := m.Path.Value
+	if val == "" {
+		val = "/"
+	}
+	methods := "any method"
+	if len(m.Methods) > 0 {
+		methods = strings.Join(m.Methods, ",")
+	}
+	rt := e.Route
+	key := "from header " + rt.KeyHeader
+	if rt.Key != nil {
+		key = fmt.Sprintf("%q", rt.Key.String())
+	}
+	s := fmt.Sprintf("%s: %s %s %q, %s; key %s, policy %s, mode %s, proof %s, writes %s", e.Name, hosts, typ, val, methods,
+		key, rt.Policy, rt.Mode, rt.Proof, writeMethods(rt.Methods))
+	if rt.Barrier {
+		s += ", barrier"
+	}
+	if e.Upstream != nil {
+		s += ", upstream " + e.Upstream.Redacted()
+	}
+	return s
+}
+
+func writeMethods(ms fencecheck.MethodSet) string {
+	if s := ms.String(); s != "" {
+		return s
+	}
+	return fencecheck.DefaultWriteMethodsSpec
+}
+
+// explainRequest says which entry governs "METHOD URL" and the key it
+// yields; ok is false when no entry does.
+func explainRequest(t *routes.Table, spec string, h http.Header) (string, bool) {
+	method, raw, found := strings.Cut(strings.TrimSpace(spec), " ")
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if !found || err != nil || u.Host == "" {
+		return fmt.Sprintf("%s: not \"METHOD URL\" (PUT https://api.example.com/orders/42)", spec), false
+	}
+	path := u.EscapedPath()
+	if u.RawQuery != "" {
+		path += "?" + u.RawQuery
+	}
+	if path == "" {
+		path = "/"
+	}
+	head := fmt.Sprintf("%s %s → ", method, u.String())
+	e, err := t.Match(u.Host, path, method)
+	if err != nil {
+		return head + "refused: writes are denied 400 malformed (" + err.Error() + ")", false
+	}
+	if e == nil {
+		if t.Unmatched() == routes.UnmatchedDefaults {
+			return head + "no entry: checked with the caller's options (check.unmatchedWrites: defaults)", false
+		}
+		return head + "no entry: writes fail closed, 503 unavailable (check.unmatchedWrites: deny); reads pass", false
+	}
+	rt := e.Route
+	req, kerr := rt.Request(fencecheck.Input{Method: method, Path: path, Header: h.Get,
+		Count: func(lc string) int { return len(h.Values(lc)) }, CanFinish: true, Trusted: true})
+	out := head + "route " + e.Name
+	switch {
+	case !req.Write:
+		out += ": a read (passes unchecked)"
+	case rt.Policy == fencecheck.PolicyOff:
+		out += ": a write, policy off (passes unchecked)"
+	case kerr != nil:
+		out += fmt.Sprintf(": a write with no key, denied 400 malformed (%v)", kerr)
+	case req.Key == "" && rt.Key == nil:
+		out += fmt.Sprintf(": a write; key from header %s (none given: --header \"%s: KEY\")", rt.KeyHeader, rt.KeyHeader)
+	default:
+		out += fmt.Sprintf(": a write; key %q, fence from %s, policy %s, mode %s, proof %s", req.Key, rt.FenceHeader, rt.Policy, rt.Mode, rt.Proof)
+	}
+	return out, true
+}
