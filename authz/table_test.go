@@ -1,0 +1,215 @@
+package authz
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/routes"
+)
+
+// testTable is the route table of these tests: orders by template (its
+// key from the path, signed proofs off), a named legacy entry reachable
+// only by fence_route (an Exact path no request uses).
+func testTable(t testing.TB, unmatched routes.Unmatched) *routes.Table {
+	t.Helper()
+	tbl, err := routes.Compile([]config.Route{
+		{Name: "orders", Key: "orders/{2:int}", Match: config.RouteMatch{Path: config.RoutePath{Type: routes.PathTemplate, Value: "/orders/{int}"}}},
+		{Name: "legacy", Key: "legacy-lock", Match: config.RouteMatch{Path: config.RoutePath{Type: routes.PathExact, Value: "/never/used"}}},
+	}, routes.Options{Unmatched: unmatched})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tbl
+}
+
+// serveGRPCWith is serveGRPC with options.
+func serveGRPCWith(t testing.TB, c *fencecheck.Checker, o Options) authv3.AuthorizationClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	NewServer(c, o).Register(g)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return authv3.NewAuthorizationClient(conn)
+}
+
+// edgeStatus is the HTTP status an ext_authz answer gives the client.
+func edgeStatus(t testing.TB, cl authv3.AuthorizationClient, req *authv3.CheckRequest) int {
+	t.Helper()
+	resp, err := cl.Check(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := resp.GetDeniedResponse(); d != nil {
+		return int(d.GetStatus().GetCode())
+	}
+	return 200
+}
+
+// TestTableGovernsWhatCallersSend (#20): with a route table, the key,
+// policy and proof of a write come from the table. An Istio-shaped
+// ext_authz request (no context_extensions) whose client names another
+// key in x-fence-key cannot change which lock governs /orders/42; a
+// caller that is not trusted cannot override the entry with its own
+// options or pick another entry by name; a trusted one can name an entry
+// (Envoy Gateway). Each broken variant is today's behaviour for one of
+// those: no table (the client's header decides), every caller trusted
+// (its options win).
+func TestTableGovernsWhatCallersSend(t *testing.T) {
+	type check struct {
+		name    string
+		method  string
+		path    string
+		headers func(orders, payments string) map[string]string
+		ext     map[string]string
+		want    int
+	}
+	clientKey := func(orders, payments string) map[string]string {
+		return map[string]string{HeaderKey: "payments/1", HeaderToken: payments}
+	}
+	checks := []check{
+		{"istio: the table's key with its fence passes", "PUT", "/orders/42", func(o, _ string) map[string]string {
+			return map[string]string{HeaderToken: o}
+		}, nil, 200},
+		{"istio: the client's own key and its fence are refused", "PUT", "/orders/42", clientKey, nil, 409},
+		{"untrusted inline options cannot override the entry", "PUT", "/orders/42", clientKey,
+			map[string]string{ExtKey: "payments/1", ExtPolicy: "latest"}, 409},
+		{"untrusted fence_route cannot pick another entry", "PUT", "/orders/42", func(_, p string) map[string]string {
+			return map[string]string{HeaderToken: p}
+		}, map[string]string{ExtRoute: "legacy"}, 409},
+	}
+	for _, variant := range []struct {
+		name   string
+		opts   func(*routes.Holder) Options
+		broken bool
+	}{
+		{"correct", func(h *routes.Holder) Options { return Options{Routes: h} }, false},
+		{"broken: no table (today: the caller's options and headers decide)", func(*routes.Holder) Options { return Options{} }, true},
+		{"broken: every caller trusted", func(h *routes.Holder) Options { return Options{Routes: h, TrustLoopback: true} }, true},
+	} {
+		t.Run(variant.name, func(t *testing.T) {
+			s := openBolt(t)
+			c := fencecheck.New(s, fencecheck.Options{Timeout: time.Second})
+			// orders/42's fence is 2 (its second lock), payments/1's is 1:
+			// a fence of one key is never current for the other.
+			release(t, s, acquire(t, s, "orders/42", time.Minute).LockID)
+			orders := acquire(t, s, "orders/42", time.Minute).Fence
+			release(t, s, acquire(t, s, "legacy-lock", time.Minute).LockID)
+			acquire(t, s, "legacy-lock", time.Minute)
+			payments := acquire(t, s, "payments/1", time.Minute).Fence
+			cl := serveGRPCWith(t, c, variant.opts(routes.NewHolder(testTable(t, routes.UnmatchedDeny))))
+			caught := false
+			for _, ck := range checks {
+				got := edgeStatus(t, cl, envoyRequest(ck.method, ck.path, ck.headers(orders, payments), ck.ext))
+				if got != ck.want {
+					if !variant.broken {
+						t.Errorf("%s: %d, want %d", ck.name, got, ck.want)
+					}
+					caught = true
+				}
+			}
+			if variant.broken && !caught {
+				t.Error("the broken variant passed every check")
+			}
+		})
+	}
+}
+
+// TestTableNamedRouteAndUnmatched: a trusted caller's fence_route names an
+// entry (Envoy Gateway); a write no entry matches fails closed (503)
+// unless check.unmatchedWrites is defaults, and a read always passes.
+func TestTableNamedRouteAndUnmatched(t *testing.T) {
+	s := openBolt(t)
+	c := fencecheck.New(s, fencecheck.Options{Timeout: time.Second})
+	release(t, s, acquire(t, s, "legacy-lock", time.Minute).LockID)
+	legacy := acquire(t, s, "legacy-lock", time.Minute).Fence // 2; other's is 1
+	other := acquire(t, s, "other", time.Minute).Fence
+	trusted := serveGRPCWith(t, c, Options{Routes: routes.NewHolder(testTable(t, routes.UnmatchedDeny)), TrustLoopback: true})
+	untrusted := serveGRPCWith(t, c, Options{Routes: routes.NewHolder(testTable(t, routes.UnmatchedDeny))})
+	defaults := serveGRPCWith(t, c, Options{Routes: routes.NewHolder(testTable(t, routes.UnmatchedDefaults))})
+	named := map[string]string{ExtRoute: "legacy"}
+	for _, tc := range []struct {
+		name    string
+		cl      authv3.AuthorizationClient
+		method  string
+		headers map[string]string
+		ext     map[string]string
+		want    int
+	}{
+		{"trusted fence_route: the entry's key", trusted, "POST", map[string]string{HeaderToken: legacy}, named, 200},
+		{"trusted fence_route: another key's fence refused", trusted, "POST", map[string]string{HeaderToken: other, HeaderKey: "other"}, named, 409},
+		{"untrusted fence_route ignored: unmatched write fails closed", untrusted, "POST", map[string]string{HeaderToken: legacy}, named, 503},
+		{"unmatched write fails closed", trusted, "POST", map[string]string{HeaderKey: "other", HeaderToken: other}, nil, 503},
+		{"unmatched read passes", untrusted, "GET", nil, nil, 200},
+		{"unmatched write with defaults: today's check", defaults, "POST", map[string]string{HeaderKey: "other", HeaderToken: other}, nil, 200},
+		{"non-canonical path under the table: write refused", untrusted, "PUT", map[string]string{HeaderToken: legacy}, nil, 400},
+	} {
+		path := "/elsewhere"
+		if tc.want == 400 {
+			path = "/orders//42"
+		}
+		if got := edgeStatus(t, tc.cl, envoyRequest(tc.method, path, tc.headers, tc.ext)); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestTableSwapsWithoutRestart: the transports read the table through the
+// holder, so a swapped table governs the next request.
+func TestTableSwapsWithoutRestart(t *testing.T) {
+	s := openBolt(t)
+	c := fencecheck.New(s, fencecheck.Options{Timeout: time.Second})
+	h := routes.NewHolder(nil)
+	fwd := NewHTTPHandler(c, Options{Routes: h})
+	put := func() int {
+		r := httptest.NewRequest("PUT", HTTPPath+"/orders/42", nil)
+		r.Header.Set(HeaderKey, "payments/1")
+		r.Header.Set(HeaderToken, "000000000000001")
+		w := httptest.NewRecorder()
+		fwd.ServeHTTP(w, r)
+		return w.Code
+	}
+	acquire(t, s, "payments/1", time.Minute)
+	if got := put(); got != http.StatusOK {
+		t.Fatalf("no table: %d", got)
+	}
+	h.Store(testTable(t, routes.UnmatchedDeny))
+	if got := put(); got != http.StatusConflict { // orders/42 was never locked: unknown
+		t.Fatalf("with the table: %d, want 409", got)
+	}
+}
+
+// TestInlineRouteCacheIsBounded: callers' options are compiled once and
+// kept, and no caller grows the cache past its bound.
+func TestInlineRouteCacheIsBounded(t *testing.T) {
+	c := newRouteCache(8)
+	a := c.get(routeOptions{key: "k", policy: "latest"})
+	if c.get(routeOptions{key: "k", policy: "latest"}) != a {
+		t.Error("the same options compiled twice")
+	}
+	for i := range 100 {
+		c.get(routeOptions{key: fmt.Sprintf("k%d", i)})
+	}
+	if n := c.len(); n != 8 {
+		t.Errorf("cache holds %d, want its bound 8", n)
+	}
+}
