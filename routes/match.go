@@ -235,7 +235,7 @@ func (t *Table) Match(host, path, method string) (*Entry, error) {
 	p := trimPath(decoded)
 	host = requestHost(host)
 	e := t.best(-1, host, p, method)
-	if t.foldInvariant && PlainPath(p) {
+	if (t.foldInvariant && PlainPath(p)) || t.skipFolds {
 		return e, nil
 	}
 	for i := 0; i < Readings; i++ {

@@ -66,32 +66,79 @@ func TestMatchPrecedence(t *testing.T) {
 
 // TestMatchRefusesPathsWithoutOneRoute: a path that is not canonical, or
 // that an upstream reading it another way routes elsewhere, has no entry
-// (writes are refused), and Refuse marks a write ambiguous (400).
+// (writes are refused), and Refuse marks a write ambiguous (400). The
+// broken variant matches on the exact reading alone: "/Orders/42" would
+// reach the catch-all, checked under the client's own key, while a
+// case-insensitive upstream serves it as /orders/42.
 func TestMatchRefusesPathsWithoutOneRoute(t *testing.T) {
-	tbl, err := Compile([]config.Route{
-		entry("catch-all", nil, "", ""),
-		entry("orders", nil, PathTemplate, "/orders/{int}"),
-		{Name: "reads-too", Methods: "*", Match: config.RouteMatch{Path: config.RoutePath{Type: PathExact, Value: "/all"}}},
-	}, Options{})
-	if err != nil {
-		t.Fatal(err)
+	for _, variant := range []struct {
+		name   string
+		o      Options
+		broken bool
+	}{
+		{"correct", Options{}, false},
+		{"broken: the exact reading alone", Options{skipFolds: true}, true},
+	} {
+		t.Run(variant.name, func(t *testing.T) {
+			tbl, err := Compile([]config.Route{
+				entry("catch-all", nil, "", ""),
+				entry("orders", nil, PathTemplate, "/orders/{int}"),
+				{Name: "reads-too", Methods: "*", Match: config.RouteMatch{Path: config.RoutePath{Type: PathExact, Value: "/all"}}},
+			}, variant.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			caught := false
+			for _, p := range []string{"/orders//42", "/orders/./42", "/x/../orders/42", "/orders/42;v=1", "/orders%2F42", "/Orders/42", "/orders./42", "/ｏrders/42", "/orders%252F42"} {
+				e, err := tbl.Match("h", p, "PUT")
+				if err == nil {
+					if !variant.broken {
+						t.Errorf("%s: matched %v, want refused", p, e.Name)
+					}
+					caught = true
+					continue
+				}
+				if !errors.Is(err, fencecheck.ErrKeyPath) && !errors.Is(err, ErrAmbiguousPath) {
+					t.Errorf("%s: %v", p, err)
+				}
+			}
+			if variant.broken != caught {
+				t.Errorf("broken=%v, caught=%v", variant.broken, caught)
+			}
+			in := func(m string) fencecheck.Input { return fencecheck.Input{Method: m, Path: "/x//y"} }
+			if r := tbl.Refuse(in("PUT")); !r.Write || !r.Ambiguous {
+				t.Errorf("refused PUT: %+v", r)
+			}
+			if r := tbl.Refuse(in("GET")); !r.Write {
+				t.Errorf("refused GET: an entry counts GET as a write, so must the refusal: %+v", r)
+			}
+		})
 	}
-	for _, p := range []string{"/orders//42", "/orders/./42", "/x/../orders/42", "/orders/42;v=1", "/orders%2F42", "/Orders/42", "/orders./42", "/ｏrders/42"} {
-		e, err := tbl.Match("h", p, "PUT")
-		if err == nil {
-			t.Errorf("%s: matched %v, want refused", p, e.Name)
-			continue
-		}
-		if !errors.Is(err, fencecheck.ErrKeyPath) && !errors.Is(err, ErrAmbiguousPath) {
-			t.Errorf("%s: %v", p, err)
-		}
+}
+
+// TestCompileRefusesIndistinguishableEntries: two entries no request can
+// tell apart are refused; the broken variant keeps them (the first in the
+// file would silently win).
+func TestCompileRefusesIndistinguishableEntries(t *testing.T) {
+	pairs := [][2]config.Route{
+		{entry("a", []string{"x.example"}, PathPrefix, "/orders"), entry("b", []string{"x.example", "y.example"}, PathPrefix, "/orders/")},
+		{entry("a", nil, PathPrefix, "/Pay"), entry("b", nil, PathPrefix, "/pay")},
+		{entry("a", nil, PathTemplate, "/g/{int}/*"), entry("b", nil, PathTemplate, "/g/*/{int}")},
+		{entry("a", nil, PathExact, "/h", "PUT", "POST"), entry("b", nil, PathExact, "/h", "POST")},
 	}
-	in := func(m string) fencecheck.Input { return fencecheck.Input{Method: m, Path: "/x//y"} }
-	if r := tbl.Refuse(in("PUT")); !r.Write || !r.Ambiguous {
-		t.Errorf("refused PUT: %+v", r)
-	}
-	if r := tbl.Refuse(in("GET")); !r.Write {
-		t.Errorf("refused GET: an entry counts GET as a write, so must the refusal: %+v", r)
+	for _, variant := range []struct {
+		name   string
+		o      Options
+		broken bool
+	}{{"correct", Options{}, false}, {"broken: overlaps kept", Options{skipOverlap: true}, true}} {
+		t.Run(variant.name, func(t *testing.T) {
+			for _, p := range pairs {
+				_, err := Compile(p[:], variant.o)
+				if (err == nil) != variant.broken {
+					t.Errorf("%s / %s: %v", p[0].Match.Path.Value, p[1].Match.Path.Value, err)
+				}
+			}
+		})
 	}
 }
 
