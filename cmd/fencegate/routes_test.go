@@ -2,7 +2,12 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -110,5 +115,55 @@ routes:
 	if code := runServe(t.Context(), []string{"--config", cfg}, io.Discard, &stderr); code != exitUsage ||
 		!strings.Contains(stderr.String(), "newest") || !strings.Contains(stderr.String(), `routes "b" and "c"`) {
 		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+}
+
+// TestProxyServesTableEntries: `fencegate proxy` serves the route table's
+// entries that have an upstream, as it serves proxy.routes.
+func TestProxyServesTableEntries(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "fence.db")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "verified=%s", r.Header.Get("X-Fence-Verified"))
+	}))
+	t.Cleanup(up.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cfg := writeConfig(t, fmt.Sprintf(`
+store: bolt://%s?fenceFloor=off
+proxy: {addr: %s}
+routes:
+  - name: orders
+    match: {path: {value: /orders}}
+    upstream: %s
+    key: "orders/{2:int}"
+  - name: elsewhere
+    match: {hosts: [api.example.com]}
+    key: never-served-by-the-proxy
+`, dbPath, addr, up.URL))
+	stop := startCommand(t, runProxy, []string{"--config", cfg}, "fencegate proxy ready")
+	put := func(path, fence string) (int, string) {
+		req, _ := http.NewRequestWithContext(t.Context(), "PUT", "http://"+addr+path, nil)
+		req.Header.Set("X-Fence-Token", fence)
+		req.Header.Set("X-Fence-Key", "orders/7")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res.StatusCode, string(b)
+	}
+	if code, body := put("/orders/42", "000000000000001"); code != 409 || !strings.Contains(body, `"key":"orders/42"`) {
+		t.Errorf("the entry's key: %d %s", code, body)
+	}
+	if code, _ := put("/other", "000000000000001"); code != 404 {
+		t.Errorf("no upstream entry: %d, want 404", code)
+	}
+	if code, log := stop(); code != exitOK {
+		t.Fatalf("exit %d: %s", code, log)
 	}
 }
