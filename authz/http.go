@@ -1,7 +1,6 @@
 package authz
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -222,7 +221,9 @@ func originalRequest(r *http.Request) (requestView, convention) {
 			continue
 		}
 		v.method, v.path = m, u
-		v.host = cmp.Or(r.Header.Get(c.hostHeader), r.Host)
+		// Not the auth request's own Host: the proxy addressed that to
+		// fencegate. Without the header only host-less entries match.
+		v.host = r.Header.Get(c.hostHeader)
 		if v.method == "" && u != "" {
 			// Not the auth request's own method: nginx's auth subrequest
 			// is always GET, so every write would pass as a read. The
