@@ -213,3 +213,23 @@ func TestInlineRouteCacheIsBounded(t *testing.T) {
 		t.Errorf("cache holds %d, want its bound 8", n)
 	}
 }
+
+// TestTableBarrierOnExtProc: a table entry is the operator's own, so its
+// barrier is kept on ext_proc whoever the caller is, while the same
+// options sent by an untrusted caller without a table are refused.
+func TestTableBarrierOnExtProc(t *testing.T) {
+	s := openBolt(t)
+	c := fencecheck.New(s, fencecheck.Options{Timeout: time.Second})
+	tbl, err := routes.Compile([]config.Route{{Name: "acct", Key: "acct", Barrier: true,
+		Match: config.RouteMatch{Path: config.RoutePath{Type: routes.PathExact, Value: "/acct"}}}}, routes.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := acquire(t, s, "acct", time.Minute)
+	withTable := openStream(t, serveExtProcWith(t, c, Options{Routes: routes.NewHolder(tbl)}), nil).roundTrip(write(l.Fence))
+	mustAllow(t, withTable)
+	without := openStream(t, serveExtProcWith(t, c, Options{}), barrierOpts).roundTrip(write(l.Fence))
+	if without.GetRequestHeaders() != nil {
+		t.Fatal("an untrusted caller's barrier was admitted")
+	}
+}
