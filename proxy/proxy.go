@@ -214,8 +214,8 @@ type route struct {
 	// check is built from (fencecheck.Route.Request).
 	compiled *fencecheck.Route
 	methods  fencecheck.MethodSet
-	rp      *httputil.ReverseProxy
-	headers headerPolicy
+	rp       *httputil.ReverseProxy
+	headers  headerPolicy
 	// path is the prefix decoded, without a trailing "/" ("" for "/"):
 	// what a request's decoded path is matched against. folded[i] is path
 	// under reading i (routematch.go; the last: all readings).
