@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/config"
 )
 
 // TestRoutesCheck: `fencegate routes check` loads the table as serve
@@ -165,5 +168,26 @@ routes:
 	}
 	if code, log := stop(); code != exitOK {
 		t.Fatalf("exit %d: %s", code, log)
+	}
+}
+
+// TestRestartKeys: a reload names the keys it did not apply, and only
+// those: routes: and check.unmatchedWrites are applied.
+func TestRestartKeys(t *testing.T) {
+	a := config.Default()
+	b := config.Default()
+	b.Routes = []config.Route{{Name: "x"}}
+	b.Check.UnmatchedWrites = "defaults"
+	if got := restartKeys(a, b); len(got) != 0 {
+		t.Errorf("applied keys reported: %v", got)
+	}
+	b.Store = "redis://x"
+	b.Check.Timeout = config.Duration(time.Second)
+	b.Routes = append(b.Routes, config.Route{Name: "y", Upstream: "http://u"})
+	got := strings.Join(restartKeys(a, b), ",")
+	for _, want := range []string{"store", "check", "upstream entries"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("restartKeys = %s, lacks %s", got, want)
+		}
 	}
 }
