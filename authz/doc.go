@@ -12,9 +12,18 @@
 //	policy            holder              fence_policy: holder | latest | off
 //	mode              enforce             fence_mode: enforce | dry-run | warn
 //	write methods     all but GET/HEAD/OPTIONS  fence_methods: "POST,PUT" | "PUT,+PROPFIND" | "*"
-//	route name        ""                  fence_route (audit and logs only)
+//	route name        ""                  fence_route (names a route table entry; else audit and logs only)
 //	write barrier     off                 fence_barrier: on | off (ext_proc only)
 //	barrier maxWrite  30s                 fence_max_write: a Go duration
+//
+// With a route table (Options.Routes, config routes:), a request's route
+// is, in order: the entry a trusted caller's fence_route names; a trusted
+// caller's own options; the entry its host, path and method match; else
+// (a write) 503 "unavailable", or the caller's options with
+// check.unmatchedWrites: defaults. A caller that is not trusted cannot
+// choose or override an entry. Every transport then builds its check with
+// fencecheck.Route.Request; callers' options are compiled once, in a
+// bounded cache.
 //
 // The write barrier (fencecheck) needs an edge that sees the upstream's
 // response: ext_proc does (completion at the response headers), ext_authz
@@ -24,7 +33,7 @@
 //
 // Choices the wire contract leaves open, made here:
 //   - A fence_key template ("orders/{2}", "orders/{2:int}") is expanded by
-//     fencecheck.ExpandKey, the same code for every transport. A path that
+//     fencecheck.KeyTemplate.Expand, the same code for every transport. A path that
 //     is not canonical under it (one resource must name one lock: "//",
 //     dot segments, "%2F", ";", an unneeded percent-escape like "%2B42",
 //     a non-ASCII digit or compatibility form like "４２", "042" under

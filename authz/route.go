@@ -27,7 +27,7 @@ const (
 	ExtPolicy  = "fence_policy"  // holder | latest | off
 	ExtMode    = "fence_mode"    // enforce | dry-run | warn
 	ExtMethods = "fence_methods" // write methods: "POST,PUT", "+PROPFIND" (custom) or "*"; default everything but GET, HEAD, OPTIONS
-	ExtRoute   = "fence_route"   // the route's name, for audit and logs
+	ExtRoute   = "fence_route"   // from a trusted caller, names a route table entry; else the route's name, for audit and logs
 	// ExtBarrier asks for the write barrier: "on" or "off". Only ext_proc
 	// can keep it; on ext_authz and forward-auth a route asking for it is
 	// misconfigured, and its writes fail closed (503 unavailable).
