@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -21,8 +20,8 @@ import (
 	"github.com/fencegate/fencegate/api/wire"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
 )
 
 // These tests keep docs/api.md, the project's wire reference, honest: every
@@ -314,11 +313,7 @@ func stringConsts(t *testing.T, dir, prefix string) []string {
 func metricNames(t *testing.T) []string {
 	t.Helper()
 	rec := &recordingRegisterer{}
-	store, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "docs.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := bolttest.Open(t)
 	if _, err := api.New(api.Options{Store: store, Registerer: rec, Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +331,7 @@ func metricNames(t *testing.T) []string {
 	}
 
 	nameRE := regexp.MustCompile(`Name:\s*"(fencegate_[a-z0-9_]+)"`)
-	err = filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 	"github.com/fencegate/fencegate/lockstore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -81,7 +82,7 @@ func wantStatus(t *testing.T, err error, code codes.Code, lockCode lockstore.Cod
 }
 
 func TestGRPC(t *testing.T) {
-	g := newGRPCEnv(t, openStore(t), nil)
+	g := newGRPCEnv(t, bolttest.Open(t), nil)
 	admin := bearer(adminToken)
 
 	held, err := g.client.Acquire(admin, &fencegatev1.AcquireRequest{Key: "orders/held", TtlMs: proto.Int64(60_000)})
@@ -285,7 +286,7 @@ func TestGRPC(t *testing.T) {
 }
 
 func TestGRPCWaitSucceeds(t *testing.T) {
-	g := newGRPCEnv(t, openStore(t), nil)
+	g := newGRPCEnv(t, bolttest.Open(t), nil)
 	admin := bearer(adminToken)
 	a, err := g.client.Acquire(admin, &fencegatev1.AcquireRequest{Key: "jobs/g"})
 	if err != nil || !a.GetOk() {
@@ -307,7 +308,7 @@ func TestGRPCWaitSucceeds(t *testing.T) {
 }
 
 func TestGRPCClientDeadlineEndsWait(t *testing.T) {
-	g := newGRPCEnv(t, openStore(t), nil)
+	g := newGRPCEnv(t, bolttest.Open(t), nil)
 	if _, err := g.client.Acquire(bearer(adminToken), &fencegatev1.AcquireRequest{Key: "jobs/d"}); err != nil {
 		t.Fatal(err)
 	}

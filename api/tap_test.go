@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 	"github.com/fencegate/fencegate/lockstore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -45,7 +46,7 @@ func TestGRPCTapRefusesBeforeReading(t *testing.T) {
 	}{{"tap", true}, {"interceptor only (broken variant)", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var authenticated atomic.Int64
-			e := newEnv(t, openStore(t), func(o *api.Options) {
+			e := newEnv(t, bolttest.Open(t), func(o *api.Options) {
 				o.Authenticated = func(context.Context) { authenticated.Add(1) }
 			})
 			read := &payloads{}

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -146,7 +147,7 @@ func immediateOf(t testing.TB, resp *extprocv3.ProcessingResponse) (int, map[str
 // header mutations and complete on response headers; each denial is an
 // ImmediateResponse with ext_authz's status, headers and body.
 func TestExtProcDecisions(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	old := acquire(t, s, "orders/1", time.Minute)
 	release(t, s, old.LockID)
 	cur := acquire(t, s, "orders/1", time.Minute)
@@ -222,7 +223,7 @@ func TestExtProcDecisions(t *testing.T) {
 // extProcBarrier sets up key "acct" under fence F1 with a checker whose
 // budget is short, so a blocked write is answered "draining" at once.
 func extProcBarrier(t *testing.T) (lockstore.Store, extprocv3.ExternalProcessorClient, *prometheus.Registry) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	reg := prometheus.NewRegistry()
 	return s, serveExtProc(t, fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, Registerer: reg})), reg
 }
@@ -310,7 +311,7 @@ func TestExtProcStreamEndsWithoutResponse(t *testing.T) {
 // TestExtProcStoreDown: a closed store fails closed (503 unavailable),
 // with or without the barrier.
 func TestExtProcStoreDown(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	l := acquire(t, s, "acct", time.Minute)
 	_ = s.Close()
 	c := serveExtProc(t, fencecheck.New(s, fencecheck.Options{}))
@@ -326,7 +327,7 @@ func TestExtProcStoreDown(t *testing.T) {
 // report completion, so a route asking them for the barrier fails its
 // writes closed (503), never silently unprotected; reads still pass.
 func TestBarrierRefusedWhereItCannotWork(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	l := acquire(t, s, "k", time.Minute)
 	ch := fencecheck.New(s, fencecheck.Options{})
 	conn := serveGRPC(t, ch)
@@ -388,7 +389,7 @@ func waitMetric(t *testing.T, g prometheus.Gatherer, name string, want float64) 
 // forwarded metadata_context namespace "fencegate"; the gRPC initial
 // metadata wins over it.
 func TestExtProcMetadataContextOptions(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	l := acquire(t, s, "orders/7", time.Minute)
 	c := serveExtProc(t, fencecheck.New(s, fencecheck.Options{}))
 	ns, _ := structpb.NewStruct(map[string]any{ExtKey: "orders/{2}", ExtPolicy: "newest"})
@@ -410,7 +411,7 @@ func TestExtProcMetadataContextOptions(t *testing.T) {
 // request headers (the filter set to skip them, a route override) would
 // pass unchecked; it is answered 503 unavailable.
 func TestExtProcBodyBeforeHeaders(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	c := serveExtProc(t, fencecheck.New(s, fencecheck.Options{}))
 	body := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: []byte("x"), EndOfStream: true}}}

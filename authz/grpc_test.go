@@ -13,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -27,7 +28,7 @@ func headerMap(hs []*corev3.HeaderValueOption) map[string]string {
 // TestGRPCCheck runs every reason and status through a real gRPC server and
 // a real bolt store.
 func TestGRPCCheck(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	ctx := t.Context()
 
 	// orders/1: held with fence 2 (fence 1 was lost to a release).
@@ -169,7 +170,7 @@ func TestGRPCCheck(t *testing.T) {
 // TestGRPCAudit: a denial over gRPC lands in the store's audit log with the
 // Envoy-reported peer, the route name and the key's hash only.
 func TestGRPCAudit(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	old := acquire(t, s, "k", time.Minute)
 	release(t, s, old.LockID)
 	cur := acquire(t, s, "k", time.Minute)
@@ -198,7 +199,7 @@ func TestGRPCAudit(t *testing.T) {
 // TestGRPCBackendDown: a closed store answers 503 UNAVAILABLE at once,
 // without waiting for the check's deadline.
 func TestGRPCBackendDown(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	r := acquire(t, s, "k", time.Minute)
 	_ = s.Close()
 	// A long deadline, so that "at once" has room on a loaded machine and
@@ -227,7 +228,7 @@ func TestGRPCBackendDown(t *testing.T) {
 // check's deadline, not later, and answered 503.
 func TestGRPCBackendHangs(t *testing.T) {
 	const timeout = 120 * time.Millisecond
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	r := acquire(t, s, "k", time.Minute)
 	conn := serveGRPC(t, fencecheck.New(hangingStore{s}, fencecheck.Options{Timeout: timeout}))
 	client := authv3.NewAuthorizationClient(conn)
@@ -261,7 +262,7 @@ func assertUnavailable(t *testing.T, resp *authv3.CheckResponse) {
 }
 
 func TestGRPCHealth(t *testing.T) {
-	conn := serveGRPC(t, fencecheck.New(openBolt(t), fencecheck.Options{}))
+	conn := serveGRPC(t, fencecheck.New(bolttest.Open(t, bolttest.FloorOff), fencecheck.Options{}))
 	for _, svc := range []string{"", ServiceName} {
 		resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
@@ -273,7 +274,7 @@ func TestGRPCHealth(t *testing.T) {
 // TestGRPCHeaderMap: Envoy with encode_raw_headers sends header_map with
 // raw values instead of the headers map.
 func TestGRPCHeaderMap(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	r := acquire(t, s, "k", time.Minute)
 	req := envoyRequest("POST", "/k", nil, nil)
 	hr := req.GetAttributes().GetRequest().GetHttp()
@@ -298,7 +299,7 @@ func TestGRPCHeaderMap(t *testing.T) {
 // Envoy's header encodings: header_map lists every copy; the headers map
 // joins them with a comma.
 func TestGRPCDuplicateFenceHeaders(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	old := acquire(t, s, "k", time.Minute)
 	release(t, s, old.LockID)
 	cur := acquire(t, s, "k", time.Minute)

@@ -3,7 +3,6 @@ package authz
 import (
 	"context"
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,19 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
 )
-
-// openBolt opens a real embedded store in a temp dir, closed at cleanup.
-func openBolt(t testing.TB) *bolt.Store {
-	t.Helper()
-	s, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db"), FenceFloor: lockstore.FloorOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
 
 // hangingStore is a backend that never answers: Inspect blocks until the
 // check's deadline.

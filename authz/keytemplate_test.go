@@ -14,6 +14,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -100,7 +101,7 @@ func edges(t *testing.T, c *fencecheck.Checker) map[string]edgeCheck {
 // "malformed" without a backend read, on gRPC and on forward-auth alike,
 // while the canonical spellings still pass.
 func TestEdgeKeyTemplateCanonical(t *testing.T) {
-	bs := openBolt(t)
+	bs := bolttest.Open(t, bolttest.FloorOff)
 	s := &countingStore{Store: bs}
 	holder := acquire(t, s, "orders/42", time.Minute)
 	c := fencecheck.New(s, fencecheck.Options{Logger: quiet})
@@ -163,7 +164,7 @@ func TestEdgeKeyTemplateCanonical(t *testing.T) {
 // read, rather than silently leaving PUT unchecked; "+PROPFIND" is a write
 // method by opt-in.
 func TestEdgeFenceMethodsInvalid(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	holder := acquire(t, s, "orders/42", time.Minute)
 	c := fencecheck.New(s, fencecheck.Options{Logger: quiet})
 	h := NewHTTPHandler(c, Options{})

@@ -13,6 +13,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 	"github.com/fencegate/fencegate/writeproof"
 )
 
@@ -30,7 +31,7 @@ func testSigner(t *testing.T) *writeproof.Signer {
 // bad-proof on gRPC ext_authz and HTTP forward-auth alike; the holder's
 // proof passes; a proof for another key does not.
 func TestProofRouteBothTransports(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	sg := testSigner(t)
 	cur := acquire(t, s, "orders/7", time.Minute)
 	other := acquire(t, s, "orders/8", time.Minute)
@@ -112,7 +113,7 @@ func TestProofRouteBothTransports(t *testing.T) {
 // TestHideCurrentFence: with HideCurrentFence, a denial names no current
 // fence; without it, it does (the test proves it can see the difference).
 func TestHideCurrentFence(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	cur := acquire(t, s, "orders/7", time.Minute)
 	for _, hide := range []bool{false, true} {
 		srv := httptest.NewServer(NewHTTPHandler(fencecheck.New(s, fencecheck.Options{HideCurrentFence: hide}), Options{}))

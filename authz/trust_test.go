@@ -16,6 +16,7 @@ import (
 	"github.com/fencegate/fencegate/certwatch"
 	"github.com/fencegate/fencegate/certwatch/certtest"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 )
 
 // TestUntrustedCallerCannotRegisterBarrier (#19 item 8): a caller that is
@@ -35,7 +36,7 @@ func TestUntrustedCallerCannotRegisterBarrier(t *testing.T) {
 		{"broken: every caller trusted, no cap (today)", Options{TrustLoopback: true}, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := openBolt(t)
+			s := bolttest.Open(t, bolttest.FloorOff)
 			c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, MaxWriteCap: tc.cap})
 			attacker := serveExtProcWith(t, c, tc.opts)                   // reached over the network, no certificate
 			proxy := serveExtProcWith(t, c, Options{TrustLoopback: true}) // the operator's Envoy
@@ -113,7 +114,7 @@ func dialTLS(t *testing.T, addr string, serverCA *certtest.CA, client *certtest.
 // from the CA is answered, and is trusted: its route may ask for the
 // barrier, within the gateway's cap.
 func TestAuthzMTLS(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, MaxWriteCap: fencecheck.DefaultMaxWriteCap})
 	ca := certtest.NewCA(t, "proxies")
 	addr := mtlsAuthz(t, c, ca)

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 	pgstore "github.com/fencegate/fencegate/lockstore/postgres"
@@ -66,12 +66,7 @@ func openBolt(tb testing.TB) lockstore.Store { return openBoltFloor(tb, lockstor
 // openBoltFloor is openBolt with the given fence floor.
 func openBoltFloor(tb testing.TB, floor lockstore.FenceFloor) lockstore.Store {
 	tb.Helper()
-	s, err := bolt.Open(tb.Context(), bolt.Config{Path: filepath.Join(tb.TempDir(), "bench.db"), Logger: logger, FenceFloor: floor})
-	if err != nil {
-		tb.Fatalf("open bolt store: %v", err)
-	}
-	tb.Cleanup(func() { _ = s.Close() })
-	return s
+	return bolttest.Open(tb, func(c *bolt.Config) { c.Logger, c.FenceFloor = logger, floor })
 }
 
 // openRedis opens the Redis store on REDIS_URL under a prefix of this run's

@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -9,15 +8,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
 	"github.com/fencegate/fencegate/writeproof"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -47,11 +45,7 @@ func gateway(t *testing.T) *gatewayEnv { return gatewayWith(t, gatewayConfig{}) 
 
 func gatewayWith(t *testing.T, cfg gatewayConfig) *gatewayEnv {
 	t.Helper()
-	store, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "fg.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := bolttest.Open(t)
 	auth, err := api.NewAuthenticator([]api.Token{
 		{Name: "all", SHA256: api.HashToken(token), Operations: []string{"*"}},
 		{Name: "orders-only", SHA256: api.HashToken("orders"), Prefixes: []string{"orders/"}},

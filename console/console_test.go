@@ -8,12 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
@@ -29,13 +29,10 @@ type fixture struct {
 
 func newFixture(t *testing.T, rawKeys bool, tokens []api.Token) *fixture {
 	t.Helper()
-	st, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "c.db"), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := bolttest.Open(t)
 	var auth *api.Authenticator
 	if tokens != nil {
+		var err error
 		if auth, err = api.NewAuthenticator(tokens); err != nil {
 			t.Fatal(err)
 		}

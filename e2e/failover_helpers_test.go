@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -551,7 +552,7 @@ func needTool(t testing.TB, name, pkg string) {
 // waitDial waits until addr accepts TCP connections.
 func waitDial(t *testing.T, ctx context.Context, addr string, bound time.Duration) {
 	t.Helper()
-	waitFor(t, ctx, bound, addr+" to accept connections", func() bool {
+	testutil.WaitFor(t, bound, addr+" to accept connections", func() bool {
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err != nil {
 			return false

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"io"
 	"net/http"
 	"net/url"
@@ -19,7 +20,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -59,7 +59,7 @@ type Gateway struct {
 	Metrics   string // a standalone proxy's metrics listener ("" without --metrics-addr)
 
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *testutil.LogBuffer
 	done chan struct{}
 	err  error
 }
@@ -139,7 +139,7 @@ func startServer(t testing.TB, full []string, readyMsg string) *Gateway {
 	cmd := exec.Command(binary, full...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), "FENCEGATE_CONFIG=") // no stray config from the environment
-	logs := &syncBuffer{}
+	logs := &testutil.LogBuffer{}
 	pr, pw := io.Pipe()
 	cmd.Stdout = logs
 	cmd.Stderr = io.MultiWriter(logs, pw)
@@ -318,24 +318,6 @@ func Do(t testing.TB, base string, c Call) Reply {
 	return r
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitReady polls /readyz: the first call to a cold Firestore emulator can
 // take longer than the 2 s readiness budget.
 func waitReady(t testing.TB, base string) {
@@ -350,18 +332,5 @@ func waitReady(t testing.TB, base string) {
 			t.Fatalf("/readyz still %d after 30s: %s", r.Status, r.Body)
 		}
 		time.Sleep(250 * time.Millisecond)
-	}
-}
-
-// waitFor polls cond every 20 ms until it holds, failing the test when the
-// bound passes or ctx ends first.
-func waitFor(t *testing.T, ctx context.Context, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("waited %v for %s", bound, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -607,7 +608,7 @@ type outage struct {
 // startRedis runs a private redis-server on a free loopback port.
 func startRedis(t *testing.T) outage {
 	t.Helper()
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(testutil.FreePort(t))
 	dir := t.TempDir()
 	var kill func()
 	run := func() {
@@ -666,7 +667,7 @@ func startPostgres(t *testing.T) outage {
 	if out, err := asPG(filepath.Join(bin, "initdb"), "-A", "trust", "-U", "postgres", "-D", data).CombinedOutput(); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(testutil.FreePort(t))
 	var kill func()
 	run := func() {
 		// Stopped by SIGQUIT, PostgreSQL's immediate shutdown: the postmaster
@@ -707,7 +708,7 @@ func startFirestoreEmulator(t *testing.T) outage {
 	if _, err := os.Stat(jar); err != nil {
 		t.Fatalf("Firestore emulator jar: %v (set FIRESTORE_JAR; scripts/testenv needs it too)", err)
 	}
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(testutil.FreePort(t))
 	logFile := filepath.Join(t.TempDir(), "emulator.log")
 	f, err := os.Create(logFile)
 	if err != nil {
@@ -789,17 +790,6 @@ func waitTCP(t testing.TB, addr string, timeout time.Duration, logFile string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// freePort asks the kernel for an unused loopback port.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func str(v any) string { s, _ := v.(string); return s }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"net"
 	"os"
 	"os/exec"
@@ -192,7 +193,7 @@ func runFencegate(t testing.TB, timeout time.Duration, env []string, args ...str
 	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(append(os.Environ(), "FENCEGATE_CONFIG=", "FENCEGATE_TOKEN=", "FENCE_LOCK_ID="), env...)
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.LogBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err := cmd.Run()

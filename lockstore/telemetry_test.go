@@ -3,6 +3,7 @@ package lockstore
 import (
 	"context"
 	"fmt"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"log/slog"
 	"strings"
 	"sync"
@@ -167,7 +168,7 @@ func TestTelemetrySlowAndPanickingCallbacks(t *testing.T) {
 		t.Errorf("dropped %d events, want 7 (1 in the callback, 2 queued)", d)
 	}
 	close(release)
-	waitFor(t, deliveredIs(3))
+	testutil.WaitFor(t, 5*time.Second, "3 events delivered", deliveredIs(3))
 
 	// A panicking callback neither affects the operation nor stops the
 	// worker: the events after it are still delivered.
@@ -175,7 +176,7 @@ func TestTelemetrySlowAndPanickingCallbacks(t *testing.T) {
 		if _, err := s.LookupKey(ctx, "k"); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, deliveredIs(4+i))
+		testutil.WaitFor(t, 5*time.Second, "the next event delivered", deliveredIs(4+i))
 	}
 	if _, err := s.Acquire(ctx, "k", time.Second); err != nil {
 		t.Fatal(err)
@@ -198,17 +199,6 @@ func TestTelemetrySlowAndPanickingCallbacks(t *testing.T) {
 	}
 	if inner.closed != 2 {
 		t.Errorf("inner closed %d times, want once per Close", inner.closed)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

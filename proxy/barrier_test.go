@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/redis"
 )
@@ -124,7 +126,7 @@ func newerFence(t *testing.T, s lockstore.Store, l lockstore.AcquireResult, key 
 func TestProxyBarrierTwoWrites(t *testing.T) {
 	for _, barrier := range []bool{true, false} {
 		t.Run("barrier="+strconv.FormatBool(barrier), func(t *testing.T) {
-			s := openBolt(t)
+			s := bolttest.Open(t, bolttest.FloorOff)
 			h := newHeldUpstream(t)
 			c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
 			_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: barrier, MaxWrite: time.Minute}}, Options{})
@@ -159,7 +161,7 @@ func TestProxyBarrierTwoWrites(t *testing.T) {
 			if st := <-w1; st != 200 {
 				t.Fatalf("W1: %d", st)
 			}
-			waitFor(t, "W2 to be admitted after W1 finished", func() bool {
+			testutil.WaitFor(t, 30*time.Second, "W2 to be admitted after W1 finished", func() bool {
 				res, _, err := post(t.Context(), t, srv.URL+"/w", l2.Fence, false)
 				return err == nil && res.StatusCode == 200
 			})
@@ -174,7 +176,7 @@ func TestProxyBarrierTwoWrites(t *testing.T) {
 // not refused but waits, and reaches the upstream only after W1's handler
 // has answered.
 func TestProxyBarrierWaitsWithinBudget(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	h := newHeldUpstream(t)
 	reg := prometheus.NewRegistry()
 	c := fencecheck.New(s, fencecheck.Options{Timeout: 20 * time.Second, Registerer: reg})
@@ -213,7 +215,7 @@ func TestProxyBarrierWaitsWithinBudget(t *testing.T) {
 // drops the connection), so the proxy cannot know whether it committed: W1
 // is abandoned, and W2 waits until W1's maxWrite has passed.
 func TestProxyBarrierAbandoned(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Hold") != "" {
 			conn, _, err := w.(http.Hijacker).Hijack()
@@ -243,7 +245,7 @@ func TestProxyBarrierAbandoned(t *testing.T) {
 	if time.Since(start) < maxWrite && res.StatusCode != 429 {
 		t.Fatalf("W2 before W1's maxWrite: %d, want 429 draining", res.StatusCode)
 	}
-	waitFor(t, "W2 after W1's maxWrite", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "W2 after W1's maxWrite", func() bool {
 		res, _, err := post(t.Context(), t, srv.URL+"/w", l2.Fence, false)
 		return err == nil && res.StatusCode == 200
 	})
@@ -256,7 +258,7 @@ func TestProxyBarrierAbandoned(t *testing.T) {
 // upstream has answered, so the proxy reads the rest itself and finishes
 // the write (W2 is then admitted long before maxWrite).
 func TestProxyBarrierClientGoesAway(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	rest := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Hold") == "" {
@@ -287,7 +289,7 @@ func TestProxyBarrierClientGoesAway(t *testing.T) {
 	cancel() // the client goes away
 	res.Body.Close()
 	close(rest)
-	waitFor(t, "the write to settle", func() bool { return p.InFlight() == 0 })
+	testutil.WaitFor(t, 30*time.Second, "the write to settle", func() bool { return p.InFlight() == 0 })
 	if n := metric(t, reg, "fencegate_barrier_abandoned_total"); n != 0 {
 		t.Fatalf("abandoned %v: the upstream answered completely", n)
 	}
@@ -300,7 +302,7 @@ func TestProxyBarrierClientGoesAway(t *testing.T) {
 // TestProxyShutdownDrains: Shutdown waits for an in-flight barrier write,
 // which finishes and deregisters before Shutdown returns.
 func TestProxyShutdownDrains(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	h := newHeldUpstream(t)
 	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
 	p, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true, MaxWrite: time.Hour}}, Options{})
@@ -335,7 +337,7 @@ func TestProxyShutdownDrains(t *testing.T) {
 // TestProxyStoreDown: a store that cannot answer fails every write closed
 // (503 unavailable), barrier or not; reads still pass.
 func TestProxyStoreDown(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	up, _ := recorder(t)
 	c := fencecheck.New(s, fencecheck.Options{})
 	_, srv := serveProxy(t, c, []Route{
@@ -418,7 +420,7 @@ func TestProxyBarrierAcrossReplicas(t *testing.T) {
 	if st := <-w1; st != 200 {
 		t.Fatalf("W1 %d", st)
 	}
-	waitFor(t, "W2 at replica B after W1 finished", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "W2 at replica B after W1 finished", func() bool {
 		res, _, err := post(t.Context(), t, b.URL+"/w", l2.Fence, false)
 		return err == nil && res.StatusCode == 200
 	})
@@ -464,7 +466,7 @@ func tunnelUpstream(t *testing.T) (*httptest.Server, chan string) {
 // case shows what the refusal prevents: after the 101 a PUT sent down the
 // tunnel reaches the upstream unchecked.
 func TestProxyUpgrades(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	l := acquire(t, s, "k")
 	up, lines := tunnelUpstream(t)
 	u := mustURL(t, up.URL)

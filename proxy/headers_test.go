@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 )
 
 // cgiEnv reads a request's headers as CGI, WSGI, Rack and PHP do:
@@ -45,7 +46,7 @@ func wsgiUpstream(t *testing.T) (*httptest.Server, chan map[string][]string) {
 // broken variant (every client header through, as httputil.ReverseProxy
 // alone) is caught by the same assertions.
 func TestProxyHeadersAsCGISeesThem(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	l := acquire(t, s, "orders/42")
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {

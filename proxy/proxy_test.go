@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,20 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
 )
-
-// openBolt opens a real embedded store in a temp dir, closed at cleanup.
-func openBolt(t testing.TB) *bolt.Store {
-	t.Helper()
-	s, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db"), FenceFloor: lockstore.FloorOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
 
 func acquire(t *testing.T, s lockstore.Store, key string) lockstore.AcquireResult {
 	t.Helper()
@@ -125,7 +114,7 @@ type denial struct {
 // x-fence-verified and without x-fence-lock-id; denials never reach it and
 // carry the status, headers and body of the other edges.
 func TestProxyDecisions(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	old := acquire(t, s, "orders/1")
 	release(t, s, old.LockID)
 	cur := acquire(t, s, "orders/1")
@@ -250,7 +239,7 @@ func TestProxyDecisions(t *testing.T) {
 // Connection) do not cross the proxy either way; X-Forwarded-* are the
 // proxy's, the client's dropped unless trusted.
 func TestProxyHopByHopAndForwarded(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	got := make(chan http.Header, 4)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Clone()
@@ -291,7 +280,7 @@ func TestProxyHopByHopAndForwarded(t *testing.T) {
 // first request chunk before the client sends the second; the client sees
 // the first response chunk before the upstream writes the second.
 func TestProxyStreams(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	l := acquire(t, s, "stream")
 	firstIn := make(chan string, 1)
 	firstOut := make(chan struct{})
@@ -359,21 +348,9 @@ func TestProxyStreams(t *testing.T) {
 		t.Fatalf("rest %q", rest)
 	}
 	res.Body.Close()
-	waitFor(t, "the write to finish", func() bool { return p.InFlight() == 0 })
+	testutil.WaitFor(t, 30*time.Second, "the write to finish", func() bool { return p.InFlight() == 0 })
 	if n := metric(t, reg, "fencegate_barrier_abandoned_total"); n != 0 {
 		t.Errorf("abandoned %v, want 0", n)
-	}
-}
-
-// waitFor polls cond (generous bound: the machine may be loaded).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -400,7 +377,7 @@ func metric(t *testing.T, g prometheus.Gatherer, name string) float64 {
 // proxy as its source, the route's name and the client's address, and the
 // key's hash only.
 func TestProxyAudit(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	old := acquire(t, s, "k")
 	release(t, s, old.LockID)
 	cur := acquire(t, s, "k")

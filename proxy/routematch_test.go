@@ -13,6 +13,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -81,7 +82,7 @@ func TestProxyRouteReadings(t *testing.T) {
 	}
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
-			s := openBolt(t)
+			s := bolttest.Open(t, bolttest.FloorOff)
 			mine := acquire(t, s, "mine")
 			type hit struct{ via, path string }
 			hits := make(chan hit, 1)
@@ -172,7 +173,7 @@ func TestProxyRouteReadings(t *testing.T) {
 // which the catch-all matches exactly, is /Orders/42 to a case-insensitive
 // upstream, and is refused.
 func TestProxyPrefixNotFolded(t *testing.T) {
-	s := openBolt(t)
+	s := bolttest.Open(t, bolttest.FloorOff)
 	up, got := recorder(t)
 	u := mustURL(t, up.URL)
 	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []Route{

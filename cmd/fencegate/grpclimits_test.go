@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +17,7 @@ import (
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/config"
-	"github.com/fencegate/fencegate/lockstore/bolt"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 )
 
 // TestLocksGRPCListenerBoundsMessages: the lock API listener as serve
@@ -30,11 +29,7 @@ import (
 // handler, which finds the key too long.
 func TestLocksGRPCListenerBoundsMessages(t *testing.T) {
 	const token = "tok-grpc-limits-0d6e"
-	s, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "locks.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := bolttest.Open(t)
 	auth, err := api.NewAuthenticator([]api.Token{{Name: "t", SHA256: api.HashToken(token), Prefixes: []string{"*"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -110,11 +105,7 @@ func TestGRPCSlotsKeepAuthenticatedCallers(t *testing.T) {
 		hook func(context.Context)
 	}{{"hooked", markTrusted}, {"no hook (broken variant)", nil}} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "locks.db")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
+			s := bolttest.Open(t)
 			auth, err := api.NewAuthenticator([]api.Token{{Name: "t", SHA256: api.HashToken(token), Prefixes: []string{"*"}}})
 			if err != nil {
 				t.Fatal(err)

@@ -11,31 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
-
-// syncBuffer is a goroutine-safe stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func writeConfig(t *testing.T, text string) string {
 	t.Helper()
@@ -221,7 +203,7 @@ func startCommand(t *testing.T, run func(context.Context, []string, io.Writer, i
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	stderr := &syncBuffer{}
+	stderr := &testutil.LogBuffer{}
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, args, io.Discard, stderr) }()
 	deadline := time.Now().Add(30 * time.Second)

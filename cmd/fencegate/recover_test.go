@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,8 +19,8 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/internal/testutil/bolttest"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
 )
 
 // panicStore is the real store with IsLocked sabotaged, to reach the
@@ -51,11 +50,7 @@ func (l *lockedLog) String() string {
 
 func panickingAPI(t *testing.T) (*api.Server, *lockedLog, *slog.Logger) {
 	t.Helper()
-	s, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "locks.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := bolttest.Open(t)
 	logs := &lockedLog{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	srv, err := api.New(api.Options{Store: panicStore{s}, Logger: log})

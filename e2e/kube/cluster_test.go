@@ -12,7 +12,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/fencegate/fencegate/certwatch/certtest"
 	"github.com/fencegate/fencegate/e2e/kube"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // Identities the API server authenticates by static token (--token-auth-file).
@@ -40,17 +40,6 @@ type cluster struct {
 	url    string            // https://127.0.0.1:PORT
 	tokens map[string]string // user → bearer token
 	client *http.Client      // trusts the API server's CA
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // logTail keeps the last bytes a process wrote, for failure messages.
@@ -117,7 +106,7 @@ func startCluster(t testing.TB) *cluster {
 	}
 	dir := t.TempDir()
 
-	etcdClient, etcdPeer := freePort(t), freePort(t)
+	etcdClient, etcdPeer := testutil.FreePort(t), testutil.FreePort(t)
 	clientURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
 	start(t, "etcd", etcdBin,
@@ -154,7 +143,7 @@ func startCluster(t testing.TB) *cluster {
 		t.Fatal(err)
 	}
 
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	url := fmt.Sprintf("https://127.0.0.1:%d", port)
 	logs := start(t, "kube-apiserver", apiserverBin,
 		"--etcd-servers="+clientURL,

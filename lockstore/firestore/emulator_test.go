@@ -156,25 +156,6 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// logBuffer is a slog handler target that keeps lines for assertions.
-type logBuffer struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.lines = append(b.lines, string(p))
-	return len(p), nil
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Join(b.lines, "")
-}
-
 // fakeClock is an injectable time authority.
 type fakeClock struct {
 	mu  sync.Mutex

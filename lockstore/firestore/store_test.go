@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -198,7 +199,7 @@ func TestClientTimeAuthority(t *testing.T) {
 // deleted by the next mutation's transaction.
 func TestDuplicateLockID(t *testing.T) {
 	t.Parallel()
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	cfg := nsConfig(t, uniqueNS(t))
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	s := openStore(t, cfg)
@@ -582,7 +583,7 @@ func TestHashedDocIDCollisionIsNotReported(t *testing.T) {
 // hash and never the key.
 func TestFenceWarning(t *testing.T) {
 	t.Parallel()
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	cfg := floorOff(nsConfig(t, uniqueNS(t)))
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	s := openStore(t, cfg)

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -52,20 +53,10 @@ func startServer(t *testing.T, args ...string) *redisServer {
 	if err != nil {
 		t.Fatal("redis-server is not on PATH; these tests start their own servers (install redis-server, e.g. apt-get install redis-server)")
 	}
-	r := &redisServer{t: t, bin: bin, port: freePort(t), dir: t.TempDir(), args: args}
+	r := &redisServer{t: t, bin: bin, port: testutil.FreePort(t), dir: t.TempDir(), args: args}
 	r.start()
 	t.Cleanup(r.kill)
 	return r
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
@@ -456,7 +447,7 @@ func TestAuthErrors(t *testing.T) {
 // through a redis+sentinel URL.
 func TestSentinel(t *testing.T) {
 	master := startServer(t)
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
 	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor fgmaster 127.0.0.1 %d 1\nsentinel down-after-milliseconds fgmaster 2000\n", port, dir, master.port)
@@ -514,7 +505,7 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal("redis-server is not on PATH")
 	}
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	srv := &redisServer{t: t, bin: bin, port: port, dir: dir,
 		tls: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}}
 	srv.args = []string{"--port", "0", "--tls-port", strconv.Itoa(port),

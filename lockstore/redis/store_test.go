@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
@@ -535,28 +535,10 @@ func TestRoundTrips(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for a slog handler and a reader.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestFenceWarnLog: past FenceWarn the store logs a warning naming the
 // key's hash — never the key or the lockId.
 func TestFenceWarnLog(t *testing.T) {
-	var logs lockedBuffer
+	var logs testutil.LogBuffer
 	s := openPrefix(t, "syncguard_test_warnlog", func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		c.FenceFloor = lockstore.FloorOff // a counter at FenceWarn is far ahead of today's floor
