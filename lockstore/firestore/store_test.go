@@ -159,7 +159,7 @@ func TestKeysThatAreNotDocumentIDs(t *testing.T) {
 // exact boundaries of the liveness predicate.
 func TestClientTimeAuthority(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{now: time.UnixMilli(1_900_000_000_000)}
+	clk := testutil.NewClock(time.UnixMilli(1_900_000_000_000))
 	cfg := floorOff(nsConfig(t, uniqueNS(t)))
 	cfg.Now = clk.Now
 	s := openStore(t, cfg)
@@ -504,7 +504,7 @@ func TestCrossProcessContention(t *testing.T) {
 // TestCountHeld counts live locks only.
 func TestCountHeld(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{now: time.Now()}
+	clk := testutil.NewClock(time.Now())
 	cfg := nsConfig(t, uniqueNS(t))
 	cfg.Now = clk.Now
 	s := openStore(t, cfg)

@@ -17,12 +17,8 @@ import (
 func TestConformance(t *testing.T) {
 	databaseURL(t)
 	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T, ns string) lockstore.Store { return openNS(t, ns) },
-		OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
-			return openNS(t, ns, func(c *Config) { c.FenceFloor = lockstore.FloorOff })
-		},
-		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
-			return openNS(t, ns, func(c *Config) { c.AuditRetention = r })
+		Open: func(t *testing.T, ns string, o storetest.Options) (lockstore.Store, error) {
+			return openNS(t, ns, func(c *Config) { c.FenceFloor, c.AuditRetention = o.FenceFloor, o.AuditRetention }), nil
 		},
 		SetFence: func(t *testing.T, s lockstore.Store, ns, key string, n int64) {
 			setFence(t, s.(*Store), key, n)

@@ -3,7 +3,6 @@ package storetest
 import (
 	"errors"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
@@ -24,7 +23,7 @@ var oddKeys = []string{
 // failure. The edge answers a refused key 400 "malformed"; anything else
 // would be a 503 that any client could provoke, polluting the outage
 // signal.
-func (s *suite) inputKeys(t *testing.T) {
+func (s *suite) inputKeys(t *T) {
 	st, _ := s.fresh(t)
 	for _, k := range oddKeys {
 		_, err := st.Inspect(ctx(t), k)
