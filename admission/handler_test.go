@@ -21,7 +21,7 @@ import (
 
 	"github.com/fencegate/fencegate/admission"
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
@@ -52,7 +52,7 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 func newEnv(t *testing.T, o admission.Options, checkStore lockstore.Store) *env {
 	t.Helper()
 	ctx := context.Background()
-	s := bolttest.Open(t, bolttest.FloorOff)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	first, err := s.Acquire(ctx, testKey, time.Minute)
 	if err != nil || !first.OK || first.Fence != staleFence {
 		t.Fatalf("seed acquire 1 = %+v, %v", first, err)
@@ -377,7 +377,7 @@ func TestPolicyHolderVersusLatest(t *testing.T) {
 // A backend that fails makes the webhook fail closed with 503, distinct from
 // a stale denial, and the denial is still audited.
 func TestBackendDownFailsClosed(t *testing.T) {
-	broken := bolttest.Open(t, bolttest.FloorOff)
+	broken := locktest.OpenBolt(t, locktest.FloorOff)
 	if err := broken.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +497,7 @@ func TestPanicIsAFailClosedDenial(t *testing.T) {
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {
-	c := fencecheck.New(bolttest.Open(t, bolttest.FloorOff), fencecheck.Options{})
+	c := fencecheck.New(locktest.OpenBolt(t, locktest.FloorOff), fencecheck.Options{})
 	cases := map[string]admission.Options{
 		"same annotation": {Annotations: admission.Annotations{Key: "a.io/x", Fence: "a.io/x"}},
 		"policy":          {Policy: "newest"},

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/api"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -29,7 +29,7 @@ func (h hangingStore) Release(ctx context.Context, _ string) (lockstore.ReleaseR
 // OpTimeout, then 504 NetworkTimeout, instead of holding it forever.
 func TestStoreCallsAreBounded(t *testing.T) {
 	const bound = 300 * time.Millisecond
-	e := newEnv(t, hangingStore{bolttest.Open(t)}, func(o *api.Options) { o.OpTimeout = bound })
+	e := newEnv(t, hangingStore{locktest.OpenBolt(t)}, func(o *api.Options) { o.OpTimeout = bound })
 	for _, tc := range []struct {
 		path string
 		body any

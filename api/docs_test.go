@@ -20,7 +20,7 @@ import (
 	"github.com/fencegate/fencegate/api/wire"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -313,7 +313,7 @@ func stringConsts(t *testing.T, dir, prefix string) []string {
 func metricNames(t *testing.T) []string {
 	t.Helper()
 	rec := &recordingRegisterer{}
-	store := bolttest.Open(t)
+	store := locktest.OpenBolt(t)
 	if _, err := api.New(api.Options{Store: store, Registerer: rec, Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatal(err)
 	}

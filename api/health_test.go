@@ -9,13 +9,13 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/fencegate/fencegate/api"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // TestFollowReadiness: grpc.health.v1 is NOT_SERVING before the first
 // check, then follows the store's reachability, for every service named.
 func TestFollowReadiness(t *testing.T) {
-	store := bolttest.Open(t)
+	store := locktest.OpenBolt(t)
 	g := newGRPCEnv(t, store, nil)
 	hs := health.NewServer()
 	services := []string{"", api.LocksServiceName, "other.Service"}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
@@ -54,7 +54,7 @@ type httpCase struct {
 // TestHTTPTable covers every row of API.md's HTTP table and every error
 // status the handlers produce, against a real bolt store.
 func TestHTTPTable(t *testing.T) {
-	e := newEnv(t, bolttest.Open(t), nil)
+	e := newEnv(t, locktest.OpenBolt(t), nil)
 	heldID, heldFence := e.acquire(t, "orders/held", 60_000)
 	goneID, _ := e.acquire(t, "orders/gone", 60_000)
 	if r := e.post(t, "/v1/locks/release", adminToken, map[string]any{"lockId": goneID}); r.status != 200 {
@@ -364,7 +364,7 @@ func TestHTTPTable(t *testing.T) {
 // TestHTTPWait covers waitMs: success when the holder releases, 409 when
 // the time runs out, and the wait ending when the client goes away.
 func TestHTTPWait(t *testing.T) {
-	e := newEnv(t, bolttest.Open(t), nil)
+	e := newEnv(t, locktest.OpenBolt(t), nil)
 
 	t.Run("holder releases during the wait", func(t *testing.T) {
 		id, fence := e.acquire(t, "jobs/a", 60_000)
@@ -430,7 +430,7 @@ func TestHTTPWait(t *testing.T) {
 
 // TestHTTPAudit covers GET /v1/audit over the bolt store's audit log.
 func TestHTTPAudit(t *testing.T) {
-	store := bolttest.Open(t)
+	store := locktest.OpenBolt(t)
 	e := newEnv(t, store, nil)
 	base := time.Now().UnixMilli() - 10_000
 	var events []lockstore.AuditEvent
@@ -529,7 +529,7 @@ func TestHTTPAuditHashCollision(t *testing.T) {
 	if lockstore.HashKey(crafted) != lockstore.HashKey(victim) || !strings.HasPrefix(crafted, "a/") || !strings.HasPrefix(victim, "b/") {
 		t.Fatalf("not a collision across a/ and b/: %q %q", crafted, victim)
 	}
-	store := bolttest.Open(t)
+	store := locktest.OpenBolt(t)
 	// The victim's denial is recorded the way the edge records it: a real
 	// check through the auditor into the store.
 	aud := fencecheck.NewAuditor(store, fencecheck.AuditorOptions{})
@@ -571,7 +571,7 @@ func TestHTTPAuditHashCollision(t *testing.T) {
 
 func TestHTTPOperations(t *testing.T) {
 	t.Run("healthz and readyz", func(t *testing.T) {
-		e := newEnv(t, bolttest.Open(t), nil)
+		e := newEnv(t, locktest.OpenBolt(t), nil)
 		for _, p := range []string{"/healthz", "/readyz"} {
 			r := e.do(t, context.Background(), http.MethodGet, p, "", "", "")
 			if r.status != 200 || r.str("status") != "ok" {
@@ -581,7 +581,7 @@ func TestHTTPOperations(t *testing.T) {
 	})
 
 	t.Run("readyz fails with the Ready hook", func(t *testing.T) {
-		e := newEnv(t, bolttest.Open(t), func(o *api.Options) {
+		e := newEnv(t, locktest.OpenBolt(t), func(o *api.Options) {
 			o.Ready = func(context.Context) error { return errors.New("audit queue full") }
 		})
 		if r := e.do(t, context.Background(), http.MethodGet, "/readyz", "", "", ""); r.status != 503 {
@@ -593,7 +593,7 @@ func TestHTTPOperations(t *testing.T) {
 	})
 
 	t.Run("closed store is 503 everywhere", func(t *testing.T) {
-		store := bolttest.Open(t)
+		store := locktest.OpenBolt(t)
 		e := newEnv(t, store, nil)
 		if err := store.Close(); err != nil {
 			t.Fatal(err)
@@ -611,7 +611,7 @@ func TestHTTPOperations(t *testing.T) {
 	})
 
 	t.Run("auth off", func(t *testing.T) {
-		e := newEnv(t, bolttest.Open(t), func(o *api.Options) { o.Auth = nil })
+		e := newEnv(t, locktest.OpenBolt(t), func(o *api.Options) { o.Auth = nil })
 		if r := e.post(t, "/v1/locks/acquire", "", map[string]any{"key": "any/key"}); r.status != 200 {
 			t.Errorf("status %d %s", r.status, r.raw)
 		}
@@ -624,7 +624,7 @@ func TestHTTPOperations(t *testing.T) {
 		if _, err := api.New(api.Options{}); err == nil {
 			t.Error("New without a store succeeded")
 		}
-		if _, err := api.New(api.Options{Store: bolttest.Open(t), MaxWait: -time.Second}); err == nil {
+		if _, err := api.New(api.Options{Store: locktest.OpenBolt(t), MaxWait: -time.Second}); err == nil {
 			t.Error("New with a negative MaxWait succeeded")
 		}
 	})

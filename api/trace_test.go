@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/tracing"
 )
 
@@ -25,7 +25,7 @@ import (
 func TestTracingLockSpans(t *testing.T) {
 	exp := testutil.RecordSpans(t)
 
-	store := bolttest.Open(t)
+	store := locktest.OpenBolt(t)
 	e := newEnv(t, store, nil)
 	const key = "orders/sekrit-7"
 	n := 0

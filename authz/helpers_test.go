@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -22,23 +21,6 @@ type hangingStore struct{ lockstore.Store }
 func (hangingStore) Inspect(ctx context.Context, _ string) (lockstore.KeyState, error) {
 	<-ctx.Done()
 	return lockstore.KeyState{}, lockstore.ContextError(ctx, "inspect")
-}
-
-// acquire takes a lock on key and returns it.
-func acquire(t *testing.T, s lockstore.Store, key string, ttl time.Duration) lockstore.AcquireResult {
-	t.Helper()
-	r, err := s.Acquire(t.Context(), key, ttl)
-	if err != nil || !r.OK {
-		t.Fatalf("acquire %q: %+v %v", key, r, err)
-	}
-	return r
-}
-
-func release(t *testing.T, s lockstore.Store, lockID string) {
-	t.Helper()
-	if r, err := s.Release(t.Context(), lockID); err != nil || !r.OK {
-		t.Fatalf("release: %+v %v", r, err)
-	}
 }
 
 // serveGRPC runs the ext_authz server over a real grpc.Server on loopback

@@ -10,7 +10,7 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/deploy/nginx/nginxtest"
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // TestNginxNonCanonicalPaths runs the shipped nginx config (real nginx) in
@@ -20,7 +20,7 @@ import (
 // lock on the key the raw path spells ("orders/orders", "orders/x") must not
 // write /orders/42 with it: such paths are 400 malformed.
 func TestNginxNonCanonicalPaths(t *testing.T) {
-	s := bolttest.Open(t, bolttest.FloorOff)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	h := authz.NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), authz.Options{})
 	mux := http.NewServeMux()
 	mux.Handle(authz.HTTPPath, h)

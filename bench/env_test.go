@@ -17,7 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/client"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 	pgstore "github.com/fencegate/fencegate/lockstore/postgres"
@@ -66,7 +66,7 @@ func openBolt(tb testing.TB) lockstore.Store { return openBoltFloor(tb, lockstor
 // openBoltFloor is openBolt with the given fence floor.
 func openBoltFloor(tb testing.TB, floor lockstore.FenceFloor) lockstore.Store {
 	tb.Helper()
-	return bolttest.Open(tb, func(c *bolt.Config) { c.Logger, c.FenceFloor = logger, floor })
+	return locktest.OpenBolt(tb, func(c *bolt.Config) { c.Logger, c.FenceFloor = logger, floor })
 }
 
 // openRedis opens the Redis store on REDIS_URL under a prefix of this run's

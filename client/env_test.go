@@ -14,7 +14,8 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/client"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/writeproof"
 	"google.golang.org/grpc"
@@ -45,7 +46,7 @@ func gateway(t *testing.T) *gatewayEnv { return gatewayWith(t, gatewayConfig{}) 
 
 func gatewayWith(t *testing.T, cfg gatewayConfig) *gatewayEnv {
 	t.Helper()
-	store := bolttest.Open(t)
+	store := locktest.OpenBolt(t)
 	auth, err := api.NewAuthenticator([]api.Token{
 		{Name: "all", SHA256: api.HashToken(token), Operations: []string{"*"}},
 		{Name: "orders-only", SHA256: api.HashToken("orders"), Prefixes: []string{"orders/"}},
@@ -78,10 +79,7 @@ func gatewayWith(t *testing.T, cfg gatewayConfig) *gatewayEnv {
 	}
 	gs := grpc.NewServer(gopts...)
 	srv.RegisterGRPC(gs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := testutil.Listen(t)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -166,10 +164,7 @@ func (k kind) client(t *testing.T, addr, tok string, opts ...client.Option) clie
 // that hangs.
 func silentListener(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := testutil.Listen(t)
 	var (
 		mu    sync.Mutex
 		conns []net.Conn

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/api"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
@@ -29,7 +29,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, rawKeys bool, tokens []api.Token) *fixture {
 	t.Helper()
-	st := bolttest.Open(t)
+	st := locktest.OpenBolt(t)
 	var auth *api.Authenticator
 	if tokens != nil {
 		var err error

@@ -370,10 +370,7 @@ func (pc *proxyConn) close() {
 
 func newTCPProxy(t testing.TB, target string) *tcpProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testutil.Listen(t)
 	p := &tcpProxy{t: t, Addr: ln.Addr().String(), target: target, conns: map[*proxyConn]struct{}{}}
 	p.ln = ln
 	go p.serve(ln)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,10 +48,7 @@ tokens:
 	unknownField := filepath.Join(dir, "typo.yaml")
 	writeFile(t, unknownField, "store: "+db+"\nhttp:\n  adress: 127.0.0.1:0\n")
 
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	busy := testutil.Listen(t)
 	t.Cleanup(func() { busy.Close() })
 
 	cases := []struct {

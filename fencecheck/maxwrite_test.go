@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // TestMaxWriteCap: a barrier Request whose MaxWrite is above the
@@ -28,7 +28,7 @@ func TestMaxWriteCap(t *testing.T) {
 		{"broken: no cap (the zero Options) below the store's limit", 0, 24 * time.Hour, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := bolttest.Open(t, bolttest.FloorOff)
+			s := locktest.OpenBolt(t, locktest.FloorOff)
 			l, err := s.Acquire(t.Context(), "k", time.Minute)
 			if err != nil || !l.OK {
 				t.Fatal(l, err)

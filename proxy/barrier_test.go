@@ -20,7 +20,7 @@ import (
 
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/redis"
 )
@@ -114,8 +114,8 @@ func startHeldWrite(t *testing.T, h *heldUpstream, url, fence string) chan int {
 // newerFence loses the lock of fence on key and takes a newer one.
 func newerFence(t *testing.T, s lockstore.Store, l lockstore.AcquireResult, key string) lockstore.AcquireResult {
 	t.Helper()
-	release(t, s, l.LockID)
-	return acquire(t, s, key)
+	locktest.Release(t, s, l.LockID)
+	return locktest.Acquire(t, s, key, time.Minute)
 }
 
 // TestProxyBarrierTwoWrites is the guarantee on one key: W1 admitted under
@@ -126,11 +126,11 @@ func newerFence(t *testing.T, s lockstore.Store, l lockstore.AcquireResult, key 
 func TestProxyBarrierTwoWrites(t *testing.T) {
 	for _, barrier := range []bool{true, false} {
 		t.Run("barrier="+strconv.FormatBool(barrier), func(t *testing.T) {
-			s := bolttest.Open(t, bolttest.FloorOff)
+			s := locktest.OpenBolt(t, locktest.FloorOff)
 			h := newHeldUpstream(t)
 			c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
 			_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: barrier, MaxWrite: time.Minute}}, Options{})
-			l1 := acquire(t, s, "acct")
+			l1 := locktest.Acquire(t, s, "acct", time.Minute)
 			w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
 			l2 := newerFence(t, s, l1, "acct")
 
@@ -176,12 +176,12 @@ func TestProxyBarrierTwoWrites(t *testing.T) {
 // not refused but waits, and reaches the upstream only after W1's handler
 // has answered.
 func TestProxyBarrierWaitsWithinBudget(t *testing.T) {
-	s := bolttest.Open(t, bolttest.FloorOff)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	h := newHeldUpstream(t)
 	reg := prometheus.NewRegistry()
 	c := fencecheck.New(s, fencecheck.Options{Timeout: 20 * time.Second, Registerer: reg})
 	_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true}}, Options{})
-	l1 := acquire(t, s, "acct")
+	l1 := locktest.Acquire(t, s, "acct", time.Minute)
 	w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
 	l2 := newerFence(t, s, l1, "acct")
 	w2 := make(chan int, 1)
@@ -215,7 +215,7 @@ func TestProxyBarrierWaitsWithinBudget(t *testing.T) {
 // drops the connection), so the proxy cannot know whether it committed: W1
 // is abandoned, and W2 waits until W1's maxWrite has passed.
 func TestProxyBarrierAbandoned(t *testing.T) {
-	s := bolttest.Open(t, bolttest.FloorOff)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Hold") != "" {
 			conn, _, err := w.(http.Hijacker).Hijack()
@@ -231,7 +231,7 @@ func TestProxyBarrierAbandoned(t *testing.T) {
 	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, Registerer: reg})
 	const maxWrite = 4 * time.Second
 	p, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, up.URL), Key: "acct", Barrier: true, MaxWrite: maxWrite}}, Options{})
-	l1 := acquire(t, s, "acct")
+	l1 := locktest.Acquire(t, s, "acct", time.Minute)
 	start := time.Now()
 	res, _, err := post(t.Context(), t, srv.URL+"/w", l1.Fence, true)
 	if err != nil || res.StatusCode != http.StatusBadGateway {
@@ -258,7 +258,7 @@ func TestProxyBarrierAbandoned(t *testing.T) {
 // upstream has answered, so the proxy reads the rest itself and finishes
 // the write (W2 is then admitted long before maxWrite).
 func TestProxyBarrierClientGoesAway(t *testing.T) {
-	s := bolttest.Open(t, bolttest.FloorOff)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	rest := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Hold") == "" {
@@ -273,7 +273,7 @@ func TestProxyBarrierClientGoesAway(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, Registerer: reg})
 	p, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, up.URL), Key: "acct", Barrier: true, MaxWrite: time.Hour}}, Options{})
-	l1 := acquire(t, s, "acct")
+	l1 := locktest.Acquire(t, s, "acct", time.Minute)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/w", nil)
@@ -302,11 +302,11 @@ func TestProxyBarrierClientGoesAway(t *testing.T) {
 // TestProxyShutdownDrains: Shutdown waits for an in-flight barrier write,
 // which finishes and deregisters before Shutdown returns.
 func TestProxyShutdownDrains(t *testing.T) {
-	s := bolttest.Open(t, bolttest.FloorOff)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	h := newHeldUpstream(t)
 	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
 	p, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true, MaxWrite: time.Hour}}, Options{})
-	l1 := acquire(t, s, "acct")
+	l1 := locktest.Acquire(t, s, "acct", time.Minute)
 	w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Config.Shutdown(context.Background()) }()
@@ -337,14 +337,14 @@ func TestProxyShutdownDrains(t *testing.T) {
 // TestProxyStoreDown: a store that cannot answer fails every write closed
 // (503 unavailable), barrier or not; reads still pass.
 func TestProxyStoreDown(t *testing.T) {
-	s := bolttest.Open(t, bolttest.FloorOff)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	up, _ := recorder(t)
 	c := fencecheck.New(s, fencecheck.Options{})
 	_, srv := serveProxy(t, c, []Route{
 		{Prefix: "/b", Upstream: mustURL(t, up.URL), Key: "acct", Barrier: true},
 		{Prefix: "/p", Upstream: mustURL(t, up.URL), Key: "acct"},
 	}, Options{})
-	l := acquire(t, s, "acct")
+	l := locktest.Acquire(t, s, "acct", time.Minute)
 	_ = s.Close()
 	for _, path := range []string{"/b", "/p"} {
 		res, body, err := post(t.Context(), t, srv.URL+path, l.Fence, false)
@@ -409,7 +409,7 @@ func TestProxyBarrierAcrossReplicas(t *testing.T) {
 	route := []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true, MaxWrite: time.Minute}}
 	_, a := serveProxy(t, fencecheck.New(sa, fencecheck.Options{Timeout: 100 * time.Millisecond}), route, Options{})
 	_, b := serveProxy(t, fencecheck.New(sb, fencecheck.Options{Timeout: 100 * time.Millisecond}), route, Options{})
-	l1 := acquire(t, sa, "acct")
+	l1 := locktest.Acquire(t, sa, "acct", time.Minute)
 	w1 := startHeldWrite(t, h, a.URL+"/w", l1.Fence)
 	l2 := newerFence(t, sb, l1, "acct")
 	res, body, err := post(t.Context(), t, b.URL+"/w", l2.Fence, false)
@@ -466,8 +466,8 @@ func tunnelUpstream(t *testing.T) (*httptest.Server, chan string) {
 // case shows what the refusal prevents: after the 101 a PUT sent down the
 // tunnel reaches the upstream unchecked.
 func TestProxyUpgrades(t *testing.T) {
-	s := bolttest.Open(t, bolttest.FloorOff)
-	l := acquire(t, s, "k")
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	l := locktest.Acquire(t, s, "k", time.Minute)
 	up, lines := tunnelUpstream(t)
 	u := mustURL(t, up.URL)
 	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []Route{

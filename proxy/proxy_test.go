@@ -15,25 +15,9 @@ import (
 
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
-
-func acquire(t *testing.T, s lockstore.Store, key string) lockstore.AcquireResult {
-	t.Helper()
-	r, err := s.Acquire(t.Context(), key, time.Minute)
-	if err != nil || !r.OK {
-		t.Fatalf("acquire %q: %+v %v", key, r, err)
-	}
-	return r
-}
-
-func release(t *testing.T, s lockstore.Store, lockID string) {
-	t.Helper()
-	if r, err := s.Release(t.Context(), lockID); err != nil || !r.OK {
-		t.Fatalf("release: %+v %v", r, err)
-	}
-}
 
 // seen is what the upstream received.
 type seen struct {
@@ -114,13 +98,13 @@ type denial struct {
 // x-fence-verified and without x-fence-lock-id; denials never reach it and
 // carry the status, headers and body of the other edges.
 func TestProxyDecisions(t *testing.T) {
-	s := bolttest.Open(t, bolttest.FloorOff)
-	old := acquire(t, s, "orders/1")
-	release(t, s, old.LockID)
-	cur := acquire(t, s, "orders/1")
-	gone := acquire(t, s, "orders/2")
-	release(t, s, gone.LockID)
-	tpl := acquire(t, s, "orders/42")
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	old := locktest.Acquire(t, s, "orders/1", time.Minute)
+	locktest.Release(t, s, old.LockID)
+	cur := locktest.Acquire(t, s, "orders/1", time.Minute)
+	gone := locktest.Acquire(t, s, "orders/2", time.Minute)
+	locktest.Release(t, s, gone.LockID)
+	tpl := locktest.Acquire(t, s, "orders/42", time.Minute)
 	otherID, _ := lockstore.NewLockID()
 
 	up, got := recorder(t)
@@ -239,7 +223,7 @@ func TestProxyDecisions(t *testing.T) {
 // Connection) do not cross the proxy either way; X-Forwarded-* are the
 // proxy's, the client's dropped unless trusted.
 func TestProxyHopByHopAndForwarded(t *testing.T) {
-	s := bolttest.Open(t, bolttest.FloorOff)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	got := make(chan http.Header, 4)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Clone()
@@ -280,8 +264,8 @@ func TestProxyHopByHopAndForwarded(t *testing.T) {
 // first request chunk before the client sends the second; the client sees
 // the first response chunk before the upstream writes the second.
 func TestProxyStreams(t *testing.T) {
-	s := bolttest.Open(t, bolttest.FloorOff)
-	l := acquire(t, s, "stream")
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	l := locktest.Acquire(t, s, "stream", time.Minute)
 	firstIn := make(chan string, 1)
 	firstOut := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -377,10 +361,10 @@ func metric(t *testing.T, g prometheus.Gatherer, name string) float64 {
 // proxy as its source, the route's name and the client's address, and the
 // key's hash only.
 func TestProxyAudit(t *testing.T) {
-	s := bolttest.Open(t, bolttest.FloorOff)
-	old := acquire(t, s, "k")
-	release(t, s, old.LockID)
-	cur := acquire(t, s, "k")
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	old := locktest.Acquire(t, s, "k", time.Minute)
+	locktest.Release(t, s, old.LockID)
+	cur := locktest.Acquire(t, s, "k", time.Minute)
 	up, _ := recorder(t)
 	a := fencecheck.NewAuditor(s, fencecheck.AuditorOptions{})
 	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{Audit: a}), []Route{{Name: "orders-write", Prefix: "/", Upstream: mustURL(t, up.URL), Key: "k"}}, Options{})

@@ -9,14 +9,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
 // TestBarrierSweep: the background sweep removes an abandoned entry and
 // counts it in fencegate_barrier_swept_total; it stops with its context.
 func TestBarrierSweep(t *testing.T) {
-	st := bolttest.Open(t)
+	st := locktest.OpenBolt(t)
 	r, err := st.Acquire(t.Context(), "abandoned", time.Minute)
 	if err != nil || !r.OK {
 		t.Fatalf("Acquire = %v, %v", r, err)

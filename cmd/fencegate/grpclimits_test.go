@@ -17,7 +17,7 @@ import (
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/config"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // TestLocksGRPCListenerBoundsMessages: the lock API listener as serve
@@ -29,7 +29,7 @@ import (
 // handler, which finds the key too long.
 func TestLocksGRPCListenerBoundsMessages(t *testing.T) {
 	const token = "tok-grpc-limits-0d6e"
-	s := bolttest.Open(t)
+	s := locktest.OpenBolt(t)
 	auth, err := api.NewAuthenticator([]api.Token{{Name: "t", SHA256: api.HashToken(token), Prefixes: []string{"*"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func TestGRPCSlotsKeepAuthenticatedCallers(t *testing.T) {
 		hook func(context.Context)
 	}{{"hooked", markTrusted}, {"no hook (broken variant)", nil}} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := bolttest.Open(t)
+			s := locktest.OpenBolt(t)
 			auth, err := api.NewAuthenticator([]api.Token{{Name: "t", SHA256: api.HashToken(token), Prefixes: []string{"*"}}})
 			if err != nil {
 				t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -38,7 +38,7 @@ func (s gatedStore) Ping(ctx context.Context) error {
 // builds them, answer NOT_SERVING (never SERVING, never "unknown
 // service") until the first readiness check answers, then SERVING.
 func TestGRPCHealthStartsNotServing(t *testing.T) {
-	s := bolttest.Open(t)
+	s := locktest.OpenBolt(t)
 	store := gatedStore{Store: s, gate: make(chan struct{})}
 	log := discardLogger()
 	srv, err := api.New(api.Options{Store: store, Logger: log})
@@ -116,7 +116,7 @@ func TestGRPCHealthStartsNotServing(t *testing.T) {
 // reached when serve did not mark it NOT_SERVING first; this is how the
 // test above can fail.
 func TestAuthzRegisterAloneServes(t *testing.T) {
-	s := bolttest.Open(t)
+	s := locktest.OpenBolt(t)
 	as := authz.NewServer(fencecheck.New(s, fencecheck.Options{Logger: discardLogger()}), authz.Options{Logger: discardLogger()})
 	as.Register(grpc.NewServer())
 	res, err := as.Health().Check(context.Background(), &healthpb.HealthCheckRequest{Service: authz.ServiceName})

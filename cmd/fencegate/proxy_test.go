@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -91,10 +90,7 @@ func TestProxyCommandServes(t *testing.T) {
 		fmt.Fprintf(w, "verified=%s lockid=%s", r.Header.Get("X-Fence-Verified"), r.Header.Get("X-Fence-Lock-Id"))
 	}))
 	t.Cleanup(up.Close)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testutil.Listen(t)
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	cfg := writeConfig(t, fmt.Sprintf(`
@@ -162,10 +158,7 @@ proxy:
 		t.Fatalf("bad route: exit %d: %s", code, stderr.String())
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testutil.Listen(t)
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	cfg := writeConfig(t, fmt.Sprintf(`

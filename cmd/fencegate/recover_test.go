@@ -19,7 +19,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -50,7 +50,7 @@ func (l *lockedLog) String() string {
 
 func panickingAPI(t *testing.T) (*api.Server, *lockedLog, *slog.Logger) {
 	t.Helper()
-	s := bolttest.Open(t)
+	s := locktest.OpenBolt(t)
 	logs := &lockedLog{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	srv, err := api.New(api.Options{Store: panicStore{s}, Logger: log})

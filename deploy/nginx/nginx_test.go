@@ -16,7 +16,7 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/deploy/nginx/nginxtest"
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -77,7 +77,7 @@ type denial struct {
 }
 
 func TestNginxForwardAuth(t *testing.T) {
-	store := bolttest.Open(t, bolttest.FloorOff)
+	store := locktest.OpenBolt(t, locktest.FloorOff)
 	lock := func(key string) lockstore.AcquireResult {
 		r, err := store.Acquire(t.Context(), key, time.Minute)
 		if err != nil || !r.OK {
@@ -202,7 +202,7 @@ func TestNginxForwardAuth(t *testing.T) {
 // in; with the shipped empty value every checked request is answered 401
 // and reaches neither the app nor the store.
 func TestNginxForwardAuthCredential(t *testing.T) {
-	store := bolttest.Open(t, bolttest.FloorOff)
+	store := locktest.OpenBolt(t, locktest.FloorOff)
 	cur, err := store.Acquire(t.Context(), "orders/42", time.Minute)
 	if err != nil || !cur.OK {
 		t.Fatalf("acquire: %+v %v", cur, err)

@@ -11,7 +11,7 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/deploy/nginx/nginxtest"
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/internal/testutil/bolttest"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/writeproof"
 )
 
@@ -20,7 +20,7 @@ import (
 // before it reaches the app; with the holder's proof the write passes and
 // the app receives the proof (to verify it itself) and x-fence-verified.
 func TestNginxSignedRoute(t *testing.T) {
-	store := bolttest.Open(t, bolttest.FloorOff)
+	store := locktest.OpenBolt(t, locktest.FloorOff)
 	sg, err := writeproof.NewSigner([]writeproof.Key{{KID: "k1", Seed: bytes.Repeat([]byte{1}, ed25519.SeedSize)}})
 	if err != nil {
 		t.Fatal(err)

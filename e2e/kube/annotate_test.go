@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"time"
 )
 
 // TestAnnotateCLIThroughKubeAPIServer: a kubectl-driven job stamps its
@@ -38,12 +40,12 @@ func TestAnnotateCLIThroughKubeAPIServer(t *testing.T) {
 	g := startGate(t, fencecheck.ModeEnforce)
 	setUp(t, c, g)
 
-	first := acquire(t, g.store)
+	first := locktest.Acquire(t, g.store, orderKey, 10*time.Minute)
 	if code, s := c.write(t, writerUser, http.MethodPost, "", configMap("annotated", stamped(first.Fence), "v1"), false); code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, s.raw)
 	}
-	release(t, g.store, first.LockID)
-	second := acquire(t, g.store)
+	locktest.Release(t, g.store, first.LockID)
+	second := locktest.Acquire(t, g.store, orderKey, 10*time.Minute)
 
 	path := "/api/v1/namespaces/" + namespace + "/configmaps/annotated"
 	code, raw, err := c.do(t.Context(), writerUser, http.MethodPatch, path, annotatePatch(second.Fence), "application/merge-patch+json")

@@ -8,5 +8,5 @@
 // (TestNotInBinary checks cmd/fencegate). It imports nothing of fencegate
 // but tracing, so every package's tests can use it, lockstore's and the
 // backends' included; the bolt opener, which needs lockstore/bolt, is the
-// subpackage bolttest.
+// subpackage locktest (with the lock helpers).
 package testutil

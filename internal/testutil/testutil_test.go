@@ -25,7 +25,7 @@ func TestNotInBinary(t *testing.T) {
 	if len(deps) < 20 || !contains(deps, "github.com/fencegate/fencegate/lockstore") {
 		t.Fatalf("go list -deps ./cmd/fencegate listed %d packages without lockstore; the check would prove nothing:\n%s", len(deps), out)
 	}
-	for _, bad := range []string{"github.com/fencegate/fencegate/internal/testutil", "github.com/fencegate/fencegate/internal/testutil/bolttest",
+	for _, bad := range []string{"github.com/fencegate/fencegate/internal/testutil", "github.com/fencegate/fencegate/internal/testutil/locktest",
 		"github.com/fencegate/fencegate/lockstore/storetest"} {
 		if contains(deps, bad) {
 			t.Errorf("cmd/fencegate links %s: a production package imports test-only code", bad)
@@ -33,12 +33,12 @@ func TestNotInBinary(t *testing.T) {
 	}
 	// The check itself catches an import: the test binary of this package
 	// does depend on testutil.
-	out, err = exec.Command("go", "list", "-deps", "-test", "github.com/fencegate/fencegate/internal/testutil/bolttest").CombinedOutput()
+	out, err = exec.Command("go", "list", "-deps", "-test", "github.com/fencegate/fencegate/internal/testutil/locktest").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	if !contains(strings.Fields(string(out)), "github.com/fencegate/fencegate/lockstore/bolt") {
-		t.Errorf("go list -deps of bolttest does not list lockstore/bolt; the dependency listing is not what this test assumes:\n%s", out)
+		t.Errorf("go list -deps of locktest does not list lockstore/bolt; the dependency listing is not what this test assumes:\n%s", out)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -22,15 +23,6 @@ func bg(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-func mustAcquire(t testing.TB, s *Store, key string, ttl time.Duration) lockstore.AcquireResult {
-	t.Helper()
-	r, err := s.Acquire(bg(t), key, ttl)
-	if err != nil || !r.OK {
-		t.Fatalf("Acquire(%q) = %+v, %v; want OK", key, r, err)
-	}
-	return r
 }
 
 // rawDoc reads a document's raw fields.
@@ -61,7 +53,7 @@ func TestStorageLayout(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, floorOff(nsConfig(t, uniqueNS(t))))
 	key := "orders:42"
-	r := mustAcquire(t, s, key, 10*time.Second)
+	r := locktest.Acquire(t, s, key, 10*time.Second)
 
 	lock := rawDoc(t, s.locks.Doc(key))
 	want := map[string]any{"lockId": r.LockID, "expiresAtMs": r.ExpiresAtMs, "key": key, "fence": "000000000000001"}
@@ -121,7 +113,7 @@ func TestSyncGuardWrittenLock(t *testing.T) {
 	if rr, err := s.Release(bg(t), lockID); err != nil || !rr.OK {
 		t.Fatalf("Release of the SyncGuard lock = %+v, %v", rr, err)
 	}
-	if r := mustAcquire(t, s, key, time.Second); r.Fence != "000000000000008" {
+	if r := locktest.Acquire(t, s, key, time.Second); r.Fence != "000000000000008" {
 		t.Fatalf("fence after SyncGuard's 7 = %s, want 000000000000008", r.Fence)
 	}
 }
@@ -133,7 +125,7 @@ func TestKeysThatAreNotDocumentIDs(t *testing.T) {
 	s := openStore(t, floorOff(nsConfig(t, uniqueNS(t))))
 	keys := []string{"a/b", "a/b/c", "/", ".", "..", "__x__", "tenant/orders/42"}
 	for _, k := range keys {
-		r1 := mustAcquire(t, s, k, 10*time.Second)
+		r1 := locktest.Acquire(t, s, k, 10*time.Second)
 		if r, err := s.Acquire(bg(t), k, time.Second); err != nil || r.OK {
 			t.Fatalf("second Acquire(%q) = %+v, %v; want locked", k, r, err)
 		}
@@ -144,7 +136,7 @@ func TestKeysThatAreNotDocumentIDs(t *testing.T) {
 		if rr, err := s.Release(bg(t), r1.LockID); err != nil || !rr.OK {
 			t.Fatalf("Release(%q) = %+v, %v", k, rr, err)
 		}
-		if r2 := mustAcquire(t, s, k, time.Second); r2.Fence != "000000000000002" {
+		if r2 := locktest.Acquire(t, s, k, time.Second); r2.Fence != "000000000000002" {
 			t.Fatalf("key %q: second fence %s, want 000000000000002 (each key its own counter)", k, r2.Fence)
 		}
 	}
@@ -164,7 +156,7 @@ func TestClientTimeAuthority(t *testing.T) {
 	cfg.Now = clk.Now
 	s := openStore(t, cfg)
 
-	r := mustAcquire(t, s, "k", 10*time.Second)
+	r := locktest.Acquire(t, s, "k", 10*time.Second)
 	if r.ExpiresAtMs != 1_900_000_010_000 {
 		t.Fatalf("expiresAtMs = %d, want the injected clock + ttl", r.ExpiresAtMs)
 	}
@@ -183,7 +175,7 @@ func TestClientTimeAuthority(t *testing.T) {
 	if x, err := s.Extend(bg(t), r.LockID, 5*time.Second); err != nil || x.OK || x.Detail != lockstore.DetailExpired {
 		t.Fatalf("Extend of an expired lock = %+v, %v; want OK=false, expired", x, err)
 	}
-	r2 := mustAcquire(t, s, "k", time.Second)
+	r2 := locktest.Acquire(t, s, "k", time.Second)
 	if r2.Fence != "000000000000002" {
 		t.Fatalf("takeover fence = %s, want 000000000000002", r2.Fence)
 	}
@@ -205,7 +197,7 @@ func TestDuplicateLockID(t *testing.T) {
 	s := openStore(t, cfg)
 
 	key := "dup:resource"
-	r := mustAcquire(t, s, key, 30*time.Second)
+	r := locktest.Acquire(t, s, key, 30*time.Second)
 	orig := rawDoc(t, s.locks.Doc(key))
 	stray := s.locks.Doc("stray-copy")
 	if _, err := stray.Set(bg(t), orig); err != nil {
@@ -286,7 +278,7 @@ func TestOverflowWritesNothing(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, floorOff(nsConfig(t, uniqueNS(t))))
 	setFence(t, s, "k", lockstore.FenceMax-1)
-	if r := mustAcquire(t, s, "k", time.Millisecond); r.Fence != "900000000000000" {
+	if r := locktest.Acquire(t, s, "k", time.Millisecond); r.Fence != "900000000000000" {
 		t.Fatalf("last fence = %s, want 900000000000000", r.Fence)
 	}
 	time.Sleep(lockstore.TimeToleranceMs*time.Millisecond + 50*time.Millisecond)
@@ -336,11 +328,11 @@ func TestInspectLatestFence(t *testing.T) {
 	if err != nil || st.Live != nil || st.LatestFence != "" || st.NowMs == 0 {
 		t.Fatalf("Inspect of a fresh key = %+v, %v", st, err)
 	}
-	r := mustAcquire(t, s, "k", 10*time.Second)
+	r := locktest.Acquire(t, s, "k", 10*time.Second)
 	if _, err := s.Release(bg(t), r.LockID); err != nil {
 		t.Fatal(err)
 	}
-	r2 := mustAcquire(t, s, "k", 10*time.Second)
+	r2 := locktest.Acquire(t, s, "k", 10*time.Second)
 	st, err = s.Inspect(bg(t), "k")
 	if err != nil || st.Live == nil || st.Live.LockID != r2.LockID || st.Live.Fence != r2.Fence || st.LatestFence != "000000000000002" {
 		t.Fatalf("Inspect = %+v, %v", st, err)
@@ -508,8 +500,8 @@ func TestCountHeld(t *testing.T) {
 	cfg := nsConfig(t, uniqueNS(t))
 	cfg.Now = clk.Now
 	s := openStore(t, cfg)
-	mustAcquire(t, s, "a", time.Second)
-	mustAcquire(t, s, "b", time.Minute)
+	locktest.Acquire(t, s, "a", time.Second)
+	locktest.Acquire(t, s, "b", time.Minute)
 	if n, err := s.CountHeld(bg(t)); err != nil || n != 2 {
 		t.Fatalf("CountHeld = %d, %v; want 2", n, err)
 	}
@@ -589,7 +581,7 @@ func TestFenceWarning(t *testing.T) {
 	s := openStore(t, cfg)
 	const key = "tenant-7/secret-resource"
 	setFence(t, s, key, lockstore.FenceWarn)
-	r := mustAcquire(t, s, key, time.Second)
+	r := locktest.Acquire(t, s, key, time.Second)
 	out := logs.String()
 	if strings.Count(out, "fence counter past the warning level") != 1 ||
 		!strings.Contains(out, "level=WARN") || !strings.Contains(out, "keyHash="+lockstore.HashKey(key)) {

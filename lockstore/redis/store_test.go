@@ -16,6 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
@@ -543,13 +544,13 @@ func TestFenceWarnLog(t *testing.T) {
 	t.Cleanup(func() { dropPrefix(t, s.Client(), s.Prefix()) })
 	ctx := context.Background()
 	const key = "customer-4711-secret"
-	r := mustAcquire(t, s, key, time.Second)
+	r := locktest.Acquire(t, s, key, time.Second)
 	if strings.Contains(logs.String(), "level=WARN") {
 		t.Fatalf("warning at fence %s:\n%s", r.Fence, logs.String())
 	}
 	s.Release(ctx, r.LockID)
 	s.Client().Set(ctx, mustKey(t, s.FenceKey, key), lockstore.FenceWarn, 0)
-	r = mustAcquire(t, s, key, time.Second)
+	r = locktest.Acquire(t, s, key, time.Second)
 	out := logs.String()
 	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "keyHash="+lockstore.HashKey(key)) {
 		t.Errorf("no warning with the keyHash past FenceWarn:\n%s", out)
@@ -567,7 +568,7 @@ func TestLongestTTL(t *testing.T) {
 	ctx := context.Background()
 	ttl := time.Duration(math.MaxInt64).Truncate(time.Millisecond)
 	before := time.Now().UnixMilli()
-	r := mustAcquire(t, s, "k", ttl)
+	r := locktest.Acquire(t, s, "k", ttl)
 	if d := r.ExpiresAtMs - before - ttl.Milliseconds(); d < -1000 || d > 1000 {
 		t.Errorf("expiresAtMs is %d ms off now+ttl", d)
 	}
