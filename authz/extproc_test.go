@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -37,10 +37,7 @@ func serveExtProc(t testing.TB, c *fencecheck.Checker) extprocv3.ExternalProcess
 // serveExtProcWith is serveExtProc with the transports' options.
 func serveExtProcWith(t testing.TB, c *fencecheck.Checker, o Options) extprocv3.ExternalProcessorClient {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := testutil.Listen(t)
 	g := grpc.NewServer()
 	NewServer(c, o).Register(g)
 	NewExtProc(c, o).Register(g)

@@ -2,7 +2,6 @@ package authz
 
 import (
 	"context"
-	"net"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -11,6 +10,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -27,10 +27,7 @@ func (hangingStore) Inspect(ctx context.Context, _ string) (lockstore.KeyState, 
 // and returns a client connection.
 func serveGRPC(t testing.TB, c *fencecheck.Checker) *grpc.ClientConn {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := testutil.Listen(t)
 	g := grpc.NewServer()
 	NewServer(c, Options{}).Register(g)
 	go func() { _ = g.Serve(lis) }()

@@ -3,7 +3,6 @@ package authz
 import (
 	"context"
 	"crypto/tls"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/fencegate/fencegate/certwatch"
 	"github.com/fencegate/fencegate/certwatch/certtest"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
@@ -79,10 +79,7 @@ func mtlsAuthz(t *testing.T, c *fencecheck.Checker, ca *certtest.CA) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := testutil.Listen(t)
 	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(w.ServerConfig(&tls.Config{MinVersion: tls.VersionTLS12}))))
 	NewServer(c, Options{}).Register(g)
 	NewExtProc(c, Options{}).Register(g)
