@@ -14,8 +14,9 @@ import (
 
 // TestNotInBinary: test helpers are never linked into the gateway. A
 // package of the binary that imported testutil would put it (and the OTel
-// SDK's in-memory exporter) in this list; the broken variant (testutil
-// itself listed as a dependency) is what the check is written against.
+// SDK's in-memory exporter) in this list. The broken variant, a blank
+// import of testutil in config, fails this test and
+// TestImportedOnlyByTests.
 func TestNotInBinary(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "github.com/fencegate/fencegate/cmd/fencegate").CombinedOutput()
 	if err != nil {
@@ -39,6 +40,39 @@ func TestNotInBinary(t *testing.T) {
 	}
 	if !contains(strings.Fields(string(out)), "github.com/fencegate/fencegate/lockstore/bolt") {
 		t.Errorf("go list -deps of locktest does not list lockstore/bolt; the dependency listing is not what this test assumes:\n%s", out)
+	}
+}
+
+// TestImportedOnlyByTests: outside _test.go files only test-support
+// packages (named for it: storetest, nginxtest, locktest, ...) import
+// testutil, so no package of a binary can come to depend on it through
+// another. The listing must see storetest's import, or it proves nothing.
+func TestImportedOnlyByTests(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "github.com/fencegate/fencegate/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	const self = "github.com/fencegate/fencegate/internal/testutil"
+	var importers []string
+	for line := range strings.Lines(string(out)) {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		for _, imp := range fields[1:] {
+			if imp == self || strings.HasPrefix(imp, self+"/") {
+				importers = append(importers, fields[0])
+				break
+			}
+		}
+	}
+	if !contains(importers, "github.com/fencegate/fencegate/lockstore/storetest") {
+		t.Fatalf("go list does not show storetest importing testutil; the check would prove nothing: %v", importers)
+	}
+	for _, p := range importers {
+		if !strings.HasSuffix(p, "test") {
+			t.Errorf("%s imports testutil outside a _test.go file and is not a test-support package", p)
+		}
 	}
 }
 
