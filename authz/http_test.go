@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -266,7 +267,7 @@ func TestHTTPDryRun(t *testing.T) {
 func TestHTTPMissingMethodHeader(t *testing.T) {
 	s := locktest.OpenBolt(t, locktest.FloorOff)
 	var logs bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := testutil.Logger(&logs, slog.LevelWarn)
 	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{Logger: log})
 	for _, uriHeader := range []string{"X-Original-URI", "X-Forwarded-Uri"} {
 		for _, query := range []string{"", "?fence_methods=POST,PUT,DELETE", "?fence_methods=GET"} {

@@ -207,7 +207,7 @@ func TestCheckUnavailable(t *testing.T) {
 // about the input (a missing index) still fails closed as unavailable.
 func TestCheckRefusedKey(t *testing.T) {
 	var logs testutil.LogBuffer
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := testutil.Logger(&logs, slog.LevelInfo)
 	refusing := &stateStore{err: lockstore.Errorf(lockstore.InvalidArgument, "validate", "keys starting \"id:\" are reserved")}
 	sink := &memLog{}
 	a := NewAuditor(sink, AuditorOptions{})
@@ -410,7 +410,7 @@ func TestMetricsModeLabelBounded(t *testing.T) {
 // variant: its size is the inputs'.
 func TestCheckBoundsWhatItAudits(t *testing.T) {
 	var logs testutil.LogBuffer
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := testutil.Logger(&logs, slog.LevelDebug)
 	sink := &memLog{}
 	a := NewAuditor(sink, AuditorOptions{})
 	c := New(&stateStore{state: lockstore.KeyState{LatestFence: f5}}, Options{Logger: log, Audit: a, AuditRawKeys: true})
@@ -454,7 +454,7 @@ func (c *Checker) eventUnbounded(r Request, d Decision) lockstore.AuditEvent {
 // line) is the broken variant: 200 requests would write 20 MB.
 func TestRouteWarningsBounded(t *testing.T) {
 	var logs testutil.LogBuffer
-	log := slog.New(slog.NewTextHandler(&logs, nil))
+	log := testutil.Logger(&logs, nil)
 	c := New(&stateStore{state: lockstore.KeyState{LatestFence: f5}}, Options{Logger: log})
 	bad := Policy(strings.Repeat("x", 100<<10))
 	for range 200 {

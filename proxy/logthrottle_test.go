@@ -34,7 +34,7 @@ func TestProxyLogFlood(t *testing.T) {
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
 			var sink testutil.LogBuffer
-			logger := slog.New(slog.NewTextHandler(&sink, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			logger := testutil.Logger(&sink, slog.LevelDebug)
 			_, srv := serveProxy(t, fencecheck.New(nil, fencecheck.Options{}), []Route{{Name: "r", Prefix: "/", Upstream: mustURL(t, up.URL)}},
 				Options{Logger: logger, skipLogBounds: broken, logWindow: window})
 			start := time.Now()

@@ -77,7 +77,7 @@ func TestDebugListenerWarnsOffLoopback(t *testing.T) {
 		warn bool
 	}{{"127.0.0.1:0", false}, {"localhost:0", false}, {"0.0.0.0:0", true}, {":0", true}} {
 		var buf bytes.Buffer
-		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		log := testutil.Logger(&buf, slog.LevelWarn)
 		startDebug(t, config.Debug{Addr: c.addr}, log)
 		warned := strings.Contains(buf.String(), "level=WARN") && strings.Contains(buf.String(), "not on loopback")
 		if warned != c.warn {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -29,30 +29,11 @@ type panicStore struct{ lockstore.Store }
 
 func (panicStore) IsLocked(context.Context, string) (bool, error) { panic("boom") }
 
-// lockedLog serializes the server's log writes and the test's reads.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	l.buf = append(l.buf, p...)
-	l.mu.Unlock()
-	return len(p), nil
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.buf)
-}
-
-func panickingAPI(t *testing.T) (*api.Server, *lockedLog, *slog.Logger) {
+func panickingAPI(t *testing.T) (*api.Server, *testutil.LogBuffer, *slog.Logger) {
 	t.Helper()
 	s := locktest.OpenBolt(t)
-	logs := &lockedLog{}
-	log := slog.New(slog.NewTextHandler(logs, nil))
+	logs := &testutil.LogBuffer{}
+	log := testutil.Logger(logs, nil)
 	srv, err := api.New(api.Options{Store: panicStore{s}, Logger: log})
 	if err != nil {
 		t.Fatal(err)

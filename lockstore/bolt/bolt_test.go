@@ -1,7 +1,6 @@
 package bolt
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -237,9 +235,8 @@ func TestAuditRetention(t *testing.T) {
 // TestFenceWarning: crossing FenceWarn logs a warning with the key's hash,
 // never the raw key or lockId.
 func TestFenceWarning(t *testing.T) {
-	var buf bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewJSONHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	var buf testutil.LogBuffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
 	// Without the floor: a counter this far ahead of it is refused.
 	s, _ := openFake(t, Config{Logger: logger, FenceFloor: lockstore.FloorOff})
 	s.now = time.Now
@@ -251,10 +248,7 @@ func TestFenceWarning(t *testing.T) {
 	if err != nil || !r.OK {
 		t.Fatalf("Acquire = %+v, %v", r, err)
 	}
-	mu.Lock()
-	quiet := buf.Len() == 0
-	mu.Unlock()
-	if !quiet {
+	if buf.String() != "" {
 		t.Fatalf("warning at exactly FenceWarn (not past it): %s", buf.String())
 	}
 	s.Release(t.Context(), r.LockID)
@@ -262,9 +256,7 @@ func TestFenceWarning(t *testing.T) {
 	if err != nil || !r.OK {
 		t.Fatalf("Acquire = %+v, %v", r, err)
 	}
-	mu.Lock()
 	out := buf.String()
-	mu.Unlock()
 	if !strings.Contains(out, `"level":"WARN"`) || !strings.Contains(out, lockstore.HashKey(key)) {
 		t.Fatalf("no warning with the key hash past FenceWarn: %q", out)
 	}
@@ -303,17 +295,6 @@ func TestOpenRejectsEmptyPath(t *testing.T) {
 	if _, err := Open(t.Context(), Config{}); lockstore.CodeOf(err) != lockstore.InvalidArgument {
 		t.Fatalf("Open(empty path) = %v, want InvalidArgument", err)
 	}
-}
-
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // TestLayout pins the file layout that operators (and the bbolt CLI) see:

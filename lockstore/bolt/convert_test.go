@@ -14,6 +14,7 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -162,7 +163,7 @@ func writeBinaryFile(t *testing.T) rollbackFixture {
 func rollbackProblems(t *testing.T, encodeJSON func(*lockRecord) ([]byte, error)) []string {
 	f := writeBinaryFile(t)
 	var logs bytes.Buffer
-	s, err := open(t.Context(), Config{Path: f.path, Records: RecordsJSON, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, encodeJSON)
+	s, err := open(t.Context(), Config{Path: f.path, Records: RecordsJSON, Logger: testutil.Logger(&logs, nil)}, encodeJSON)
 	if err != nil {
 		return []string{fmt.Sprintf("Open(records=json): %v", err)}
 	}
@@ -354,7 +355,7 @@ func TestRecordsJSONLeavesUndecodable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	s, err := Open(t.Context(), Config{Path: f.path, Records: RecordsJSON, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	s, err := Open(t.Context(), Config{Path: f.path, Records: RecordsJSON, Logger: testutil.Logger(&logs, nil)})
 	if err != nil {
 		t.Fatalf("Open(records=json) with undecodable records: %v", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -193,7 +192,7 @@ func TestDuplicateLockID(t *testing.T) {
 	t.Parallel()
 	var logs testutil.LogBuffer
 	cfg := nsConfig(t, uniqueNS(t))
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.Logger = testutil.Logger(&logs, nil)
 	s := openStore(t, cfg)
 
 	key := "dup:resource"
@@ -577,7 +576,7 @@ func TestFenceWarning(t *testing.T) {
 	t.Parallel()
 	var logs testutil.LogBuffer
 	cfg := floorOff(nsConfig(t, uniqueNS(t)))
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.Logger = testutil.Logger(&logs, nil)
 	s := openStore(t, cfg)
 	const key = "tenant-7/secret-resource"
 	setFence(t, s, key, lockstore.FenceWarn)

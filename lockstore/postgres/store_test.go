@@ -3,11 +3,11 @@ package postgres
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
@@ -52,7 +52,7 @@ func TestFenceWarning(t *testing.T) {
 	s := openNS(t, testNS(t), func(c *Config) { c.FenceFloor = lockstore.FloorOff })
 	defer s.Close()
 	var buf bytes.Buffer // only this goroutine's acquire logs to it
-	s.log = slog.New(slog.NewTextHandler(&buf, nil))
+	s.log = testutil.Logger(&buf, nil)
 	const key = "tenant-7/secret-resource"
 	setFence(t, s, key, lockstore.FenceWarn)
 	r, err := s.Acquire(tctx(t), key, time.Second)

@@ -538,7 +538,7 @@ func TestRoundTrips(t *testing.T) {
 func TestFenceWarnLog(t *testing.T) {
 	var logs testutil.LogBuffer
 	s := openPrefix(t, "syncguard_test_warnlog", func(c *Config) {
-		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.Logger = testutil.Logger(&logs, slog.LevelDebug)
 		c.FenceFloor = lockstore.FloorOff // a counter at FenceWarn is far ahead of today's floor
 	})
 	t.Cleanup(func() { dropPrefix(t, s.Client(), s.Prefix()) })
