@@ -9,7 +9,7 @@ import (
 
 // acquire takes key for ttl and fails the test unless it succeeded with a
 // well-formed lockId, fence and expiry.
-func acquire(t *T, st lockstore.Store, key string, ttl time.Duration) lockstore.AcquireResult {
+func acquire(t *caseT, st lockstore.Store, key string, ttl time.Duration) lockstore.AcquireResult {
 	t.Helper()
 	before := t.nowMs()
 	r, err := st.Acquire(ctx(t), key, ttl)
@@ -36,7 +36,7 @@ func acquire(t *T, st lockstore.Store, key string, ttl time.Duration) lockstore.
 // checkExpiry asserts that an authoritative expiry is now+ttl as seen from
 // a clock that agrees with ours within the tolerance (the backends' time
 // authorities run on this machine or are this process).
-func checkExpiry(t *T, op string, expiresAtMs, beforeMs, afterMs int64, ttl time.Duration) {
+func checkExpiry(t *caseT, op string, expiresAtMs, beforeMs, afterMs int64, ttl time.Duration) {
 	t.Helper()
 	lo := beforeMs + ttl.Milliseconds() - lockstore.TimeToleranceMs
 	hi := afterMs + ttl.Milliseconds() + lockstore.TimeToleranceMs
@@ -46,7 +46,7 @@ func checkExpiry(t *T, op string, expiresAtMs, beforeMs, afterMs int64, ttl time
 }
 
 // fenceNum parses a fence the test already knows is well-formed.
-func fenceNum(t *T, f string) int64 {
+func fenceNum(t *caseT, f string) int64 {
 	t.Helper()
 	n, err := lockstore.ParseFence(f)
 	if err != nil {
@@ -56,7 +56,7 @@ func fenceNum(t *T, f string) int64 {
 }
 
 // fence formats n, failing the test if it is out of range.
-func fence(t *T, n int64) string {
+func fence(t *caseT, n int64) string {
 	t.Helper()
 	f, err := lockstore.FormatFence(n)
 	if err != nil {
@@ -65,7 +65,7 @@ func fence(t *T, n int64) string {
 	return f
 }
 
-func isLocked(t *T, st lockstore.Store, key string) bool {
+func isLocked(t *caseT, st lockstore.Store, key string) bool {
 	t.Helper()
 	ok, err := st.IsLocked(ctx(t), key)
 	if err != nil {
@@ -74,14 +74,14 @@ func isLocked(t *T, st lockstore.Store, key string) bool {
 	return ok
 }
 
-func wantLocked(t *T, st lockstore.Store, key string, want bool) {
+func wantLocked(t *caseT, st lockstore.Store, key string, want bool) {
 	t.Helper()
 	if got := isLocked(t, st, key); got != want {
 		t.Fatalf("IsLocked = %v, want %v", got, want)
 	}
 }
 
-func release(t *T, st lockstore.Store, lockID string) bool {
+func release(t *caseT, st lockstore.Store, lockID string) bool {
 	t.Helper()
 	r, err := st.Release(ctx(t), lockID)
 	if err != nil {
@@ -90,7 +90,7 @@ func release(t *T, st lockstore.Store, lockID string) bool {
 	return r.OK
 }
 
-func extend(t *T, st lockstore.Store, lockID string, ttl time.Duration) lockstore.ExtendResult {
+func extend(t *caseT, st lockstore.Store, lockID string, ttl time.Duration) lockstore.ExtendResult {
 	t.Helper()
 	r, err := st.Extend(ctx(t), lockID, ttl)
 	if err != nil {
@@ -102,7 +102,7 @@ func extend(t *T, st lockstore.Store, lockID string, ttl time.Duration) lockstor
 	return r
 }
 
-func lookupKey(t *T, st lockstore.Store, key string) *lockstore.LockInfo {
+func lookupKey(t *caseT, st lockstore.Store, key string) *lockstore.LockInfo {
 	t.Helper()
 	li, err := st.LookupKey(ctx(t), key)
 	if err != nil {
@@ -111,7 +111,7 @@ func lookupKey(t *T, st lockstore.Store, key string) *lockstore.LockInfo {
 	return li
 }
 
-func lookupID(t *T, st lockstore.Store, lockID string) *lockstore.LockInfo {
+func lookupID(t *caseT, st lockstore.Store, lockID string) *lockstore.LockInfo {
 	t.Helper()
 	li, err := st.LookupLockID(ctx(t), lockID)
 	if err != nil {
@@ -120,7 +120,7 @@ func lookupID(t *T, st lockstore.Store, lockID string) *lockstore.LockInfo {
 	return li
 }
 
-func inspect(t *T, st lockstore.Store, key string) lockstore.KeyState {
+func inspect(t *caseT, st lockstore.Store, key string) lockstore.KeyState {
 	t.Helper()
 	ks, err := st.Inspect(ctx(t), key)
 	if err != nil {
@@ -131,7 +131,7 @@ func inspect(t *T, st lockstore.Store, key string) lockstore.KeyState {
 
 // wantFree asserts every read path agrees that key is not held and that
 // lockID (the last holder's handle, may be "") resolves to nothing.
-func wantFree(t *T, st lockstore.Store, key, lockID string) {
+func wantFree(t *caseT, st lockstore.Store, key, lockID string) {
 	t.Helper()
 	wantLocked(t, st, key, false)
 	if li := lookupKey(t, st, key); li != nil {
@@ -148,7 +148,7 @@ func wantFree(t *T, st lockstore.Store, key, lockID string) {
 }
 
 // wantInfo asserts li is the sanitised view of the lock r on key.
-func wantInfo(t *T, op string, li *lockstore.LockInfo, key string, r lockstore.AcquireResult) {
+func wantInfo(t *caseT, op string, li *lockstore.LockInfo, key string, r lockstore.AcquireResult) {
 	t.Helper()
 	if li == nil {
 		t.Fatalf("%s = nil, want the live lock", op)
@@ -171,7 +171,7 @@ func wantInfo(t *T, op string, li *lockstore.LockInfo, key string, r lockstore.A
 }
 
 // wantCode asserts err is a lockstore error with the given code.
-func wantCode(t *T, what string, err error, code lockstore.Code) {
+func wantCode(t *caseT, what string, err error, code lockstore.Code) {
 	t.Helper()
 	if err == nil {
 		t.Errorf("%s: no error, want %s", what, code)
@@ -185,7 +185,7 @@ func wantCode(t *T, what string, err error, code lockstore.Code) {
 // ---- the write barrier ----
 
 // mustRelease releases a lock the case holds.
-func mustRelease(t *T, st lockstore.Store, lockID string) {
+func mustRelease(t *caseT, st lockstore.Store, lockID string) {
 	t.Helper()
 	if !release(t, st, lockID) {
 		t.Fatalf("Release of a held lock: OK=false")
@@ -194,7 +194,7 @@ func mustRelease(t *T, st lockstore.Store, lockID string) {
 
 // handover releases the live lock r and acquires key again: the new
 // holder's fence must be r's plus one.
-func handover(t *T, st lockstore.Store, key string, r lockstore.AcquireResult) lockstore.AcquireResult {
+func handover(t *caseT, st lockstore.Store, key string, r lockstore.AcquireResult) lockstore.AcquireResult {
 	t.Helper()
 	mustRelease(t, st, r.LockID)
 	n := acquire(t, st, key, time.Minute)
@@ -204,7 +204,7 @@ func handover(t *T, st lockstore.Store, key string, r lockstore.AcquireResult) l
 	return n
 }
 
-func writeID(t *T) string {
+func writeID(t *caseT) string {
 	t.Helper()
 	id, err := lockstore.NewLockID()
 	if err != nil {
@@ -214,7 +214,7 @@ func writeID(t *T) string {
 }
 
 // adm is an admission with a fresh write id.
-func adm(t *T, fence string, requireLive bool, maxWrite time.Duration) lockstore.WriteAdmission {
+func adm(t *caseT, fence string, requireLive bool, maxWrite time.Duration) lockstore.WriteAdmission {
 	return lockstore.WriteAdmission{Fence: fence, RequireLive: requireLive, WriteID: writeID(t), MaxWrite: maxWrite}
 }
 
@@ -229,7 +229,7 @@ func admitFresh(ctx context.Context, st lockstore.Store, key, fence string, requ
 	return r, id, err
 }
 
-func admit(t *T, st lockstore.Store, key string, a lockstore.WriteAdmission) lockstore.WriteAdmitResult {
+func admit(t *caseT, st lockstore.Store, key string, a lockstore.WriteAdmission) lockstore.WriteAdmitResult {
 	t.Helper()
 	r, err := st.Admit(ctx(t), key, a)
 	if err != nil {
@@ -252,7 +252,7 @@ func admit(t *T, st lockstore.Store, key string, a lockstore.WriteAdmission) loc
 }
 
 // wantAdmitted asserts the admission was registered.
-func wantAdmitted(t *T, what string, r lockstore.WriteAdmitResult) {
+func wantAdmitted(t *caseT, what string, r lockstore.WriteAdmitResult) {
 	t.Helper()
 	if !r.Admitted {
 		t.Fatalf("%s: Admitted=false (Blocking=%d, state live=%v latest=%q), want admitted",
@@ -262,7 +262,7 @@ func wantAdmitted(t *T, what string, r lockstore.WriteAdmitResult) {
 
 // wantRefused asserts the admission was refused with `blocking` blocking
 // entries (0: the fence did not match).
-func wantRefused(t *T, what string, r lockstore.WriteAdmitResult, blocking int) {
+func wantRefused(t *caseT, what string, r lockstore.WriteAdmitResult, blocking int) {
 	t.Helper()
 	if r.Admitted {
 		t.Fatalf("%s: Admitted=true (state live=%v latest=%q), want refused with Blocking=%d",
@@ -283,7 +283,7 @@ func liveFence(ks lockstore.KeyState) string {
 	return ks.Live.Fence
 }
 
-func finish(t *T, st lockstore.Store, key, id string) {
+func finish(t *caseT, st lockstore.Store, key, id string) {
 	t.Helper()
 	if err := st.Finish(ctx(t), key, id); err != nil {
 		t.Fatalf("Finish: %v", err)
@@ -291,7 +291,7 @@ func finish(t *T, st lockstore.Store, key, id string) {
 }
 
 // wantSameState asserts an Admit's state is what Inspect reads.
-func wantSameState(t *T, what string, got, want lockstore.KeyState) {
+func wantSameState(t *caseT, what string, got, want lockstore.KeyState) {
 	t.Helper()
 	if got.LatestFence != want.LatestFence {
 		t.Errorf("%s: State.LatestFence = %q, Inspect says %q", what, got.LatestFence, want.LatestFence)
@@ -310,7 +310,7 @@ func wantSameState(t *T, what string, got, want lockstore.KeyState) {
 
 // checkDeadline asserts BlockedUntilMs is admission time + maxWrite by a
 // clock that agrees with ours within the tolerance.
-func checkDeadline(t *T, what string, gotMs, beforeMs, afterMs int64, maxWrite time.Duration) {
+func checkDeadline(t *caseT, what string, gotMs, beforeMs, afterMs int64, maxWrite time.Duration) {
 	t.Helper()
 	lo := beforeMs + maxWrite.Milliseconds() - lockstore.TimeToleranceMs
 	hi := afterMs + maxWrite.Milliseconds() + lockstore.TimeToleranceMs

@@ -18,7 +18,7 @@ var HashKeyCollision = [2]string{"a/vhdtim3.lmlmmmnnnmllmmnmmnll", "b/victim2-mm
 // audit: every store keeps the audit trail. Events round-trip every field,
 // come back newest first, and filter by key (its digest, never its hash),
 // time and limit.
-func (s *suite) audit(t *T) {
+func (s *suite) audit(t *caseT) {
 	st, _ := s.fresh(t)
 	al, ok := st.(lockstore.AuditLog)
 	if !ok {
@@ -134,7 +134,7 @@ func (s *suite) audit(t *T) {
 // send them) are kept within their own budget and never evict a decision event. A
 // flood of 300 input events, in the batches the auditor writes, leaves the
 // one stale event in place, and the newest input events are kept.
-func (s *suite) auditRetention(t *T) {
+func (s *suite) auditRetention(t *caseT) {
 	ns := newNS(t)
 	st := s.openWith(t, ns, Options{AuditRetention: lockstore.AuditRetention{MaxEvents: 20, MaxInputEvents: 20, MaxAge: time.Hour}})
 	al, ok := st.(lockstore.AuditLog)

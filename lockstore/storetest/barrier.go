@@ -13,7 +13,7 @@ import (
 
 type barrierCase struct {
 	name string
-	fn   func(t *T)
+	fn   func(t *caseT)
 }
 
 func (s *suite) barrierCaseList() []barrierCase {
@@ -64,7 +64,7 @@ func BarrierFailures(t *testing.T, h Harness) map[string][]string {
 	for _, c := range s.barrierCaseList() {
 		wg.Go(func() {
 			r := newRecorder(t, "barrier_"+c.name)
-			r.run(func() { c.fn(s.caseT(r, t)) })
+			r.run(func() { c.fn(s.newCaseT(r, t)) })
 			if r.skipped != "" {
 				t.Logf("barrier_%s skipped: %s", c.name, r.skipped)
 			}

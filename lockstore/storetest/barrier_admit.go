@@ -12,7 +12,7 @@ import (
 
 // barrierAdmitCurrent: the live holder's fence is admitted under both
 // policies, and the state returned is Inspect's.
-func (s *suite) barrierAdmitCurrent(t *T) {
+func (s *suite) barrierAdmitCurrent(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "current"
 	a := acquire(t, st, key, time.Minute)
@@ -29,7 +29,7 @@ func (s *suite) barrierAdmitCurrent(t *T) {
 
 // barrierSameFence: writes under one fence never block each other, and
 // re-registering a write id replaces its entry instead of adding one.
-func (s *suite) barrierSameFence(t *T) {
+func (s *suite) barrierSameFence(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "same"
 	a := acquire(t, st, key, time.Minute)
@@ -47,7 +47,7 @@ func (s *suite) barrierSameFence(t *T) {
 // barrierNewerBlocked: an unfinished write under the older fence keeps the
 // newer fence out, with its deadline reported; Finish lets it in, one
 // entry at a time.
-func (s *suite) barrierNewerBlocked(t *T) {
+func (s *suite) barrierNewerBlocked(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "blocked"
 	const maxWrite = time.Minute
@@ -83,7 +83,7 @@ func (s *suite) barrierNewerBlocked(t *T) {
 
 // barrierExpiredEntry: an entry past its deadline counts as finished even
 // though Finish never came.
-func (s *suite) barrierExpiredEntry(t *T) {
+func (s *suite) barrierExpiredEntry(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "expired"
 	const maxWrite = 1500 * time.Millisecond
@@ -111,7 +111,7 @@ func (s *suite) barrierExpiredEntry(t *T) {
 
 // barrierPolicy: after a release the last fence is still the latest, so
 // the "latest" policy admits it and the "holder" policy does not.
-func (s *suite) barrierPolicy(t *T) {
+func (s *suite) barrierPolicy(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "policy"
 	a := acquire(t, st, key, time.Minute)
@@ -129,7 +129,7 @@ func (s *suite) barrierPolicy(t *T) {
 // barrierStaleUnknown: a fence that is not current — older, never issued,
 // or on a key never locked — is refused with Blocking 0 and registers
 // nothing that could block a later fence.
-func (s *suite) barrierStaleUnknown(t *T) {
+func (s *suite) barrierStaleUnknown(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "stale"
 	a := acquire(t, st, key, time.Minute)
@@ -162,7 +162,7 @@ func (s *suite) barrierStaleUnknown(t *T) {
 
 // barrierFinishAbsent: Finish of an absent, already finished or foreign
 // write id is not an error, and removes only its own entry.
-func (s *suite) barrierFinishAbsent(t *T) {
+func (s *suite) barrierFinishAbsent(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "finish"
 	finish(t, st, "never-used", writeID(t))

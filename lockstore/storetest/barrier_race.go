@@ -16,7 +16,7 @@ import (
 // never finish during the race, so a store that ever admits both fences
 // let F+1 in while an F write was in flight. Afterwards, finishing the F
 // writes lets F+1 in.
-func (s *suite) barrierRaceHandover(t *T) {
+func (s *suite) barrierRaceHandover(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	rounds := max(2, int(4*s.scale))
 	const older, newer = 4, 2
@@ -106,7 +106,7 @@ func (s *suite) barrierRaceHandover(t *T) {
 // barrierAcquireKeepsEntries: writes admitted while the lock changes hands
 // (and while other callers contend for it) are all still there afterwards:
 // the new fence is blocked by exactly as many entries as were admitted.
-func (s *suite) barrierAcquireKeepsEntries(t *T) {
+func (s *suite) barrierAcquireKeepsEntries(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "keep"
 	const writers = 6

@@ -13,7 +13,7 @@ import (
 
 // barrierUntouched: Admit and Finish, whatever they decide, leave locks and
 // fence counters as they were.
-func (s *suite) barrierUntouched(t *T) {
+func (s *suite) barrierUntouched(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key, free = "untouched", "untouched-free"
 	a := acquire(t, st, key, time.Minute)
@@ -59,7 +59,7 @@ func (s *suite) barrierUntouched(t *T) {
 
 // barrierSurvivesReopen: in-flight entries live in the store, so a gateway
 // restart does not forget them.
-func (s *suite) barrierSurvivesReopen(t *T) {
+func (s *suite) barrierSurvivesReopen(t *caseT) {
 	ns := newNS(t)
 	st := s.openConsecutive(t, ns)
 	const key = "reopen"
@@ -81,7 +81,7 @@ func (s *suite) barrierSurvivesReopen(t *T) {
 // blocks, an unexpired entry of another key still does, and every lock and
 // fence counter is as it was; a limit of 0 is refused. (That the sweep
 // itself removed and counted the entry: barrierSweepCounts.)
-func (s *suite) barrierSweep(t *T) {
+func (s *suite) barrierSweep(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	sw, ok := st.(lockstore.BarrierSweeper)
 	if !ok {
@@ -134,7 +134,7 @@ func (s *suite) barrierSweep(t *T) {
 // with InvalidArgument before any I/O (an already cancelled context would
 // otherwise say Aborted); a well-formed call with a dead context is
 // Aborted or NetworkTimeout and registers nothing.
-func (s *suite) barrierValidation(t *T) {
+func (s *suite) barrierValidation(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "valid"
 	a := acquire(t, st, key, time.Minute)
@@ -194,7 +194,7 @@ func (s *suite) barrierValidation(t *T) {
 // registered; entries past their deadline do not count; re-registering a
 // write id in flight is not one more; Finish makes room; the cap is per key;
 // a fence that does not match or is blocked is never reported Full.
-func (s *suite) barrierBounded(t *T) {
+func (s *suite) barrierBounded(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key, other = "bounded", "bounded-other"
 	const capN = 48
@@ -267,7 +267,7 @@ func (s *suite) barrierBounded(t *T) {
 // barrierSweepCounts: SweepBarrier removes an entry past its deadline and
 // counts it, once. It needs SweepCounts: a store whose entries expire by
 // themselves (Redis) answers ErrNotSupported and the case is skipped.
-func (s *suite) barrierSweepCounts(t *T) {
+func (s *suite) barrierSweepCounts(t *caseT) {
 	st := s.openWith(t, newNS(t), Options{FenceFloor: lockstore.FloorOff, Need: []Feature{SweepCounts}})
 	sw, ok := st.(lockstore.BarrierSweeper)
 	if !ok {

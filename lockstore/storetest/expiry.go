@@ -9,7 +9,7 @@ import (
 // extendReplacesTTL: extend sets expiry to now+ttl — it does not add to
 // the old TTL nor keep the later of the two — and the lock then expires on
 // the new schedule, long before the original one.
-func (s *suite) extendReplacesTTL(t *T) {
+func (s *suite) extendReplacesTTL(t *caseT) {
 	st, _ := s.fresh(t)
 	const key = "shrink"
 	r := acquire(t, st, key, 10*time.Second)
@@ -47,7 +47,7 @@ func (s *suite) extendReplacesTTL(t *T) {
 // noResurrection: extending an expired lock fails and leaves the key free;
 // the next acquire continues the fence sequence (counted one by one, under
 // lockstore.FloorOff).
-func (s *suite) noResurrection(t *T) {
+func (s *suite) noResurrection(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "lazarus"
 	r := acquire(t, st, key, 100*time.Millisecond)
@@ -70,7 +70,7 @@ func (s *suite) noResurrection(t *T) {
 // still held ~600 ms after it was taken and gone once expiresAt+1000 (plus
 // a margin) has passed. If the machine is too loaded to probe inside the
 // window, the attempt is repeated with a fresh key rather than judged.
-func (s *suite) expiryTolerance(t *T) {
+func (s *suite) expiryTolerance(t *caseT) {
 	st, _ := s.fresh(t)
 	for attempt := range 3 {
 		key := "tolerance-" + string(rune('a'+attempt))

@@ -10,7 +10,7 @@ import (
 // fenceSequence: under lockstore.FloorOff a key's fences are 15 digits,
 // start at 1, grow by one per successful acquire, and string order equals numeric order; JSON round
 // trips them unchanged.
-func (s *suite) fenceSequence(t *T) {
+func (s *suite) fenceSequence(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "seq"
 	var prev string
@@ -38,7 +38,7 @@ func (s *suite) fenceSequence(t *T) {
 }
 
 // fencePerKey: counters are per key; key A's acquires don't advance B's.
-func (s *suite) fencePerKey(t *T) {
+func (s *suite) fencePerKey(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	b1 := acquire(t, st, "key-b", 10*time.Second)
 	release(t, st, b1.LockID)
@@ -62,7 +62,7 @@ func (s *suite) fencePerKey(t *T) {
 
 // fenceSurvivesReopen: counters and live locks are durable — a closed and
 // reopened store continues the sequence and still sees the held lock.
-func (s *suite) fenceSurvivesReopen(t *T) {
+func (s *suite) fenceSurvivesReopen(t *caseT) {
 	ns := newNS(t)
 	st := s.openConsecutive(t, ns)
 	r1 := acquire(t, st, "durable", 10*time.Second)
@@ -88,7 +88,7 @@ func (s *suite) fenceSurvivesReopen(t *T) {
 
 // fenceOverflow: a counter at FenceMax refuses to issue more with Internal
 // and writes nothing: the key stays free and the counter is unchanged.
-func (s *suite) fenceOverflow(t *T) {
+func (s *suite) fenceOverflow(t *caseT) {
 	st, ns := s.freshConsecutive(t)
 	const key = "overflow"
 	s.setFence(t, st, ns, key, lockstore.FenceMax)
@@ -119,7 +119,7 @@ func (s *suite) fenceOverflow(t *T) {
 
 // fenceWarnLevel: fences past FenceWarn are still issued (the backend only
 // logs); the count continues from a seeded value.
-func (s *suite) fenceWarnLevel(t *T) {
+func (s *suite) fenceWarnLevel(t *caseT) {
 	st, ns := s.freshConsecutive(t)
 	const key = "warn"
 	s.setFence(t, st, ns, key, lockstore.FenceWarn)

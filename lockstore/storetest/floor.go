@@ -21,7 +21,7 @@ func (s *suite) floorBounds(before, after int64) (lo, hi int64) {
 // fenceFloor: a fresh key's first fence, and an old counter's next one,
 // are the store clock's floor; fences still strictly increase within a
 // millisecond (the floor does not advance, the counter does).
-func (s *suite) fenceFloor(t *T) {
+func (s *suite) fenceFloor(t *caseT) {
 	st, ns := s.fresh(t)
 	for _, c := range []struct {
 		key  string
@@ -59,7 +59,7 @@ func (s *suite) fenceFloor(t *T) {
 // (a failover to a lagging replica, a restart without persistence, a
 // restored backup): the counter goes back to an older value, or vanishes.
 // The next fence must still be above every fence issued before the loss.
-func (s *suite) fenceFloorSurvivesLostWrites(t *T) {
+func (s *suite) fenceFloorSurvivesLostWrites(t *caseT) {
 	st, ns := s.fresh(t)
 	for _, c := range []struct {
 		key     string
@@ -100,7 +100,7 @@ func (s *suite) fenceFloorSurvivesLostWrites(t *T) {
 // (the store clock stepped back, or a failover promoted a server whose
 // clock is behind) is refused with ServiceUnavailable and nothing is
 // written; an overflowing counter is still Internal.
-func (s *suite) fenceFloorLeadCap(t *T) {
+func (s *suite) fenceFloorLeadCap(t *caseT) {
 	st, ns := s.fresh(t)
 	const key = "ahead"
 	ahead := lockstore.FenceFloorAt(t.nowMs()+s.margin) + 10*lockstore.FloorLeadMax

@@ -23,7 +23,7 @@ var oddKeys = []string{
 // failure. The edge answers a refused key 400 "malformed"; anything else
 // would be a 503 that any client could provoke, polluting the outage
 // signal.
-func (s *suite) inputKeys(t *T) {
+func (s *suite) inputKeys(t *caseT) {
 	st, _ := s.fresh(t)
 	for _, k := range oddKeys {
 		_, err := st.Inspect(ctx(t), k)

@@ -8,7 +8,7 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-func (s *suite) capabilities(t *T) {
+func (s *suite) capabilities(t *caseT) {
 	st, _ := s.fresh(t)
 	c := st.Capabilities()
 	if c.Backend == "" {
@@ -24,7 +24,7 @@ func (s *suite) capabilities(t *T) {
 
 // lifecycle walks one lock through acquire → isLocked → lookup → extend →
 // release → free, checking every read path at each step.
-func (s *suite) lifecycle(t *T) {
+func (s *suite) lifecycle(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "resource:123"
 	wantFree(t, st, key, "")
@@ -62,7 +62,7 @@ func (s *suite) lifecycle(t *T) {
 
 // contention: a held key refuses a second acquire with Reason "locked",
 // hands out nothing and consumes no fence.
-func (s *suite) contention(t *T) {
+func (s *suite) contention(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "contended"
 	r1 := acquire(t, st, key, 10*time.Second)
@@ -94,7 +94,7 @@ func (s *suite) contention(t *T) {
 
 // raceOneWinner: goroutines racing on one free key produce exactly one
 // holder per round; every fence ever handed out is distinct and grows.
-func (s *suite) raceOneWinner(t *T) {
+func (s *suite) raceOneWinner(t *caseT) {
 	st, _ := s.fresh(t)
 	const (
 		racers = 16
@@ -151,7 +151,7 @@ func (s *suite) raceOneWinner(t *T) {
 
 // doubleRelease: release is idempotent — true once, then false — and a
 // released lock can no longer be extended.
-func (s *suite) doubleRelease(t *T) {
+func (s *suite) doubleRelease(t *caseT) {
 	st, _ := s.fresh(t)
 	r := acquire(t, st, "twice", 10*time.Second)
 	if !release(t, st, r.LockID) {
@@ -208,7 +208,7 @@ func (s *suite) doubleRelease(t *T) {
 // a live lockId, "fence:" + a key) must not alias the lockId index or a
 // fence counter. A store may refuse such keys with InvalidArgument; if it
 // takes them, they are ordinary independent locks.
-func (s *suite) internalKeys(t *T) {
+func (s *suite) internalKeys(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	victim := acquire(t, st, "victim", 10*time.Second)
 	for _, key := range []string{"id:" + victim.LockID, "fence:victim", "fence:" + victim.LockID, "id:"} {
@@ -241,7 +241,7 @@ func (s *suite) internalKeys(t *T) {
 
 // manyKeys: concurrent acquires of distinct keys all succeed, each with
 // its own fence sequence.
-func (s *suite) manyKeys(t *T) {
+func (s *suite) manyKeys(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const n = 24
 	var (
@@ -276,7 +276,7 @@ func (s *suite) manyKeys(t *T) {
 // foreignLockIDs: a lockId that was never issued, a near miss of the live
 // one, and another key's live lockId can neither release nor extend this
 // key's lock.
-func (s *suite) foreignLockIDs(t *T) {
+func (s *suite) foreignLockIDs(t *caseT) {
 	st, _ := s.fresh(t)
 	a := acquire(t, st, "key-a", 10*time.Second)
 	b := acquire(t, st, "key-b", 30*time.Second)
@@ -322,7 +322,7 @@ func (s *suite) foreignLockIDs(t *T) {
 
 // staleHolder: after a lock expires and another holder takes the key, the
 // old lockId must not release or extend the new holder's lock.
-func (s *suite) staleHolder(t *T) {
+func (s *suite) staleHolder(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "stale"
 	old := acquire(t, st, key, 100*time.Millisecond)
@@ -344,7 +344,7 @@ func (s *suite) staleHolder(t *T) {
 }
 
 // heldCounter checks HeldCounter where the backend offers it.
-func (s *suite) heldCounter(t *T) {
+func (s *suite) heldCounter(t *caseT) {
 	st, _ := s.fresh(t)
 	hc, ok := st.(lockstore.HeldCounter)
 	if !ok {
@@ -373,7 +373,7 @@ func (s *suite) heldCounter(t *T) {
 }
 
 // closeIdempotent: Close twice is fine.
-func (s *suite) closeIdempotent(t *T) {
+func (s *suite) closeIdempotent(t *caseT) {
 	ns := newNS(t)
 	st := s.open(t, ns)
 	acquire(t, st, "k", time.Second)

@@ -11,7 +11,7 @@ import (
 // with the raw key, the lockId only hashed, the fence and expiry of the
 // lock; not released or expired ones; and honours the limit, saying
 // Partial when it cut the answer.
-func (s *suite) listHeld(t *T) {
+func (s *suite) listHeld(t *caseT) {
 	st, _ := s.fresh(t)
 	ll, ok := st.(lockstore.LockLister)
 	if !ok {

@@ -9,7 +9,7 @@ import (
 
 // lookupSanitised: both lookups return the same hashed view, whose
 // timestamps satisfy expiresAt - acquiredAt = ttl, and nil once released.
-func (s *suite) lookupSanitised(t *T) {
+func (s *suite) lookupSanitised(t *caseT) {
 	st, _ := s.fresh(t)
 	const key = "lookup:me"
 	r := acquire(t, st, key, 7*time.Second)
@@ -36,7 +36,7 @@ func (s *suite) lookupSanitised(t *T) {
 }
 
 // lookupReadOnly: reads don't move expiry or anything else.
-func (s *suite) lookupReadOnly(t *T) {
+func (s *suite) lookupReadOnly(t *caseT) {
 	st, _ := s.fresh(t)
 	const key = "readonly"
 	r := acquire(t, st, key, 5*time.Second)
@@ -56,7 +56,7 @@ func (s *suite) lookupReadOnly(t *T) {
 }
 
 // nfcKeys: canonically equivalent spellings name one lock and one counter.
-func (s *suite) nfcKeys(t *T) {
+func (s *suite) nfcKeys(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const (
 		decomposed = "caf" + "e\u0301"
@@ -83,7 +83,7 @@ func (s *suite) nfcKeys(t *T) {
 
 // maxKey: keys of exactly 512 bytes after NFC work end to end, including
 // one that is longer before normalisation.
-func (s *suite) maxKey(t *T) {
+func (s *suite) maxKey(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	for _, c := range []struct{ name, key string }{
 		{"ascii-512", strings.Repeat("k", 512)},
@@ -114,7 +114,7 @@ func (s *suite) maxKey(t *T) {
 
 // inspect: Inspect reports the live lock and the latest fence ever issued,
 // which outlives the lock.
-func (s *suite) inspect(t *T) {
+func (s *suite) inspect(t *caseT) {
 	st, _ := s.fresh(t)
 	const key = "inspect"
 	before := t.nowMs()

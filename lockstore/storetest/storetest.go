@@ -20,7 +20,7 @@
 // the case is skipped with the reason. Anything else Open returns (a
 // server that is not there) fails the case.
 //
-// Every case and helper runs on a *T (a TB: *testing.T, or the recorder
+// Every case and helper runs on a *caseT over a TB (*testing.T, or the recorder
 // BarrierFailures uses to prove the write-barrier cases catch broken
 // stores).
 package storetest
@@ -130,7 +130,7 @@ type suite struct {
 // testCase is one conformance case.
 type testCase struct {
 	name string
-	fn   func(t *T)
+	fn   func(t *caseT)
 }
 
 // newSuite applies h's defaults and asks the backend, on a store over a
@@ -167,13 +167,13 @@ func Run(t *testing.T, h Harness) {
 		for _, c := range append(s.cases(), s.barrierCases()...) {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
-				c.fn(s.caseT(t, t))
+				c.fn(s.newCaseT(t, t))
 			})
 		}
 	})
 	t.Run("stress", func(t *testing.T) {
-		t.Run("concurrency", func(t *testing.T) { s.concurrency(s.caseT(t, t)) })
-		t.Run("concurrency_floor_off", func(t *testing.T) { s.concurrencyFloorOff(s.caseT(t, t)) })
+		t.Run("concurrency", func(t *testing.T) { s.concurrency(s.newCaseT(t, t)) })
+		t.Run("concurrency_floor_off", func(t *testing.T) { s.concurrencyFloorOff(s.newCaseT(t, t)) })
 	})
 }
 
@@ -248,7 +248,7 @@ func newNS(t interface {
 }
 
 // setFence seeds key's counter through the harness.
-func (s *suite) setFence(t *T, st lockstore.Store, ns, key string, n int64) {
+func (s *suite) setFence(t *caseT, st lockstore.Store, ns, key string, n int64) {
 	t.Helper()
 	s.h.SetFence(t.testT, st, ns, key, n)
 }

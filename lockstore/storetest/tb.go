@@ -31,10 +31,10 @@ type TB interface {
 	Cleanup(func())
 }
 
-// T is what a case runs with: its TB, the *testing.T the harness's
+// caseT is what a case runs with: its TB, the *testing.T the harness's
 // functions are given, and the case's clock. Every helper of the suite
 // takes it.
-type T struct {
+type caseT struct {
 	TB
 	testT *testing.T
 	s     *suite
@@ -43,10 +43,10 @@ type T struct {
 	clock *testutil.Clock
 }
 
-// caseT makes the T of one case run on tb, with its own fake clock where
+// newCaseT makes the caseT of one case run on tb, with its own fake clock where
 // the backend takes one.
-func (s *suite) caseT(tb TB, testT *testing.T) *T {
-	t := &T{TB: tb, testT: testT, s: s}
+func (s *suite) newCaseT(tb TB, testT *testing.T) *caseT {
+	t := &caseT{TB: tb, testT: testT, s: s}
 	if s.fake {
 		t.clock = testutil.NewClock(time.Now())
 	}
@@ -55,7 +55,7 @@ func (s *suite) caseT(tb TB, testT *testing.T) *T {
 
 // nowMs is the case's time: its fake clock, or this process's clock for a
 // store on server time (which agrees with it within the tolerance).
-func (t *T) nowMs() int64 {
+func (t *caseT) nowMs() int64 {
 	if t.clock != nil {
 		return t.clock.Now().UnixMilli()
 	}
@@ -64,7 +64,7 @@ func (t *T) nowMs() int64 {
 
 // sleepUntil moves the case's time to ms (Unix ms): the fake clock jumps
 // there, real time is slept through.
-func (t *T) sleepUntil(ms int64) {
+func (t *caseT) sleepUntil(ms int64) {
 	if t.clock != nil {
 		if d := time.Duration(ms-t.nowMs()) * time.Millisecond; d > 0 {
 			t.clock.Advance(d)
@@ -77,7 +77,7 @@ func (t *T) sleepUntil(ms int64) {
 }
 
 // sleep moves the case's time d forward.
-func (t *T) sleep(d time.Duration) {
+func (t *caseT) sleep(d time.Duration) {
 	if t.clock != nil {
 		t.clock.Advance(d)
 		return
@@ -87,7 +87,7 @@ func (t *T) sleep(d time.Duration) {
 
 // ctx returns a context bounded by opTimeout (real time) for one store
 // call.
-func ctx(t *T) context.Context {
+func ctx(t *caseT) context.Context {
 	c, cancel := context.WithTimeout(t.Context(), opTimeout)
 	t.Cleanup(cancel)
 	return c
@@ -97,7 +97,7 @@ func ctx(t *T) context.Context {
 // closes it when the case ends; a case that closes it earlier exercises
 // Close's idempotency through this cleanup. A backend lacking a feature
 // of o.Need skips the case; any other failure to open fails it.
-func (s *suite) openWith(t *T, ns string, o Options) lockstore.Store {
+func (s *suite) openWith(t *caseT, ns string, o Options) lockstore.Store {
 	t.Helper()
 	if t.clock != nil {
 		o.Now = t.clock.Now
@@ -132,19 +132,19 @@ func (s *suite) openWith(t *T, ns string, o Options) lockstore.Store {
 }
 
 // open opens a store over ns with the backend's defaults.
-func (s *suite) open(t *T, ns string) lockstore.Store {
+func (s *suite) open(t *caseT, ns string) lockstore.Store {
 	t.Helper()
 	return s.openWith(t, ns, Options{})
 }
 
 // openConsecutive is open with lockstore.FloorOff.
-func (s *suite) openConsecutive(t *T, ns string) lockstore.Store {
+func (s *suite) openConsecutive(t *caseT, ns string) lockstore.Store {
 	t.Helper()
 	return s.openWith(t, ns, Options{FenceFloor: lockstore.FloorOff})
 }
 
 // fresh opens a store over a new namespace.
-func (s *suite) fresh(t *T) (lockstore.Store, string) {
+func (s *suite) fresh(t *caseT) (lockstore.Store, string) {
 	t.Helper()
 	ns := newNS(t)
 	return s.open(t, ns), ns
@@ -152,7 +152,7 @@ func (s *suite) fresh(t *T) (lockstore.Store, string) {
 
 // freshConsecutive opens a store with lockstore.FloorOff over a new
 // namespace, for the cases that count fences one by one.
-func (s *suite) freshConsecutive(t *T) (lockstore.Store, string) {
+func (s *suite) freshConsecutive(t *caseT) (lockstore.Store, string) {
 	t.Helper()
 	ns := newNS(t)
 	return s.openConsecutive(t, ns), ns

@@ -54,7 +54,7 @@ type op struct {
 // on every operation, before any I/O — proved by passing an already
 // cancelled context, which an operation that reached the backend would
 // report as Aborted — and leave no trace.
-func (s *suite) validation(t *T) {
+func (s *suite) validation(t *caseT) {
 	st, _ := s.fresh(t)
 	const goodKey = "valid"
 	live := acquire(t, st, "live", 10*time.Second)
@@ -143,7 +143,7 @@ func (s *suite) validation(t *T) {
 // contextErrors: an already cancelled context is Aborted and an already
 // expired deadline is NetworkTimeout, on every operation, and neither
 // changes anything.
-func (s *suite) contextErrors(t *T) {
+func (s *suite) contextErrors(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "ctx"
 	live := acquire(t, st, "live", 10*time.Second)
