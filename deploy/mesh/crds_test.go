@@ -40,8 +40,12 @@ var crdSources = []crdSource{
 		[]string{"httproutes.gateway.networking.k8s.io"}},
 	{"sigs.k8s.io/gateway-api", "v1.6.3", "config/crd/standard/gateway.networking.k8s.io_referencegrants.yaml",
 		[]string{"referencegrants.gateway.networking.k8s.io"}},
+	{"sigs.k8s.io/gateway-api", "v1.6.3", "config/crd/standard/gateway.networking.k8s.io_backendtlspolicies.yaml",
+		[]string{"backendtlspolicies.gateway.networking.k8s.io"}},
 	{"github.com/envoyproxy/gateway", "v1.9.1", "charts/gateway-helm/charts/crds/crds/generated/gateway.envoyproxy.io_securitypolicies.yaml",
 		[]string{"securitypolicies.gateway.envoyproxy.io"}},
+	{"github.com/envoyproxy/gateway", "v1.9.1", "charts/gateway-helm/charts/crds/crds/generated/gateway.envoyproxy.io_envoyproxies.yaml",
+		[]string{"envoyproxies.gateway.envoyproxy.io"}},
 	{"github.com/projectcontour/contour", "v1.33.8", "examples/contour/01-crds.yaml",
 		[]string{"httpproxies.projectcontour.io", "extensionservices.projectcontour.io"}},
 }

@@ -172,6 +172,8 @@ func TestShippedManifestsServerSideDryRun(t *testing.T) {
 		{"envoy-gateway: extension without value", "envoy-gateway/securitypolicy.yaml", "        type: Value\n        value: orders\n", "        type: Value\n", "value"},
 		{"envoy-gateway: success as statusOnError", "envoy-gateway/securitypolicy.yaml", "statusOnError: 503", "statusOnError: 200", "statusOnError"},
 		{"envoy-gateway: misspelt extAuth", "envoy-gateway/securitypolicy.yaml", "  extAuth:\n", "  extAuthz:\n", "extAuthz"},
+		{"envoy-gateway: backend TLS without hostname", "envoy-gateway/securitypolicy.yaml", "    hostname: fencegate.fencegate.svc\n", "", "hostname"},
+		{"envoy-gateway: misspelt backendTLS", "envoy-gateway/securitypolicy.yaml", "  backendTLS:\n", "  backendTls:\n", "backendTls"},
 		{"contour: unknown protocol", "contour/httpproxy.yaml", "protocol: h2", "protocol: h3", "protocol"},
 		{"contour: context value not a string", "contour/httpproxy.yaml", "fence_route: checkout", "fence_route: 7", "fence_route"},
 		{"contour: misspelt authPolicy", "contour/httpproxy.yaml", "authPolicy:", "authPolicies:", "authPolicies"},

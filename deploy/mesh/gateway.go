@@ -225,7 +225,70 @@ func EnvoyGateway(routes []config.Route, o Options) ([]byte, error) {
 			object:  rg,
 		})
 	}
+	docs = append(docs, envoyGatewayTLS(o)...)
 	return render(generated("Needs the HTTPRoutes of deploy/gateway-api (same table, same names)."), docs)
+}
+
+// envoyGatewayTLS are the objects that make Envoy Gateway's ext_authz calls
+// mTLS: a BackendTLSPolicy verifying fencegate's serving certificate with
+// the chart's CA, and an EnvoyProxy presenting fencegate's client
+// certificate (fencegate's authz listener requires one, and trusts only
+// such callers with route options).
+func envoyGatewayTLS(o Options) []document {
+	type ref struct {
+		Group       string `yaml:"group"`
+		Kind        string `yaml:"kind"`
+		Name        string `yaml:"name"`
+		SectionName string `yaml:"sectionName,omitempty"`
+	}
+	var btp struct {
+		APIVersion string     `yaml:"apiVersion"`
+		Kind       string     `yaml:"kind"`
+		Metadata   objectMeta `yaml:"metadata"`
+		Spec       struct {
+			TargetRefs []ref `yaml:"targetRefs"`
+			Validation struct {
+				CACertificateRefs []ref  `yaml:"caCertificateRefs"`
+				Hostname          string `yaml:"hostname"`
+			} `yaml:"validation"`
+		} `yaml:"spec"`
+	}
+	btp.APIVersion, btp.Kind = "gateway.networking.k8s.io/v1", "BackendTLSPolicy"
+	btp.Metadata = meta(o.Service+"-authz", o.ServiceNamespace)
+	btp.Spec.TargetRefs = []ref{{Group: "", Kind: "Service", Name: o.Service, SectionName: "authz"}}
+	btp.Spec.Validation.CACertificateRefs = []ref{{Group: "", Kind: "ConfigMap", Name: o.CAConfigMap}}
+	btp.Spec.Validation.Hostname = o.Service + "." + o.ServiceNamespace + ".svc"
+
+	var ep struct {
+		APIVersion string     `yaml:"apiVersion"`
+		Kind       string     `yaml:"kind"`
+		Metadata   objectMeta `yaml:"metadata"`
+		Spec       struct {
+			BackendTLS struct {
+				ClientCertificateRef struct {
+					Kind string `yaml:"kind"`
+					Name string `yaml:"name"`
+				} `yaml:"clientCertificateRef"`
+			} `yaml:"backendTLS"`
+		} `yaml:"spec"`
+	}
+	ep.APIVersion, ep.Kind = "gateway.envoyproxy.io/v1alpha1", "EnvoyProxy"
+	ep.Metadata = meta(o.Gateway+"-proxy", o.Namespace)
+	ep.Spec.BackendTLS.ClientCertificateRef.Kind = "Secret"
+	ep.Spec.BackendTLS.ClientCertificateRef.Name = o.ClientSecret
+	return []document{
+		{
+			comment: "Envoy verifies fencegate's serving certificate with the chart's CA: the ConfigMap\n" +
+				o.CAConfigMap + " (key ca.crt: the ca.crt of " + o.ClientSecret + ") in " + o.ServiceNamespace + ".",
+			object: btp,
+		},
+		{
+			comment: "Envoy presents fencegate's client certificate (the Secret " + o.ClientSecret + ", the chart's,\n" +
+				"copied into " + o.Namespace + "). Attach it to the Gateway: spec.infrastructure.parametersRef\n" +
+				"{group: gateway.envoyproxy.io, kind: EnvoyProxy, name: " + o.Gateway + "-proxy}.",
+			object: ep,
+		},
+	}
 }
 
 // contourName is an HTTPProxy name for a virtual host.

@@ -246,3 +246,30 @@ func TestIstioHosts(t *testing.T) {
 		t.Fatalf("IstioHosts = %q, want %q", got, want)
 	}
 }
+
+// TestIstioPolicyNamesItsProvider: Istio's CRD accepts action CUSTOM
+// without a provider (only istiod's validating webhook refuses it, and a
+// dry run against the CRDs alone passes it: checked), so the generator
+// must never emit one; an empty Options.Provider is "fencegate".
+func TestIstioPolicyNamesItsProvider(t *testing.T) {
+	routes := []config.Route{{Name: "a", Match: config.RouteMatch{Path: config.RoutePath{Value: "/a"}}}}
+	for _, provider := range []string{"", "fence-authz"} {
+		out, err := mesh.Istio(routes, mesh.Options{Provider: provider})
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs, err := yamlDocs(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := provider
+		if want == "" {
+			want = "fencegate"
+		}
+		spec, _ := docs[0]["spec"].(map[string]any)
+		p, _ := spec["provider"].(map[string]any)
+		if docs[0]["kind"] != "AuthorizationPolicy" || spec["action"] != "CUSTOM" || p["name"] != want {
+			t.Errorf("Provider %q: kind %v, action %v, provider %v; want CUSTOM with provider %q", provider, docs[0]["kind"], spec["action"], p, want)
+		}
+	}
+}

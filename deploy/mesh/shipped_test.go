@@ -44,10 +44,10 @@ func TestShippedManifests(t *testing.T) {
 		}
 		got, err := os.ReadFile(full)
 		if err != nil {
-			t.Fatalf("%v (run `go test ./deploy/mesh -run TestShippedManifests -args -update`)", err)
+			t.Fatalf("%v (run `go test ./deploy/mesh -run 'TestShippedManifests$' -args -update`)", err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("deploy/%s differs from the generator's output for routes.yaml: run `go test ./deploy/mesh -run TestShippedManifests -args -update`", path)
+			t.Errorf("deploy/%s differs from the generator's output for routes.yaml: run `go test ./deploy/mesh -run 'TestShippedManifests$' -args -update`", path)
 		}
 	}
 }
