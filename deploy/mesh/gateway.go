@@ -412,19 +412,13 @@ func Contour(routes []config.Route, o Options) ([]byte, error) {
 				return nil, err
 			}
 			var path condition
-			switch {
-			case segs == nil:
-				path.Prefix = "/"
-			case r.Match.Path.Type == "Exact":
-				path.Exact = r.Match.Path.Value
-			case r.Match.Path.Type == "Template" && hasVariable(segs):
-				path.Regex = segmentRegex(segs)
-			case r.Match.Path.Type == "Template":
-				path.Exact = literalPrefix(segs)
+			switch kind, value := contourPath(r.Match.Path, segs); kind {
+			case "prefix":
+				path.Prefix = value
+			case "exact":
+				path.Exact = value
 			default:
-				// Contour's prefix is a string prefix ("/orders" matches
-				// "/ordersX"); the entry's is segment-wise.
-				path.Regex = regexp.QuoteMeta(literalPrefix(segs)) + "(/.*)?"
+				path.Regex = value
 			}
 			methods := r.Match.Methods
 			if len(methods) == 0 {
@@ -447,4 +441,32 @@ func Contour(routes []config.Route, o Options) ([]byte, error) {
 		})
 	}
 	return render(generated(""), docs)
+}
+
+// ContourPath is the HTTPProxy path condition (prefix, exact or regex, and
+// its value) matching exactly the paths of an entry's path match.
+func ContourPath(p config.RoutePath) (kind, value string, err error) {
+	segs, err := segments(p)
+	if err != nil {
+		return "", "", err
+	}
+	kind, value = contourPath(p, segs)
+	return kind, value, nil
+}
+
+func contourPath(p config.RoutePath, segs []segment) (kind, value string) {
+	switch {
+	case segs == nil:
+		return "prefix", "/"
+	case p.Type == "Exact":
+		return "exact", p.Value
+	case p.Type == "Template" && hasVariable(segs):
+		return "regex", segmentRegex(segs)
+	case p.Type == "Template":
+		return "exact", literalPrefix(segs)
+	default:
+		// Contour's prefix is a string prefix ("/orders" takes
+		// "/ordersX"); the entry's is segment-wise.
+		return "regex", regexp.QuoteMeta(literalPrefix(segs)) + "(/.*)?"
+	}
 }

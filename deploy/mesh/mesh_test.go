@@ -198,6 +198,66 @@ func TestGatewayPathsMatchTheEntry(t *testing.T) {
 	}
 }
 
+// contourMatch is an HTTPProxy path condition as Envoy applies it: a
+// string prefix, an exact path, RE2 over the whole path.
+func contourMatch(kind, value, path string) bool {
+	switch kind {
+	case "prefix":
+		return strings.HasPrefix(path, value)
+	case "exact":
+		return path == value
+	case "regex":
+		return regexp.MustCompile("^(?:" + value + ")$").MatchString(path)
+	}
+	return false
+}
+
+// TestContourPathsMatchTheEntry: each HTTPProxy route's path condition
+// takes every path its entry governs and none next to it (the route names
+// the entry). Contour's own prefix condition, which takes "/ordersX" for
+// "/orders", is caught.
+func TestContourPathsMatchTheEntry(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fn      func(config.RoutePath) (string, string, error)
+		correct bool
+	}{
+		{"ContourPath", mesh.ContourPath, true},
+		{"string prefix", func(p config.RoutePath) (string, string, error) {
+			if p.Type == "" || p.Type == "PathPrefix" {
+				return "prefix", strings.TrimSuffix(p.Value, "/"), nil
+			}
+			return mesh.ContourPath(p)
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var problems []string
+			for _, c := range pathCases {
+				kind, value, err := tc.fn(c.path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range c.governed {
+					if !contourMatch(kind, value, p) {
+						problems = append(problems, fmt.Sprintf("%v: %s %s misses %s", c.path, kind, value, p))
+					}
+				}
+				for _, p := range c.not {
+					if contourMatch(kind, value, p) {
+						problems = append(problems, fmt.Sprintf("%v: %s %s takes %s", c.path, kind, value, p))
+					}
+				}
+			}
+			if tc.correct && len(problems) > 0 {
+				t.Fatal(strings.Join(problems, "\n"))
+			}
+			if !tc.correct && len(problems) == 0 {
+				t.Fatal("the broken condition was not caught")
+			}
+		})
+	}
+}
+
 // TestRefusesWhatNoMeshExpresses: the generators refuse a table they
 // cannot cover faithfully, naming the entry, and emit nothing.
 func TestRefusesWhatNoMeshExpresses(t *testing.T) {
