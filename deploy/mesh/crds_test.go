@@ -95,8 +95,13 @@ func yamlDocs(data []byte) ([]map[string]any, error) {
 func realCRDs(t *testing.T) []map[string]any {
 	t.Helper()
 	var crds []map[string]any
+	dirs := map[string]string{} // module@version → directory: one `go mod download` each
 	for _, src := range crdSources {
-		dir := moduleDir(t, src.module, src.version)
+		mv := src.module + "@" + src.version
+		if dirs[mv] == "" {
+			dirs[mv] = moduleDir(t, src.module, src.version)
+		}
+		dir := dirs[mv]
 		raw, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(src.file)))
 		if err != nil {
 			t.Fatalf("%s@%s: %v", src.module, src.version, err)
