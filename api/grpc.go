@@ -25,10 +25,14 @@ var grpcOps = map[string]Operation{
 	fencegatev1.Locks_IsLocked_FullMethodName: OpStatus,
 }
 
+// LocksServiceName is the gRPC name of the lock service, as grpc.health.v1
+// reports it.
+var LocksServiceName = fencegatev1.Locks_ServiceDesc.ServiceName
+
 // RegisterGRPC registers the fencegate.v1.Locks service and server
 // reflection on gs (do not register reflection again). grpc.health.v1 is
-// left to the caller, which owns the server's lifecycle: register a
-// health.Server and run FollowReadiness to keep it current.
+// left to the caller, which owns the server's lifecycle (cmd/fencegate:
+// internal/health).
 //
 // Authentication, scopes, metrics and access logs are built into the
 // registered service (an interceptor applied per method, inside any

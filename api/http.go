@@ -36,7 +36,8 @@ type opFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, p 
 //	GET  /v1/locks/status?key=K
 //	GET  /v1/audit?key=K&since=MS&limit=N
 //	GET  /v1/proof/keys (no token: public keys)
-//	GET  /healthz, /readyz, and /metrics when Options.Gatherer is set
+//	GET  /metrics when Options.Gatherer is set (/healthz and /readyz are
+//	     the process's lifecycle's, cmd/fencegate mounts them)
 //
 // Other transports (the forward-auth endpoint) add their own routes to the
 // same mux; wrap them in Middleware for the same access logging.
@@ -51,8 +52,6 @@ func (s *Server) Register(mux *http.ServeMux) {
 	route(wire.PathProofKeys, http.HandlerFunc(s.proofKeys))
 	// Unknown lock API paths get a JSON 404 rather than the mux's text one.
 	route("/v1/locks/", http.HandlerFunc(notFound))
-	route("/healthz", http.HandlerFunc(s.healthz))
-	route("/readyz", http.HandlerFunc(s.readyz))
 	if s.gatherer != nil {
 		route("/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
 	}

@@ -569,36 +569,11 @@ func TestHTTPAuditHashCollision(t *testing.T) {
 }
 
 func TestHTTPOperations(t *testing.T) {
-	t.Run("healthz and readyz", func(t *testing.T) {
-		e := newEnv(t, openStore(t), nil)
-		for _, p := range []string{"/healthz", "/readyz"} {
-			r := e.do(t, context.Background(), http.MethodGet, p, "", "", "")
-			if r.status != 200 || r.str("status") != "ok" {
-				t.Errorf("%s: %d %s", p, r.status, r.raw)
-			}
-		}
-	})
-
-	t.Run("readyz fails with the Ready hook", func(t *testing.T) {
-		e := newEnv(t, openStore(t), func(o *api.Options) {
-			o.Ready = func(context.Context) error { return errors.New("audit queue full") }
-		})
-		if r := e.do(t, context.Background(), http.MethodGet, "/readyz", "", "", ""); r.status != 503 {
-			t.Errorf("status %d %s", r.status, r.raw)
-		}
-		if r := e.do(t, context.Background(), http.MethodGet, "/healthz", "", "", ""); r.status != 200 {
-			t.Errorf("healthz must not depend on readiness: %d", r.status)
-		}
-	})
-
 	t.Run("closed store is 503 everywhere", func(t *testing.T) {
 		store := openStore(t)
 		e := newEnv(t, store, nil)
 		if err := store.Close(); err != nil {
 			t.Fatal(err)
-		}
-		if r := e.do(t, context.Background(), http.MethodGet, "/readyz", "", "", ""); r.status != 503 {
-			t.Errorf("readyz: %d %s", r.status, r.raw)
 		}
 		r := e.post(t, "/v1/locks/acquire", adminToken, map[string]any{"key": "orders/1"})
 		if r.status != 503 || r.errCode() != "ServiceUnavailable" {

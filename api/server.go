@@ -15,11 +15,6 @@ import (
 // DefaultMaxWait is the cap on waitMs when Options.MaxWait is zero.
 const DefaultMaxWait = 30 * time.Second
 
-// readyTimeout bounds /readyz's store ping and Ready hook: a probe must
-// answer before the kubelet's own timeout (1 s by default is too tight for
-// a remote backend under load; 2 s stays under typical probe settings).
-const readyTimeout = 2 * time.Second
-
 // Options configure a Server. The zero value of every field but Store is
 // usable.
 type Options struct {
@@ -51,12 +46,6 @@ type Options struct {
 	// AccessLog selects the HTTP requests that get an access log line;
 	// the zero value is AccessErrors.
 	AccessLog AccessLog
-	// Ready is an extra readiness check for /readyz, run after the store's
-	// Ping (optional).
-	Ready func(ctx context.Context) error
-	// Replication, when set, reports the store's replication for /readyz
-	// (the "replication" field) after a successful check (optional).
-	Replication func(ctx context.Context) (lockstore.Replication, error)
 	// Authenticated, when set, is called with the request's context each
 	// time a bearer token is accepted (HTTP, gRPC and GRPCTap):
 	// cmd/fencegate keeps such a caller's connection longer when its
@@ -75,8 +64,6 @@ type Server struct {
 	gatherer  prometheus.Gatherer
 	log       *slog.Logger
 	access    AccessLog
-	ready     func(ctx context.Context) error
-	repl      func(ctx context.Context) (lockstore.Replication, error)
 	onAuth    func(ctx context.Context)
 	metrics   *metrics
 
@@ -106,8 +93,6 @@ func New(o Options) (*Server, error) {
 		gatherer:  o.Gatherer,
 		log:       o.Logger,
 		access:    o.AccessLog,
-		ready:     o.Ready,
-		repl:      o.Replication,
 		proofs:    o.Proofs,
 	}
 	if s.maxWait == 0 {
@@ -125,7 +110,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("api: registering metrics: %w", err)
 	}
 	s.fenceWarnings = newFenceWarnings()
-	for _, c := range []prometheus.Collector{s.fenceWarnings, newStoreReady(o.Store)} {
+	for _, c := range []prometheus.Collector{s.fenceWarnings} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("api: registering metrics: %w", err)
 		}

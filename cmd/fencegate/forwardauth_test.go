@@ -40,7 +40,7 @@ func forwardAuthGatewayTB(t testing.TB, cfg config.Config, set serveSettings, ao
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := newMainHTTPRunner(cfg, connLimits{}, srv, ui, rt.checker, ao(set.auth), log, rt.goBG)
+	r, err := newMainHTTPRunner(cfg, connLimits{}, srv, ui, rt.health, rt.checker, ao(set.auth), log, rt.goBG)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -54,12 +53,11 @@ func TestLocksGRPCListenerBoundsMessages(t *testing.T) {
 		oversize codes.Code
 	}{
 		{"as serve builds it", func() (*grpcRunner, error) {
-			return newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connLimits{}, srv, discardLogger(), goBG)
+			return newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connLimits{}, srv, testHealth(t, s), discardLogger(), goBG)
 		}, codes.ResourceExhausted},
 		{"grpc-go defaults (broken variant)", func() (*grpcRunner, error) {
-			return newGRPCRunner("grpc", "127.0.0.1:0", nil, defaultGRPCLimits, discardLogger(), func(g *grpc.Server) *health.Server {
+			return newGRPCRunner("grpc", "127.0.0.1:0", nil, defaultGRPCLimits, discardLogger(), func(g *grpc.Server) {
 				srv.RegisterGRPC(g)
-				return nil
 			})
 		}, codes.InvalidArgument},
 	} {
@@ -125,7 +123,7 @@ func TestGRPCSlotsKeepAuthenticatedCallers(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
-			r, err := newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connLimits{max: 2, perPeer: 2}, srv, discardLogger(),
+			r, err := newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connLimits{max: 2, perPeer: 2}, srv, testHealth(t, s), discardLogger(),
 				func(fn func(context.Context)) { go fn(ctx) })
 			if err != nil {
 				t.Fatal(err)

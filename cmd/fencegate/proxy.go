@@ -22,9 +22,6 @@ import (
 	"github.com/fencegate/fencegate/writeproof"
 )
 
-// proxyReadyTimeout bounds the store ping of the standalone proxy's /readyz.
-const proxyReadyTimeout = 2 * time.Second
-
 // runProxy is `fencegate proxy`: the fencing reverse proxy on its own,
 // against a store URL (the gateway's Redis, PostgreSQL or Firestore, or a
 // local bolt file), with routes from the config file's proxy section.
@@ -37,6 +34,12 @@ func runProxy(ctx context.Context, args []string, _, stderr io.Writer) int {
 	metricsAddr := fs.String("metrics-addr", "", "listener for /metrics, /healthz, /readyz, or \"off\" (default proxy.metricsAddr, else off)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info)")
 	logFormat := fs.String("log-format", "", "text or json (default text)")
+	var shutdownDelay *time.Duration
+	fs.Func("shutdown-delay", "after SIGTERM or SIGINT, how long the listeners keep serving while /readyz answers 503, before draining (default shutdown.delay, else 0s)", func(v string) error {
+		d, err := time.ParseDuration(v)
+		shutdownDelay = &d
+		return err
+	})
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: fencegate proxy --config FILE [flags]\n\nA fencing reverse proxy: every write on a route is checked against the store\nbefore it reaches the upstream. Routes come from the config file's proxy.routes.\n\nflags:")
 		fs.PrintDefaults()
@@ -59,6 +62,9 @@ func runProxy(ctx context.Context, args []string, _, stderr io.Writer) int {
 		set(&c.Proxy.MetricsAddr, *metricsAddr)
 		set(&c.Log.Level, *logLevel)
 		set(&c.Log.Format, *logFormat)
+		if shutdownDelay != nil {
+			c.Shutdown.Delay = config.Duration(*shutdownDelay)
+		}
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "fencegate proxy: %v\n", err)
@@ -211,21 +217,13 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 	if err != nil {
 		return err
 	}
-	ls := &listeners{drain: cfg.Proxy.Drain(), name: "fencegate proxy"}
+	ls := &listeners{health: rt.health, delay: cfg.Shutdown.Delay.Std(), drain: cfg.Proxy.Drain(), name: "fencegate proxy"}
+	defer ls.closeUnserved()
 	ls.add("proxy", pr)
 	if m := cfg.Proxy.MetricsAddr; m != "" && m != config.Off {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-			rctx, cancel := context.WithTimeout(r.Context(), proxyReadyTimeout)
-			defer cancel()
-			if err := store.Ping(rctx); err != nil {
-				http.Error(w, "store not ready", http.StatusServiceUnavailable)
-				return
-			}
-			_, _ = io.WriteString(w, "ok\n")
-		})
+		rt.health.Register(mux, nil)
 		mr, err := newHTTPRunner("metrics", m, nil, mux, readTimeout, rt.conns, log)
 		if err != nil {
 			return err

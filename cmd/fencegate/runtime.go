@@ -12,6 +12,7 @@ import (
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/health"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/tracing/otelenv"
 	"github.com/fencegate/fencegate/writeproof"
@@ -35,6 +36,9 @@ type runtime struct {
 	auditLog    lockstore.AuditLog
 	reg         *prometheus.Registry
 	checker     *fencecheck.Checker
+	// health is the lifecycle every listener follows: /healthz, /readyz
+	// and gRPC health, the store's ping among its checks.
+	health *health.Readiness
 	// conns are every listener's connection slots (connections.*), counted
 	// in fencegate_listener_connections*.
 	conns connLimits
@@ -88,6 +92,9 @@ func startRuntime(ctx context.Context, cfg config.Config, set runtimeSettings, l
 	if rt.replication, err = watchReplication(ctx, rt.opened, rt.reg, log); err != nil {
 		return nil, err
 	}
+	if rt.health, err = health.New(health.Options{Store: rt.opened, Replication: rt.replication, Registerer: rt.reg, Logger: log}); err != nil {
+		return nil, err
+	}
 	rt.store = lockstore.WithTelemetry(rt.opened, lockstore.TelemetryOptions{OnEvent: sm.Observe, Logger: log})
 	rt.undo = append(rt.undo, func() { _ = rt.store.Close() }) // stops the decorator's worker; the store's own Close is idempotent
 
@@ -98,6 +105,8 @@ func startRuntime(ctx context.Context, cfg config.Config, set runtimeSettings, l
 		bg.Add(1)
 		go func() { defer bg.Done(); fn(bgCtx) }()
 	}
+
+	rt.goBG(rt.health.Run)
 
 	// Expired barrier entries of keys never written again (the opened
 	// store: the telemetry decorator does not pass the sweeper through).
