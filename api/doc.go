@@ -1,12 +1,13 @@
 // Package api serves fencegate's lock API over HTTP/JSON and gRPC
 // (API.md, "Lock API over HTTP/JSON", "Lock API over gRPC",
-// "Operations"), with bearer-token auth and lock-op metrics.
+// "Operations"), checking bearer tokens with package auth, and lock-op
+// metrics.
 //
 // # Wiring
 //
-//	auth, err := api.NewAuthenticator(tokens)       // or nil: auth off (loopback dev mode)
+//	authn, err := auth.NewAuthenticator(tokens)     // or nil: auth off (loopback dev mode)
 //	srv, err := api.New(api.Options{
-//		Store: store, Audit: store, Auth: auth,
+//		Store: store, Audit: store, Auth: authn,
 //		MaxWait: 30 * time.Second,
 //		Registerer: reg, Gatherer: reg, Logger: logger,
 //	})
@@ -50,7 +51,7 @@
 // # Auth
 //
 // Tokens are configured by name with the SHA-256 of the secret, key
-// prefixes and operations (see Token). A presented token is hashed and
+// prefixes and operations (see auth.Token). A presented token is hashed and
 // compared with every configured digest in constant time. No or an
 // unknown token is 401 AuthFailed with WWW-Authenticate: Bearer (gRPC
 // UNAUTHENTICATED); a valid token without the operation or the key's

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -492,8 +493,8 @@ func TestHTTPAudit(t *testing.T) {
 	}
 
 	t.Run("prefix token needs a key", func(t *testing.T) {
-		a, err := api.NewAuthenticator([]api.Token{
-			{Name: "auditor", SHA256: api.HashToken("aud-secret"), Prefixes: []string{"orders/"}, Operations: []string{"audit"}},
+		a, err := auth.NewAuthenticator([]auth.Token{
+			{Name: "auditor", SHA256: auth.HashToken("aud-secret"), Prefixes: []string{"orders/"}, Operations: []string{"audit"}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -541,9 +542,9 @@ func TestHTTPAuditHashCollision(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a, err := api.NewAuthenticator([]api.Token{
-		{Name: "a-auditor", SHA256: api.HashToken("a-secret"), Prefixes: []string{"a/"}, Operations: []string{"audit"}},
-		{Name: "admin", SHA256: api.HashToken(adminToken), Prefixes: []string{"*"}, Operations: []string{"*"}},
+	a, err := auth.NewAuthenticator([]auth.Token{
+		{Name: "a-auditor", SHA256: auth.HashToken("a-secret"), Prefixes: []string{"a/"}, Operations: []string{"audit"}},
+		{Name: "admin", SHA256: auth.HashToken(adminToken), Prefixes: []string{"*"}, Operations: []string{"*"}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"time"
 
@@ -25,7 +26,7 @@ type Options struct {
 	Audit lockstore.AuditLog
 	// Auth checks bearer tokens. Nil turns auth off (the loopback dev
 	// mode); New logs a warning saying so.
-	Auth *Authenticator
+	Auth *auth.Authenticator
 	// MaxWait caps waitMs; a larger waitMs is 400 InvalidArgument. Zero
 	// means DefaultMaxWait.
 	MaxWait time.Duration
@@ -59,7 +60,7 @@ type Server struct {
 	store     lockstore.Store
 	opTimeout time.Duration
 	auditLog  lockstore.AuditLog
-	auth      *Authenticator
+	auth      *auth.Authenticator
 	maxWait   time.Duration
 	gatherer  prometheus.Gatherer
 	log       *slog.Logger
@@ -124,14 +125,14 @@ func New(o Options) (*Server, error) {
 
 // authenticate maps an Authorization value to a principal; nil, nil when
 // auth is off.
-func (s *Server) authenticate(ctx context.Context, authorization string) (*Principal, error) {
+func (s *Server) authenticate(ctx context.Context, authorization string) (*auth.Principal, error) {
 	if s.auth == nil {
 		return nil, nil
 	}
 	p, err := s.auth.Authenticate(authorization)
 	if err != nil {
 		ae := &apiError{code: lockstore.AuthFailed, msg: err.Error()}
-		if errors.Is(err, ErrInvalidToken) {
+		if errors.Is(err, auth.ErrInvalidToken) {
 			ae.wwwAuth = "invalid_token"
 		}
 		return nil, ae

@@ -341,7 +341,7 @@ func (c *Config) Validate() error {
 	c.Connections.validate(add)
 	c.Shutdown.validate(add)
 
-	// Names, scopes and duplicate secrets are api.NewAuthenticator's to
+	// Names, scopes and duplicate secrets are auth.NewAuthenticator's to
 	// check; the digest's text is checked here, where the operator who
 	// pasted a token instead of its digest is told what to paste.
 	for i, t := range c.Tokens {

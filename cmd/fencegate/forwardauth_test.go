@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -23,11 +24,11 @@ import (
 // (the store, audit pipeline and checker of startRuntime; the lock API;
 // forward-auth), with the edge options ao, and returns its base URL and
 // runtime.
-func forwardAuthGateway(t *testing.T, cfg config.Config, set serveSettings, ao func(*api.Authenticator) authz.Options) (string, *runtime) {
+func forwardAuthGateway(t *testing.T, cfg config.Config, set serveSettings, ao func(*auth.Authenticator) authz.Options) (string, *runtime) {
 	return forwardAuthGatewayTB(t, cfg, set, ao)
 }
 
-func forwardAuthGatewayTB(t testing.TB, cfg config.Config, set serveSettings, ao func(*api.Authenticator) authz.Options) (string, *runtime) {
+func forwardAuthGatewayTB(t testing.TB, cfg config.Config, set serveSettings, ao func(*auth.Authenticator) authz.Options) (string, *runtime) {
 	t.Helper()
 	log := discardLogger()
 	ctx, stop := context.WithCancel(context.Background())
@@ -77,7 +78,7 @@ func decisionsTB(t testing.TB, g prometheus.Gatherer) float64 {
 }
 
 func tokenConfig(name string, ops []string, prefixes ...string) config.Token {
-	sum := api.HashToken("secret-" + name)
+	sum := auth.HashToken("secret-" + name)
 	return config.Token{Name: name, SHA256: fmt.Sprintf("%x", sum[:]), Operations: ops, Prefixes: prefixes}
 }
 
@@ -90,13 +91,13 @@ func tokenConfig(name string, ops []string, prefixes ...string) config.Token {
 func TestForwardAuthCredential(t *testing.T) {
 	for _, variant := range []struct {
 		name   string
-		opts   func(*api.Authenticator) authz.Options
+		opts   func(*auth.Authenticator) authz.Options
 		broken bool
 	}{
-		{"correct", func(a *api.Authenticator) authz.Options {
+		{"correct", func(a *auth.Authenticator) authz.Options {
 			return authzOptions(a, authz.Options{Logger: discardLogger()})
 		}, false},
-		{"broken: forward-auth takes no token", func(*api.Authenticator) authz.Options { return authz.Options{Logger: discardLogger()} }, true},
+		{"broken: forward-auth takes no token", func(*auth.Authenticator) authz.Options { return authz.Options{Logger: discardLogger()} }, true},
 	} {
 		t.Run(variant.name, func(t *testing.T) {
 			cfg := config.Default()
@@ -233,7 +234,7 @@ func TestForwardAuthOwnListener(t *testing.T) {
 	if set.auth, err = newAuthenticator(cfg.Tokens); err != nil {
 		t.Fatal(err)
 	}
-	opts := func(a *api.Authenticator) authz.Options {
+	opts := func(a *auth.Authenticator) authz.Options {
 		return authzOptions(a, authz.Options{Logger: discardLogger()})
 	}
 	base, rt := forwardAuthGateway(t, cfg, set, opts)
@@ -291,12 +292,12 @@ func TestForwardAuthOwnListener(t *testing.T) {
 func BenchmarkForwardAuthFlood(b *testing.B) {
 	for _, variant := range []struct {
 		name string
-		opts func(*api.Authenticator) authz.Options
+		opts func(*auth.Authenticator) authz.Options
 	}{
-		{"check-token", func(a *api.Authenticator) authz.Options {
+		{"check-token", func(a *auth.Authenticator) authz.Options {
 			return authzOptions(a, authz.Options{Logger: discardLogger()})
 		}},
-		{"open (today)", func(*api.Authenticator) authz.Options { return authz.Options{Logger: discardLogger()} }},
+		{"open (today)", func(*auth.Authenticator) authz.Options { return authz.Options{Logger: discardLogger()} }},
 	} {
 		b.Run(variant.name, func(b *testing.B) {
 			cfg := config.Default()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/fencegate/fencegate/auth"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,11 +35,11 @@ func TestLocksGRPCListenerBoundsMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	auth, err := api.NewAuthenticator([]api.Token{{Name: "t", SHA256: api.HashToken(token), Prefixes: []string{"*"}}})
+	authn, err := auth.NewAuthenticator([]auth.Token{{Name: "t", SHA256: auth.HashToken(token), Prefixes: []string{"*"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.Options{Store: s, Auth: auth, Logger: discardLogger(), Authenticated: markTrusted})
+	srv, err := api.New(api.Options{Store: s, Auth: authn, Logger: discardLogger(), Authenticated: markTrusted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,11 +114,11 @@ func TestGRPCSlotsKeepAuthenticatedCallers(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = s.Close() })
-			auth, err := api.NewAuthenticator([]api.Token{{Name: "t", SHA256: api.HashToken(token), Prefixes: []string{"*"}}})
+			authn, err := auth.NewAuthenticator([]auth.Token{{Name: "t", SHA256: auth.HashToken(token), Prefixes: []string{"*"}}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := api.New(api.Options{Store: s, Auth: auth, Logger: discardLogger(), Authenticated: tc.hook})
+			srv, err := api.New(api.Options{Store: s, Auth: authn, Logger: discardLogger(), Authenticated: tc.hook})
 			if err != nil {
 				t.Fatal(err)
 			}

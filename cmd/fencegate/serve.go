@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"log/slog"
 	"net/http"
@@ -60,8 +61,8 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 // opens anything, each value parsed by the package it is for.
 type serveSettings struct {
 	store     storeURL
-	auth      *api.Authenticator // nil: auth off
-	admission admission.Options  // listener-dependent fields filled at start
+	auth      *auth.Authenticator // nil: auth off
+	admission admission.Options   // listener-dependent fields filled at start
 	// proxyRoutes are the fencing reverse proxy's routes (proxy.routes),
 	// served on their own listener when any are configured.
 	proxyRoutes []proxy.Route
@@ -318,20 +319,20 @@ func newGRPCListener(name string, l config.Listener, limits grpcLimits, log *slo
 }
 
 // newAuthenticator builds the token set; its error lists every problem
-// api.NewAuthenticator finds (names, operations, duplicate secrets).
-func newAuthenticator(tokens []config.Token) (*api.Authenticator, error) {
-	ts := make([]api.Token, 0, len(tokens))
+// auth.NewAuthenticator finds (names, operations, duplicate secrets).
+func newAuthenticator(tokens []config.Token) (*auth.Authenticator, error) {
+	ts := make([]auth.Token, 0, len(tokens))
 	for i, t := range tokens {
-		sum, err := api.ParseTokenHash(t.SHA256)
+		sum, err := auth.ParseTokenHash(t.SHA256)
 		if err != nil || sum == ([32]byte{}) {
 			// config.Validate reported the digest. A stand-in no secret
 			// hashes to keeps the token's other problems in the report;
 			// this Authenticator is never used.
 			sum = sha256.Sum256(fmt.Appendf(nil, "fencegate: token %d has no usable digest", i))
 		}
-		ts = append(ts, api.Token{Name: t.Name, SHA256: sum, Prefixes: t.Prefixes, Operations: t.Operations})
+		ts = append(ts, auth.Token{Name: t.Name, SHA256: sum, Prefixes: t.Prefixes, Operations: t.Operations})
 	}
-	return api.NewAuthenticator(ts)
+	return auth.NewAuthenticator(ts)
 }
 
 // admissionOptions parses the webhook's settings, every problem joined;
