@@ -156,13 +156,13 @@ func proxyRoutes(c config.Proxy) ([]proxy.Route, error) {
 		if err != nil {
 			u = nil // reported by config's validation
 		}
-		rt := proxy.Route{
+		gw := proxy.Route{
 			Name: r.Name, Prefix: r.Prefix, Upstream: u, Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader,
 			Policy: fencecheck.Policy(r.Policy), Mode: fencecheck.Mode(r.Mode), Methods: r.Methods, Proof: fencecheck.ProofMode(r.Proof),
 			Barrier: r.Barrier, MaxWrite: r.MaxWrite.Std(), PreserveHost: r.PreserveHost,
 			BodyIdleTimeout: r.BodyIdleTimeout.Std(), BodyTimeout: r.BodyTimeout.Std(), Upgrade: r.Upgrade,
 		}
-		if err := rt.Validate(); err != nil {
+		if err := gw.Validate(); err != nil {
 			// config already named prefix and upstream problems; keep the
 			// fencing ones.
 			if u != nil && strings.HasPrefix(r.Prefix, "/") {
@@ -170,7 +170,7 @@ func proxyRoutes(c config.Proxy) ([]proxy.Route, error) {
 			}
 			continue
 		}
-		routes = append(routes, rt)
+		routes = append(routes, gw)
 	}
 	if len(errs) == 0 && len(routes) == len(c.Routes) {
 		// Problems between routes: one prefix twice, or two that an
@@ -207,24 +207,24 @@ func newProxyRunner(c config.Proxy, conns connLimits, routes []proxy.Route, chec
 // in-flight write finishes (and deregisters from the barrier) or the drain
 // deadline passes.
 func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *slog.Logger) error {
-	rt, err := startRuntime(ctx, cfg, runtimeSettings{store: set.store, tracing: set.tracing, proofs: set.proofs}, log)
+	gw, err := startGateway(ctx, cfg, gatewaySettings{store: set.store, tracing: set.tracing, proofs: set.proofs}, log)
 	if err != nil {
 		return err
 	}
-	defer rt.close()
-	store, checker, reg, goBG := rt.store, rt.checker, rt.reg, rt.goBG
-	pr, p, err := newProxyRunner(cfg.Proxy, rt.conns, set.routes, checker, log, goBG)
+	defer gw.close()
+	store, checker, reg, goBG := gw.store, gw.checker, gw.reg, gw.goBG
+	pr, p, err := newProxyRunner(cfg.Proxy, gw.conns, set.routes, checker, log, goBG)
 	if err != nil {
 		return err
 	}
-	ls := &listeners{health: rt.health, delay: cfg.Shutdown.Delay.Std(), drain: cfg.Proxy.Drain(), name: "fencegate proxy"}
+	ls := &listeners{health: gw.health, delay: cfg.Shutdown.Delay.Std(), drain: cfg.Proxy.Drain(), name: "fencegate proxy"}
 	defer ls.closeUnserved()
 	ls.add("proxy", pr)
 	if m := cfg.Proxy.MetricsAddr; m != "" && m != config.Off {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		rt.health.Register(mux, nil)
-		mr, err := newHTTPRunner("metrics", m, nil, mux, readTimeout, rt.conns, log)
+		gw.health.Register(mux, nil)
+		mr, err := newHTTPRunner("metrics", m, nil, mux, readTimeout, gw.conns, log)
 		if err != nil {
 			return err
 		}

@@ -139,27 +139,27 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 
 // serve runs the gateway until ctx ends, then drains and stops.
 func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.Logger) error {
-	rt, err := startRuntime(ctx, cfg, runtimeSettings{store: set.store, tracing: set.tracing, proofs: set.verifier}, log)
+	gw, err := startGateway(ctx, cfg, gatewaySettings{store: set.store, tracing: set.tracing, proofs: set.verifier}, log)
 	if err != nil {
 		return err
 	}
-	defer rt.close()
-	store, auditLog, checker, reg, goBG, caps := rt.store, rt.auditLog, rt.checker, rt.reg, rt.goBG, rt.caps
+	defer gw.close()
+	store, auditLog, checker, reg, goBG, caps := gw.store, gw.auditLog, gw.checker, gw.reg, gw.goBG, gw.caps
 
-	// Every listener follows rt.health; a listener already bound is closed
+	// Every listener follows gw.health; a listener already bound is closed
 	// when a later one fails to build.
-	ls := &listeners{health: rt.health, delay: cfg.Shutdown.Delay.Std()}
+	ls := &listeners{health: gw.health, delay: cfg.Shutdown.Delay.Std()}
 	defer ls.closeUnserved()
 
 	// The webhook is built first so that /readyz also covers its
 	// certificate: a pod whose webhook cannot serve must not get traffic.
 	if cfg.Admission.Enabled() {
-		r, h, err := newAdmissionRunner(cfg.Admission, set.admission, rt.conns, checker, reg, rt.health, log, goBG)
+		r, h, err := newAdmissionRunner(cfg.Admission, set.admission, gw.conns, checker, reg, gw.health, log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("admission", r)
-		rt.health.AddCheck(health.Check{Name: "admission webhook", Ready: func(context.Context) error {
+		gw.health.AddCheck(health.Check{Name: "admission webhook", Ready: func(context.Context) error {
 			if !h.Ready() {
 				return errors.New("certificate not loaded")
 			}
@@ -169,7 +169,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	// The console lists live locks from the store itself (the telemetry
 	// decorator does not pass LockLister through) and records the lock
 	// operations the API serves for its timeline.
-	ui := console.New(ctx, console.Options{Store: rt.opened, Audit: auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
+	ui := console.New(ctx, console.Options{Store: gw.opened, Audit: auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
 	srv, err := api.New(api.Options{
 		Store: ui.Record(store), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
 		Registerer: reg, Gatherer: reg, Logger: log, AccessLog: set.accessLog, Proofs: set.proofs,
@@ -180,45 +180,45 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	}
 
 	if cfg.HTTP.Enabled() {
-		r, err := newMainHTTPRunner(cfg, rt.conns, srv, ui, rt.health, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
+		r, err := newMainHTTPRunner(cfg, gw.conns, srv, ui, gw.health, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("http", r)
 	}
-	// Both gRPC listeners' health follows rt.health: NOT_SERVING until
+	// Both gRPC listeners' health follows gw.health: NOT_SERVING until
 	// every listener serves and the first check passes, NOT_SERVING again
 	// from the instant a shutdown begins.
 	if cfg.GRPC.Enabled() {
-		r, err := newLocksGRPCRunner(cfg.GRPC, rt.conns, srv, rt.health, log, goBG)
+		r, err := newLocksGRPCRunner(cfg.GRPC, gw.conns, srv, gw.health, log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("grpc", r)
 	}
 	if cfg.Authz.Enabled() {
-		r, err := newAuthzRunner(cfg.Authz.Listener, rt.conns, rt.health, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
+		r, err := newAuthzRunner(cfg.Authz.Listener, gw.conns, gw.health, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("authz", r)
 	}
 	if cfg.Authz.HTTP.Enabled() {
-		r, err := newForwardAuthRunner(cfg.Authz.HTTP, rt.conns, srv, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
+		r, err := newForwardAuthRunner(cfg.Authz.HTTP, gw.conns, srv, checker, authzOptions(set.auth, authz.Options{Logger: log}), log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("authz-http", r)
 	}
 	if len(set.proxyRoutes) > 0 {
-		r, _, err := newProxyRunner(cfg.Proxy, rt.conns, set.proxyRoutes, checker, log, goBG)
+		r, _, err := newProxyRunner(cfg.Proxy, gw.conns, set.proxyRoutes, checker, log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("proxy", r)
 	}
 	if cfg.Debug.Enabled() {
-		r, err := newDebugRunner(cfg.Debug, rt.conns, log)
+		r, err := newDebugRunner(cfg.Debug, gw.conns, log)
 		if err != nil {
 			return err
 		}
