@@ -15,7 +15,7 @@ type reply struct {
 	// other than GET or HEAD.
 	Status string `json:"status"`
 	// Phase is the lifecycle phase: starting, ready, draining, stopped.
-	Phase string `json:"phase"`
+	Phase string `json:"phase,omitempty"`
 	Error string `json:"error,omitempty"`
 	// Replication is the store's mode, on a ready /readyz when the store
 	// reports it.
