@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -56,21 +57,17 @@ func TestSIGTERMTurnsUnreadyBeforeDraining(t *testing.T) {
 	}
 }
 
-// drainOrder sends SIGTERM to g and returns the first property of the
-// shutdown order that fails: /readyz must turn 503 (phase draining) on a
-// connection that stays open, that connection must still answer a lock
-// API call afterwards and gRPC health must say NOT_SERVING on an existing
-// connection, and the connection must close only about delay after
-// SIGTERM.
-func drainOrder(t *testing.T, g *Gateway, delay time.Duration) error {
+// keepAlive opens one HTTP/1.1 connection to addr and returns a GET over
+// it: every call reuses the connection, and an error means it closed.
+func keepAlive(t *testing.T, addr string) func(path string) (int, []byte, error) {
 	t.Helper()
-	c, err := net.Dial("tcp", g.HTTP)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	br := bufio.NewReader(c)
-	get := func(path string) (int, []byte, error) {
+	return func(path string) (int, []byte, error) {
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 		if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: fencegate\r\n\r\n", path); err != nil {
 			return 0, nil, err
@@ -83,11 +80,67 @@ func drainOrder(t *testing.T, g *Gateway, delay time.Duration) error {
 		res.Body.Close()
 		return res.StatusCode, b, err
 	}
-	phase := func(b []byte) string {
-		var r struct{ Phase string }
-		_ = json.Unmarshal(b, &r)
-		return r.Phase
+}
+
+// phase is the lifecycle phase of a /readyz or /healthz body.
+func phase(b []byte) string {
+	var r struct{ Phase string }
+	_ = json.Unmarshal(b, &r)
+	return r.Phase
+}
+
+// awaitUnready polls /readyz over get until it answers 503 with phase
+// draining; an error if the connection closes first.
+func awaitUnready(get func(string) (int, []byte, error), sent time.Time) error {
+	for {
+		st, b, err := get("/readyz")
+		if err != nil {
+			return fmt.Errorf("the connection closed %v after SIGTERM before /readyz answered 503: %w", time.Since(sent), err)
+		}
+		if st == http.StatusServiceUnavailable {
+			if phase(b) != "draining" {
+				return fmt.Errorf("/readyz after SIGTERM: %d %s, want phase draining", st, b)
+			}
+			return nil
+		}
+		if time.Since(sent) > 10*time.Second {
+			return fmt.Errorf("/readyz still %d %s 10s after SIGTERM", st, b)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// awaitClosed polls path over get until the connection closes, and
+// checks that it closed no sooner than most of delay after sent.
+func awaitClosed(get func(string) (int, []byte, error), path string, sent time.Time, delay time.Duration) (time.Duration, error) {
+	for {
+		if _, _, err := get(path); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return 0, fmt.Errorf("the connection hung: %w", err)
+			}
+			break
+		}
+		if time.Since(sent) > delay+20*time.Second {
+			return 0, errors.New("the connection still answers long after the delay")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	closed := time.Since(sent)
+	if closed < delay*3/4 {
+		return closed, fmt.Errorf("the connection closed %v after SIGTERM, before the %v delay", closed, delay)
+	}
+	return closed, nil
+}
+
+// drainOrder sends SIGTERM to g and returns the first property of the
+// shutdown order that fails: /readyz must turn 503 (phase draining) on a
+// connection that stays open, that connection must still answer a lock
+// API call afterwards and gRPC health must say NOT_SERVING on an existing
+// connection, and the connection must close only about delay after
+// SIGTERM.
+func drainOrder(t *testing.T, g *Gateway, delay time.Duration) error {
+	t.Helper()
+	get := keepAlive(t, g.HTTP)
 	if st, b, err := get("/readyz"); err != nil || st != 200 || phase(b) != "ready" {
 		t.Fatalf("/readyz before SIGTERM: %d %s %v", st, b, err)
 	}
@@ -121,21 +174,8 @@ func drainOrder(t *testing.T, g *Gateway, delay time.Duration) error {
 	}
 	// 1. /readyz turns 503 on the open connection, which never closes
 	//    first.
-	for {
-		st, b, err := get("/readyz")
-		if err != nil {
-			return fmt.Errorf("the connection closed %v after SIGTERM before /readyz answered 503: %w", time.Since(sent), err)
-		}
-		if st == http.StatusServiceUnavailable {
-			if phase(b) != "draining" {
-				return fmt.Errorf("/readyz after SIGTERM: %d %s, want phase draining", st, b)
-			}
-			break
-		}
-		if time.Since(sent) > 10*time.Second {
-			return fmt.Errorf("/readyz still %d %s 10s after SIGTERM", st, b)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := awaitUnready(get, sent); err != nil {
+		return err
 	}
 	unready := time.Now()
 	// 2. The same connection still serves the lock API, and gRPC health
@@ -147,22 +187,66 @@ func drainOrder(t *testing.T, g *Gateway, delay time.Duration) error {
 		return fmt.Errorf("gRPC health during the delay: %v %v, want NOT_SERVING", st, err)
 	}
 	// 3. Connections close only once the delay is over.
-	for {
-		if _, _, err := get("/healthz"); err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				return fmt.Errorf("the connection hung: %w", err)
-			}
-			break
-		}
-		if time.Since(sent) > delay+20*time.Second {
-			return errors.New("the connection still answers long after the delay")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	closed := time.Since(sent)
-	if closed < delay*3/4 {
-		return fmt.Errorf("the connection closed %v after SIGTERM, before the %v delay", closed, delay)
+	closed, err := awaitClosed(get, "/healthz", sent, delay)
+	if err != nil {
+		return err
 	}
 	t.Logf("SIGTERM → /readyz 503: %v; → connection closed: %v (delay %v)", unready.Sub(sent), closed, delay)
 	return nil
+}
+
+// TestProxySIGTERMTurnsUnreadyBeforeDraining: the standalone `fencegate
+// proxy` follows the same lifecycle. After SIGTERM its metrics listener's
+// /readyz answers 503 (phase draining) while a connection to the proxy
+// listener still gets the upstream's answers; that connection closes only
+// after the delay. The broken variant (--shutdown-delay 0s) is caught.
+func TestProxySIGTERMTurnsUnreadyBeforeDraining(t *testing.T) {
+	const delay = 3 * time.Second
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "upstream\n") }))
+	defer app.Close()
+	for _, tc := range []struct {
+		name   string
+		delay  time.Duration
+		broken bool
+	}{{"shutdown delay 3s", delay, false}, {"broken: delay 0s (straight to draining)", 0, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := StartProxy(t, "bolt://"+filepath.Join(t.TempDir(), "fg.db"), proxyRoutesConfig(t, route("r", app.URL, false, "")),
+				"--log-level", "info", "--metrics-addr", "127.0.0.1:0", "--shutdown-delay", tc.delay.String())
+			err := func() error {
+				metrics, proxied := keepAlive(t, p.Metrics), keepAlive(t, p.Proxy)
+				if st, b, err := metrics("/readyz"); err != nil || st != 200 || phase(b) != "ready" {
+					t.Fatalf("/readyz before SIGTERM: %d %s %v", st, b, err)
+				}
+				if st, b, err := proxied("/r/1"); err != nil || st != 200 {
+					t.Fatalf("GET through the proxy before SIGTERM: %d %s %v", st, b, err)
+				}
+				sent := time.Now()
+				if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+				if err := awaitUnready(metrics, sent); err != nil {
+					return err
+				}
+				if st, b, err := proxied("/r/2"); err != nil || st != 200 {
+					return fmt.Errorf("GET through the proxy after /readyz turned 503: %d %s %v", st, b, err)
+				}
+				closed, err := awaitClosed(proxied, "/r/3", sent, delay)
+				t.Logf("SIGTERM → proxy connection closed: %v", closed)
+				return err
+			}()
+			switch {
+			case !tc.broken && err != nil:
+				t.Fatal(err)
+			case tc.broken && err == nil:
+				t.Fatal("the broken variant passed: the test cannot tell the old order from the new")
+			case tc.broken:
+				t.Logf("broken variant caught: %v", err)
+			}
+			select {
+			case <-p.done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("proxy still running 30s after SIGTERM")
+			}
+		})
+	}
 }
