@@ -1,17 +1,18 @@
 // Package api serves fencegate's lock API over HTTP/JSON and gRPC
 // (API.md, "Lock API over HTTP/JSON", "Lock API over gRPC",
-// "Operations"), with bearer-token auth and lock-op metrics.
+// "Operations"), checking bearer tokens with package auth, and lock-op
+// metrics.
 //
 // # Wiring
 //
-//	auth, err := api.NewAuthenticator(tokens)       // or nil: auth off (loopback dev mode)
+//	authn, err := auth.NewAuthenticator(tokens)     // or nil: auth off (loopback dev mode)
 //	srv, err := api.New(api.Options{
-//		Store: store, Audit: store, Auth: auth,
+//		Store: store, Audit: store, Auth: authn,
 //		MaxWait: 30 * time.Second,
 //		Registerer: reg, Gatherer: reg, Logger: logger,
 //	})
 //	mux := http.NewServeMux()
-//	srv.Register(mux)                                // /v1/locks/*, /v1/audit, /v1/proof/keys, /healthz, /readyz, /metrics
+//	srv.Register(mux)                                // /v1/locks/*, /v1/audit, /v1/proof/keys, /metrics
 //	mux.Handle("/v1/authz/check/", srv.Middleware(fwd)) // other transports share the listener
 //	srv.RegisterGRPC(grpcServer)                     // fencegate.v1.Locks + reflection
 //
@@ -50,7 +51,7 @@
 // # Auth
 //
 // Tokens are configured by name with the SHA-256 of the secret, key
-// prefixes and operations (see Token). A presented token is hashed and
+// prefixes and operations (see auth.Token). A presented token is hashed and
 // compared with every configured digest in constant time. No or an
 // unknown token is 401 AuthFailed with WWW-Authenticate: Bearer (gRPC
 // UNAUTHENTICATED); a valid token without the operation or the key's
@@ -74,13 +75,13 @@
 // CodeFromStatus reads it back. Auth reads the "authorization: Bearer …"
 // metadata. The auth, metrics and logging interceptor is built into the
 // service that RegisterGRPC registers, so it cannot be forgotten.
-// FollowReadiness keeps a caller-registered grpc.health.v1 server in step
-// with Ready, NOT_SERVING until the first check answers.
+// grpc.health.v1 is the caller's: cmd/fencegate's lifecycle
+// (internal/health) reports LocksServiceName.
 //
 // # Operations
 //
-// /healthz is 200 while the process serves; /readyz pings the store and
-// runs Options.Ready within 2 s (503 otherwise). Metrics:
+// /healthz and /readyz are not the lock API's: every listener of the
+// process follows one lifecycle (cmd/fencegate, internal/health). Metrics:
 // fencegate_lock_ops_total{op,result} (result ok, fail = locked/absent, or
 // the LockError code), fencegate_lock_op_duration_seconds{op}, and
 // fencegate_locks_held when the store implements lockstore.HeldCounter.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -492,8 +493,8 @@ func TestHTTPAudit(t *testing.T) {
 	}
 
 	t.Run("prefix token needs a key", func(t *testing.T) {
-		a, err := api.NewAuthenticator([]api.Token{
-			{Name: "auditor", SHA256: api.HashToken("aud-secret"), Prefixes: []string{"orders/"}, Operations: []string{"audit"}},
+		a, err := auth.NewAuthenticator([]auth.Token{
+			{Name: "auditor", SHA256: auth.HashToken("aud-secret"), Prefixes: []string{"orders/"}, Operations: []string{"audit"}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -541,9 +542,9 @@ func TestHTTPAuditHashCollision(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a, err := api.NewAuthenticator([]api.Token{
-		{Name: "a-auditor", SHA256: api.HashToken("a-secret"), Prefixes: []string{"a/"}, Operations: []string{"audit"}},
-		{Name: "admin", SHA256: api.HashToken(adminToken), Prefixes: []string{"*"}, Operations: []string{"*"}},
+	a, err := auth.NewAuthenticator([]auth.Token{
+		{Name: "a-auditor", SHA256: auth.HashToken("a-secret"), Prefixes: []string{"a/"}, Operations: []string{"audit"}},
+		{Name: "admin", SHA256: auth.HashToken(adminToken), Prefixes: []string{"*"}, Operations: []string{"*"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -569,36 +570,11 @@ func TestHTTPAuditHashCollision(t *testing.T) {
 }
 
 func TestHTTPOperations(t *testing.T) {
-	t.Run("healthz and readyz", func(t *testing.T) {
-		e := newEnv(t, openStore(t), nil)
-		for _, p := range []string{"/healthz", "/readyz"} {
-			r := e.do(t, context.Background(), http.MethodGet, p, "", "", "")
-			if r.status != 200 || r.str("status") != "ok" {
-				t.Errorf("%s: %d %s", p, r.status, r.raw)
-			}
-		}
-	})
-
-	t.Run("readyz fails with the Ready hook", func(t *testing.T) {
-		e := newEnv(t, openStore(t), func(o *api.Options) {
-			o.Ready = func(context.Context) error { return errors.New("audit queue full") }
-		})
-		if r := e.do(t, context.Background(), http.MethodGet, "/readyz", "", "", ""); r.status != 503 {
-			t.Errorf("status %d %s", r.status, r.raw)
-		}
-		if r := e.do(t, context.Background(), http.MethodGet, "/healthz", "", "", ""); r.status != 200 {
-			t.Errorf("healthz must not depend on readiness: %d", r.status)
-		}
-	})
-
 	t.Run("closed store is 503 everywhere", func(t *testing.T) {
 		store := openStore(t)
 		e := newEnv(t, store, nil)
 		if err := store.Close(); err != nil {
 			t.Fatal(err)
-		}
-		if r := e.do(t, context.Background(), http.MethodGet, "/readyz", "", "", ""); r.status != 503 {
-			t.Errorf("readyz: %d %s", r.status, r.raw)
 		}
 		r := e.post(t, "/v1/locks/acquire", adminToken, map[string]any{"key": "orders/1"})
 		if r.status != 503 || r.errCode() != "ServiceUnavailable" {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -24,7 +25,7 @@ func setErrorCode(ctx context.Context, c lockstore.Code) {
 	}
 }
 
-func setPrincipal(ctx context.Context, p *Principal) {
+func setPrincipal(ctx context.Context, p *auth.Principal) {
 	if ri, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok && p != nil {
 		ri.token = p.Name
 	}
@@ -156,7 +157,7 @@ func slogAttrs(r *http.Request, status int, ae *apiError) []slog.Attr {
 
 // tokenName is the name of the caller's token for logs ("" when auth is
 // off or the caller did not authenticate).
-func tokenName(p *Principal) string {
+func tokenName(p *auth.Principal) string {
 	if p == nil {
 		return ""
 	}

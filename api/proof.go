@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"net/http"
 
@@ -11,7 +12,7 @@ import (
 // acquire takes the lock (acquireLock) and, when the server has proof
 // keys, signs the write proof for the fence it issued: HTTP and gRPC both
 // answer it next to the lockId.
-func (s *Server) acquire(ctx context.Context, p *Principal, key string, ttlMs, waitMs *int64) (lockstore.AcquireResult, error) {
+func (s *Server) acquire(ctx context.Context, p *auth.Principal, key string, ttlMs, waitMs *int64) (lockstore.AcquireResult, error) {
 	res, err := s.acquireLock(ctx, p, key, ttlMs, waitMs)
 	if err != nil || !res.OK || s.proofs == nil {
 		return res, err

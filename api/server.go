@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"time"
 
@@ -15,11 +16,6 @@ import (
 // DefaultMaxWait is the cap on waitMs when Options.MaxWait is zero.
 const DefaultMaxWait = 30 * time.Second
 
-// readyTimeout bounds /readyz's store ping and Ready hook: a probe must
-// answer before the kubelet's own timeout (1 s by default is too tight for
-// a remote backend under load; 2 s stays under typical probe settings).
-const readyTimeout = 2 * time.Second
-
 // Options configure a Server. The zero value of every field but Store is
 // usable.
 type Options struct {
@@ -30,7 +26,7 @@ type Options struct {
 	Audit lockstore.AuditLog
 	// Auth checks bearer tokens. Nil turns auth off (the loopback dev
 	// mode); New logs a warning saying so.
-	Auth *Authenticator
+	Auth *auth.Authenticator
 	// MaxWait caps waitMs; a larger waitMs is 400 InvalidArgument. Zero
 	// means DefaultMaxWait.
 	MaxWait time.Duration
@@ -51,12 +47,6 @@ type Options struct {
 	// AccessLog selects the HTTP requests that get an access log line;
 	// the zero value is AccessErrors.
 	AccessLog AccessLog
-	// Ready is an extra readiness check for /readyz, run after the store's
-	// Ping (optional).
-	Ready func(ctx context.Context) error
-	// Replication, when set, reports the store's replication for /readyz
-	// (the "replication" field) after a successful check (optional).
-	Replication func(ctx context.Context) (lockstore.Replication, error)
 	// Authenticated, when set, is called with the request's context each
 	// time a bearer token is accepted (HTTP, gRPC and GRPCTap):
 	// cmd/fencegate keeps such a caller's connection longer when its
@@ -70,13 +60,11 @@ type Server struct {
 	store     lockstore.Store
 	opTimeout time.Duration
 	auditLog  lockstore.AuditLog
-	auth      *Authenticator
+	auth      *auth.Authenticator
 	maxWait   time.Duration
 	gatherer  prometheus.Gatherer
 	log       *slog.Logger
 	access    AccessLog
-	ready     func(ctx context.Context) error
-	repl      func(ctx context.Context) (lockstore.Replication, error)
 	onAuth    func(ctx context.Context)
 	metrics   *metrics
 
@@ -106,8 +94,6 @@ func New(o Options) (*Server, error) {
 		gatherer:  o.Gatherer,
 		log:       o.Logger,
 		access:    o.AccessLog,
-		ready:     o.Ready,
-		repl:      o.Replication,
 		proofs:    o.Proofs,
 	}
 	if s.maxWait == 0 {
@@ -125,7 +111,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("api: registering metrics: %w", err)
 	}
 	s.fenceWarnings = newFenceWarnings()
-	for _, c := range []prometheus.Collector{s.fenceWarnings, newStoreReady(o.Store)} {
+	for _, c := range []prometheus.Collector{s.fenceWarnings} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("api: registering metrics: %w", err)
 		}
@@ -139,14 +125,14 @@ func New(o Options) (*Server, error) {
 
 // authenticate maps an Authorization value to a principal; nil, nil when
 // auth is off.
-func (s *Server) authenticate(ctx context.Context, authorization string) (*Principal, error) {
+func (s *Server) authenticate(ctx context.Context, authorization string) (*auth.Principal, error) {
 	if s.auth == nil {
 		return nil, nil
 	}
 	p, err := s.auth.Authenticate(authorization)
 	if err != nil {
 		ae := &apiError{code: lockstore.AuthFailed, msg: err.Error()}
-		if errors.Is(err, ErrInvalidToken) {
+		if errors.Is(err, auth.ErrInvalidToken) {
 			ae.wwwAuth = "invalid_token"
 		}
 		return nil, ae

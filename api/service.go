@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"math"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 const maxTTLMs = math.MaxInt64 / int64(time.Millisecond)
 
 // authorizeOp checks that p may call op. A nil p means auth is off.
-func authorizeOp(p *Principal, op Operation) error {
+func authorizeOp(p *auth.Principal, op auth.Operation) error {
 	if p == nil || p.CanDo(op) {
 		return nil
 	}
@@ -28,7 +29,7 @@ func authorizeOp(p *Principal, op Operation) error {
 
 // authorizeKey normalises key (so the scope check sees what the store will
 // see) and checks p's prefixes cover it.
-func authorizeKey(p *Principal, key string) (string, error) {
+func authorizeKey(p *auth.Principal, key string) (string, error) {
 	nk, err := lockstore.NormalizeKey(key)
 	if err != nil {
 		return "", err
@@ -81,7 +82,7 @@ func validLockID(id string) error {
 	return lockstore.ValidateLockID(id)
 }
 
-func (s *Server) acquireLock(ctx context.Context, p *Principal, key string, ttlMs, waitMs *int64) (lockstore.AcquireResult, error) {
+func (s *Server) acquireLock(ctx context.Context, p *auth.Principal, key string, ttlMs, waitMs *int64) (lockstore.AcquireResult, error) {
 	ttl, err := ttlFrom(ttlMs, false)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
@@ -134,7 +135,7 @@ func (s *Server) extend(ctx context.Context, lockID string, ttlMs *int64) (locks
 
 // lookup takes exactly one of key or lockID (nil = absent). A lookup by
 // lockId is authorised by operation only: the lockId is the capability.
-func (s *Server) lookup(ctx context.Context, p *Principal, key, lockID *string) (*lockstore.LockInfo, error) {
+func (s *Server) lookup(ctx context.Context, p *auth.Principal, key, lockID *string) (*lockstore.LockInfo, error) {
 	switch {
 	case key != nil && lockID != nil:
 		return nil, invalidArgument("lookup takes exactly one of key and lockId, not both")
@@ -154,7 +155,7 @@ func (s *Server) lookup(ctx context.Context, p *Principal, key, lockID *string) 
 	}
 }
 
-func (s *Server) isLocked(ctx context.Context, p *Principal, key string) (bool, error) {
+func (s *Server) isLocked(ctx context.Context, p *auth.Principal, key string) (bool, error) {
 	nk, err := authorizeKey(p, key)
 	if err != nil {
 		return false, err
@@ -169,7 +170,7 @@ var errAuditOff = &apiError{code: lockstore.ServiceUnavailable, httpStatus: 501,
 
 // audit queries the audit trail. Without a key filter the token must cover
 // every key, since events of any key come back.
-func (s *Server) audit(ctx context.Context, p *Principal, key *string, sinceMs int64, limit int) ([]lockstore.AuditEvent, error) {
+func (s *Server) audit(ctx context.Context, p *auth.Principal, key *string, sinceMs int64, limit int) ([]lockstore.AuditEvent, error) {
 	if s.auditLog == nil {
 		return nil, errAuditOff
 	}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"github.com/fencegate/fencegate/auth"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -18,7 +19,7 @@ const (
 
 // startOpSpan starts the span of one lock operation under ctx, which holds
 // the caller's trace context (tracing.FromHTTP, tracing.FromGRPC).
-func startOpSpan(ctx context.Context, op Operation) (context.Context, trace.Span) {
+func startOpSpan(ctx context.Context, op auth.Operation) (context.Context, trace.Span) {
 	return tracing.Start(ctx, tracing.SpanLockPrefix+string(op))
 }
 
@@ -26,7 +27,7 @@ func startOpSpan(ctx context.Context, op Operation) (context.Context, trace.Span
 // and the metric result (ok, fail, or the LockError code), never the key,
 // lockId or token. Only failures the server answers 5xx for mark the span
 // an error; the caller's mistakes and contention are outcomes.
-func endOpSpan(sp trace.Span, op Operation, transport string, ok bool, err error) {
+func endOpSpan(sp trace.Span, op auth.Operation, transport string, ok bool, err error) {
 	if sp.IsRecording() {
 		sp.SetAttributes(
 			attribute.String(tracing.AttrOp, string(op)),

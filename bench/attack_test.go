@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"net"
 	"net/http"
@@ -29,7 +30,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/client"
@@ -139,7 +139,7 @@ func startAttackTarget(tb testing.TB, bin string) *attackTarget {
 		w.WriteHeader(http.StatusOK)
 	}))
 	tb.Cleanup(up.Close)
-	sum, checkSum := api.HashToken(benchToken), api.HashToken(benchCheckToken)
+	sum, checkSum := auth.HashToken(benchToken), auth.HashToken(benchCheckToken)
 	dir := tb.TempDir()
 	cfg := filepath.Join(dir, "serve.yaml")
 	debug := ""

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"log/slog"
 	"net/http"
@@ -281,15 +282,15 @@ type gateway struct {
 // stopped at cleanup.
 func startGateway(tb testing.TB, store lockstore.Store, nw int) gateway {
 	tb.Helper()
-	auth, err := api.NewAuthenticator([]api.Token{{
-		Name: "bench", SHA256: api.HashToken(benchToken), Prefixes: []string{"bench/"},
+	authn, err := auth.NewAuthenticator([]auth.Token{{
+		Name: "bench", SHA256: auth.HashToken(benchToken), Prefixes: []string{"bench/"},
 	}})
 	if err != nil {
 		tb.Fatalf("authenticator: %v", err)
 	}
 	// Registerer nil: each server keeps its metrics in a private registry
 	// (still counted per request), so two gateways in one process coexist.
-	srv, err := api.New(api.Options{Store: store, Auth: auth, Logger: logger})
+	srv, err := api.New(api.Options{Store: store, Auth: authn, Logger: logger})
 	if err != nil {
 		tb.Fatalf("api.New: %v", err)
 	}

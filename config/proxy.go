@@ -187,6 +187,7 @@ func (c *Config) ValidateProxy() error {
 		p = append(p, fmt.Sprintf("check.barrierMaxInFlight: must be between 1 and %d (0: the default, 1024)", maxBarrierInFlight))
 	}
 	c.Connections.validate(func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) })
+	c.Shutdown.validate(func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) })
 	if c.Audit.QueueSize < 0 || c.Audit.MaxEvents < 0 || c.Audit.MaxInputEvents < 0 || c.Audit.MaxAge < 0 {
 		p = append(p, "audit: queueSize, maxEvents, maxInputEvents and maxAge must not be negative")
 	}

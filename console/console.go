@@ -3,12 +3,12 @@ package console
 import (
 	"context"
 	"errors"
+	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"net/http"
 	"sync"
 	"time"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -52,7 +52,7 @@ type Options struct {
 	Audit lockstore.AuditLog
 	// Auth checks tokens. Nil means auth is off: the console is open, as
 	// the lock API is.
-	Auth *api.Authenticator
+	Auth *auth.Authenticator
 	// RawKeys shows raw keys. Off, keys are shown as their hashes.
 	RawKeys bool
 	// Recorder holds this gateway's lock operations for the timelines. Nil
@@ -68,7 +68,7 @@ type Console struct {
 	store    lockstore.Store
 	lister   lockstore.LockLister
 	audit    lockstore.AuditLog
-	auth     *api.Authenticator
+	auth     *auth.Authenticator
 	rawKeys  bool
 	rec      *Recorder
 	log      *slog.Logger

@@ -3,6 +3,7 @@ package console
 import (
 	"bufio"
 	"context"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
@@ -27,21 +27,21 @@ type fixture struct {
 	cancel context.CancelFunc
 }
 
-func newFixture(t *testing.T, rawKeys bool, tokens []api.Token) *fixture {
+func newFixture(t *testing.T, rawKeys bool, tokens []auth.Token) *fixture {
 	t.Helper()
 	st, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "c.db"), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	var auth *api.Authenticator
+	var authn *auth.Authenticator
 	if tokens != nil {
-		if auth, err = api.NewAuthenticator(tokens); err != nil {
+		if authn, err = auth.NewAuthenticator(tokens); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := New(ctx, Options{Store: st, Audit: st, Auth: auth, RawKeys: rawKeys, Logger: slog.New(slog.DiscardHandler)})
+	c := New(ctx, Options{Store: st, Audit: st, Auth: authn, RawKeys: rawKeys, Logger: slog.New(slog.DiscardHandler)})
 	mux := http.NewServeMux()
 	c.Register(mux, nil)
 	srv := httptest.NewServer(mux)
@@ -197,11 +197,11 @@ func readEvents(t *testing.T, f *fixture, path string, want ...string) string {
 // TestConsoleTokenScopes: the ui operation opens the console, lookup and audit
 // decide what it shows, and prefixes limit which keys.
 func TestConsoleTokenScopes(t *testing.T) {
-	f := newFixture(t, true, []api.Token{
-		{Name: "ops", SHA256: api.HashToken("t-ops"), Operations: []string{"ui", "lookup", "audit"}},
-		{Name: "orders", SHA256: api.HashToken("t-orders"), Prefixes: []string{"orders/"}, Operations: []string{"ui", "lookup", "audit"}},
-		{Name: "uionly", SHA256: api.HashToken("t-uionly"), Operations: []string{"ui"}},
-		{Name: "noui", SHA256: api.HashToken("t-noui"), Operations: []string{"lookup", "audit"}},
+	f := newFixture(t, true, []auth.Token{
+		{Name: "ops", SHA256: auth.HashToken("t-ops"), Operations: []string{"ui", "lookup", "audit"}},
+		{Name: "orders", SHA256: auth.HashToken("t-orders"), Prefixes: []string{"orders/"}, Operations: []string{"ui", "lookup", "audit"}},
+		{Name: "uionly", SHA256: auth.HashToken("t-uionly"), Operations: []string{"ui"}},
+		{Name: "noui", SHA256: auth.HashToken("t-noui"), Operations: []string{"lookup", "audit"}},
 	})
 	f.acquire(t, "orders/1")
 	f.acquire(t, "billing/1")

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -32,9 +32,9 @@ func (f *fixture) postForm(t *testing.T, path string, form url.Values, hdr ...st
 // that scripts cannot read, other sites cannot send, and only the console
 // receives; logout ends the session on the server.
 func TestConsoleLoginSession(t *testing.T) {
-	f := newFixture(t, false, []api.Token{
-		{Name: "ops", SHA256: api.HashToken("t-ops"), Operations: []string{"*"}},
-		{Name: "worker", SHA256: api.HashToken("t-worker")},
+	f := newFixture(t, false, []auth.Token{
+		{Name: "ops", SHA256: auth.HashToken("t-ops"), Operations: []string{"*"}},
+		{Name: "worker", SHA256: auth.HashToken("t-worker")},
 	})
 	if r := f.postForm(t, "/ui/login", url.Values{"token": {"nope"}}); r.status != http.StatusUnauthorized || r.header.Get("Set-Cookie") != "" {
 		t.Errorf("wrong token: %d, cookie %q", r.status, r.header.Get("Set-Cookie"))
@@ -257,10 +257,10 @@ func TestConsoleRecorder(t *testing.T) {
 // ui-only token took all 64). The old process-wide counter alone is the
 // broken variant: it would open the ninth stream.
 func TestConsoleStreamsPerPrincipal(t *testing.T) {
-	f := newFixture(t, true, []api.Token{
-		{Name: "ops", SHA256: api.HashToken("t-ops"), Operations: []string{"ui", "lookup", "audit"}},
-		{Name: "watcher", SHA256: api.HashToken("t-watch"), Operations: []string{"ui", "lookup"}},
-		{Name: "uionly", SHA256: api.HashToken("t-uionly"), Operations: []string{"ui"}},
+	f := newFixture(t, true, []auth.Token{
+		{Name: "ops", SHA256: auth.HashToken("t-ops"), Operations: []string{"ui", "lookup", "audit"}},
+		{Name: "watcher", SHA256: auth.HashToken("t-watch"), Operations: []string{"ui", "lookup"}},
+		{Name: "uionly", SHA256: auth.HashToken("t-uionly"), Operations: []string{"ui"}},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -1,4 +1,10 @@
-package api
+// Package auth is fencegate's bearer-token authentication: the configured
+// tokens (the SHA-256 of each secret, key prefixes, operations), the
+// Authenticator that checks a presented token in constant time, and the
+// Principal a valid token maps to. The lock API (api), the console and
+// forward-auth (cmd/fencegate) share one Authenticator; none of them owns
+// it.
+package auth
 
 import (
 	"crypto/sha256"
@@ -40,8 +46,13 @@ const (
 // lockOps are what an empty Operations list grants.
 var lockOps = []Operation{OpAcquire, OpRelease, OpExtend, OpLookup, OpStatus}
 
-// allOps is every operation, in a stable order (metrics pre-initialisation).
+// allOps is every lock API operation, in a stable order (APIOps).
 var allOps = append(slices.Clone(lockOps), OpAudit)
+
+// APIOps returns the lock API's operations (the five lock operations and
+// audit), in a stable order: the lock API pre-initialises its metrics
+// series with them. The console's and forward-auth's have no series.
+func APIOps() []Operation { return slices.Clone(allOps) }
 
 // grantOps is every operation a token can be granted: the lock API's plus
 // the console's and forward-auth's (which have no lock API metrics series).
