@@ -165,8 +165,8 @@ func TestBarrierDraining(t *testing.T) {
 	if err != nil || d.Allowed || d.Reason != ReasonDraining || d.Status != 429 {
 		t.Fatalf("want draining 429, got %+v %v", d, err)
 	}
-	if d.RetryAfter != 3 {
-		t.Errorf("RetryAfter = %d, want 3 (2.5 s rounded up)", d.RetryAfter)
+	if d.RetryAfter != 1 {
+		t.Errorf("RetryAfter = %d, want 1 (waited 60 ms, so 1 s, sooner than the deadline's 2.5 s)", d.RetryAfter)
 	}
 	if n, _ := b.counts(); n < 2 {
 		t.Errorf("%d Admit calls: the check should retry within its budget", n)
@@ -179,12 +179,27 @@ func TestBarrierDraining(t *testing.T) {
 	}
 }
 
+// TestBarrierRetryAfterBounds: Retry-After is the time already waited (at
+// least 1 s) or the blocking deadline when sooner, rounded up, within
+// [1, MaxRetryAfter]. The rule before issue #20 item 7 (the deadline alone)
+// answers 5 to a write that waited 150 ms behind a 30 s maxWrite.
 func TestBarrierRetryAfterBounds(t *testing.T) {
-	for in, want := range map[time.Duration]int{
-		0: 1, -time.Second: 1, time.Millisecond: 1, time.Second: 1, 1001 * time.Millisecond: 2, time.Hour: MaxRetryAfter,
+	for _, tc := range []struct {
+		drainIn, waited time.Duration
+		want            int
+	}{
+		{0, 0, 1},
+		{-time.Second, time.Second, 1},
+		{time.Millisecond, 3 * time.Second, 1},
+		{time.Second, 0, 1},
+		{1001 * time.Millisecond, 4 * time.Second, 2},
+		{30 * time.Second, 150 * time.Millisecond, 1},
+		{30 * time.Second, 2500 * time.Millisecond, 3},
+		{30 * time.Second, 5 * time.Second, MaxRetryAfter},
+		{time.Hour, time.Hour, MaxRetryAfter},
 	} {
-		if got := retryAfter(in); got != want {
-			t.Errorf("retryAfter(%v) = %d, want %d", in, got, want)
+		if got := retryAfter(tc.drainIn, tc.waited); got != tc.want {
+			t.Errorf("retryAfter(%v, %v) = %d, want %d", tc.drainIn, tc.waited, got, tc.want)
 		}
 	}
 }
