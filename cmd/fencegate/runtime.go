@@ -119,6 +119,8 @@ func startRuntime(ctx context.Context, cfg config.Config, set runtimeSettings, l
 		Registerer: rt.reg, Logger: log, Proofs: set.proofs, HideCurrentFence: cfg.Check.HideCurrentFence,
 		MaxWriteCap:        cfg.Check.EffectiveMaxWriteCap(),
 		BarrierMaxInFlight: cfg.Check.BarrierMaxInFlight,
+		MaxWaitCap:         cfg.Check.EffectiveMaxWaitCap(),
+		BarrierMaxWaiters:  cfg.Check.BarrierMaxWaiters,
 	})
 	return rt, nil
 }
