@@ -69,6 +69,11 @@ var ErrMaxWaitOverCap = errors.New("fencecheck: the route's maxWait is above the
 const (
 	pollMin = 5 * time.Millisecond
 	pollMax = 100 * time.Millisecond
+	// waitRetries is how many failed re-checks in a row a waiting write
+	// rides out (each bounded by the check's timeout) before it fails
+	// closed: a busy store's occasional slow call should not turn a write
+	// that is only waiting into a 503.
+	waitRetries = 2
 )
 
 // brokenWait selects a deliberately broken barrier wait, so that the tests
@@ -119,6 +124,10 @@ func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string, 
 		backoff            = c.pollMin
 		sub                *wakeEntry // the key's wake-up, while waiting
 		slot               bool       // holds one of the Checker's waiter slots
+		// last is the latest answer that found the write blocked;
+		// failures counts the re-checks that failed since.
+		last     lockstore.WriteAdmitResult
+		failures int
 	)
 	defer func() {
 		if sub != nil {
@@ -147,6 +156,7 @@ func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string, 
 		res, aerr := c.store.Admit(actx, key, a)
 		cancel()
 		took := time.Since(t0)
+		retried := false // a failed re-check, answered with last
 		if refusedInput(aerr) {
 			// As in check: a key the backend refuses as input is a bad
 			// request, not an outage.
@@ -165,6 +175,26 @@ func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string, 
 				// decide, and nothing for an operator to see at warn.
 				return draining(0), nil
 			}
+			if attempt > 0 && failures < waitRetries {
+				// A re-check of a write already found blocked failed (a
+				// store call past its timeout on a busy store): the write
+				// is still not admitted, so waiting on is as safe as
+				// refusing. Ask again on the backoff, under a fresh id
+				// (the failed call's entry, if any, may not have been
+				// taken back), within the same budget; only a store that
+				// keeps failing fails the write closed.
+				failures++
+				c.log.LogAttrs(ctx, slog.LevelDebug, "fencecheck: a barrier re-check failed; retrying within the wait",
+					slog.String("decisionId", d.DecisionID), slog.Any("error", aerr))
+				if writeID, err = lockstore.NewLockID(); err != nil {
+					d = c.unavailable(d)
+					return d, fmt.Errorf("fencecheck: write id: %w", err)
+				}
+				a.WriteID = writeID
+				res, aerr, retried = last, nil, true
+			}
+		}
+		if aerr != nil {
 			c.observeWait(waited())
 			c.log.LogAttrs(ctx, slog.LevelWarn, "fencecheck: backend admit failed; failing closed",
 				slog.String("decisionId", d.DecisionID),
@@ -176,6 +206,9 @@ func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string, 
 				return d, nil
 			}
 			return d, fmt.Errorf("fencecheck: admit: %w", aerr)
+		}
+		if !retried {
+			failures = 0
 		}
 		d.Current = res.State.LatestFence
 		ev := c.evaluate(d, r, pc, res.State)
@@ -225,6 +258,7 @@ func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string, 
 
 		// Older writes are in flight. How long until they count as
 		// finished anyway, by the store's clock.
+		last = res
 		drainIn := time.Duration(res.BlockedUntilMs-res.State.NowMs) * time.Millisecond
 		if d.Mode != ModeEnforce {
 			// dry-run and warn promise never to affect traffic, so they

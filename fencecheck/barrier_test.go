@@ -346,3 +346,62 @@ func TestBarrierFull(t *testing.T) {
 		t.Error("the zero Options must leave the cap to the store's default")
 	}
 }
+
+// stepStore answers Admit from a script: each step an answer or an error;
+// the last step repeats.
+type stepStore struct {
+	stateStore
+	mu       sync.Mutex
+	steps    []func() (lockstore.WriteAdmitResult, error)
+	admits   int
+	finished int
+}
+
+func (s *stepStore) Admit(context.Context, string, lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.admits++
+	return s.steps[min(s.admits, len(s.steps))-1]()
+}
+
+func (s *stepStore) Finish(context.Context, string, string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.finished++
+	return nil
+}
+
+// TestBarrierWaitRidesOutFailedRechecks: a write already found blocked
+// whose re-checks fail (a busy store's call past its timeout) waits on, up
+// to waitRetries failures in a row, and is admitted when the store answers
+// again; one more failure in a row fails it closed (503), never admitted.
+func TestBarrierWaitRidesOutFailedRechecks(t *testing.T) {
+	st := live(f5, idA)
+	blockedAns := func() (lockstore.WriteAdmitResult, error) { return blocked(st, st.NowMs+30_000), nil }
+	failed := func() (lockstore.WriteAdmitResult, error) {
+		return lockstore.WriteAdmitResult{}, &lockstore.Error{Code: lockstore.NetworkTimeout, Op: "admit"}
+	}
+	admittedAns := func() (lockstore.WriteAdmitResult, error) {
+		return lockstore.WriteAdmitResult{State: st, Admitted: true}, nil
+	}
+	for _, tc := range []struct {
+		name    string
+		steps   []func() (lockstore.WriteAdmitResult, error)
+		allowed bool
+	}{
+		{"failures within the retries, then admitted", []func() (lockstore.WriteAdmitResult, error){blockedAns, blockedAns, failed, failed, blockedAns, failed, admittedAns}, true},
+		{"one failure too many in a row", []func() (lockstore.WriteAdmitResult, error){blockedAns, blockedAns, failed, failed, failed, admittedAns}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &stepStore{steps: tc.steps}
+			d, err := New(s, Options{Timeout: 50 * time.Millisecond}).Check(t.Context(),
+				Request{Key: "k", Write: true, Fence: f5, Barrier: true, MaxWait: 5 * time.Second})
+			if tc.allowed && (err != nil || !d.Allowed || d.WriteID == "") {
+				t.Fatalf("want admitted, got %+v %v", d, err)
+			}
+			if !tc.allowed && (err == nil || d.Allowed || d.Status != 503 || d.WriteID != "") {
+				t.Fatalf("want 503 unavailable, got %+v %v", d, err)
+			}
+		})
+	}
+}
