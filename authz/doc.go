@@ -15,6 +15,7 @@
 //	route name        ""                  fence_route (audit and logs only)
 //	write barrier     off                 fence_barrier: on | off (ext_proc only)
 //	barrier maxWrite  30s                 fence_max_write: a Go duration
+//	barrier maxWait   check.timeout       fence_max_wait: a Go duration (with fence_barrier only)
 //
 // The write barrier (fencecheck) needs an edge that sees the upstream's
 // response: ext_proc does (completion at the response headers), ext_authz

@@ -140,7 +140,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if trustedQuery {
 		q := r.URL.Query()
 		for name, dst := range map[string]*string{ExtKey: &ro.key, ExtHeader: &ro.header, ExtPolicy: &ro.policy,
-			ExtMode: &ro.mode, ExtMethods: &ro.methods, ExtRoute: &ro.name, ExtBarrier: &ro.barrier, ExtMaxWrite: &ro.maxWrite, ExtProof: &ro.proof} {
+			ExtMode: &ro.mode, ExtMethods: &ro.methods, ExtRoute: &ro.name, ExtBarrier: &ro.barrier, ExtMaxWrite: &ro.maxWrite, ExtProof: &ro.proof, ExtMaxWait: &ro.maxWait} {
 			if val := q.Get(name); val != "" {
 				*dst = val
 			}

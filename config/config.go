@@ -202,6 +202,13 @@ type Check struct {
 	// BarrierMaxInFlight caps one key's writes in flight on barrier routes;
 	// zero is lockstore.DefaultMaxInFlight (1024).
 	BarrierMaxInFlight int `yaml:"barrierMaxInFlight"`
+	// MaxWaitCap bounds every barrier route's maxWait, from proxy.routes
+	// (refused at load above it) and from ext_proc callers (their writes
+	// fail closed above it); zero is DefaultMaxWaitCap.
+	MaxWaitCap Duration `yaml:"maxWaitCap"`
+	// BarrierMaxWaiters caps the barrier writes one gateway has waiting at
+	// once; zero is fencecheck.DefaultBarrierMaxWaiters (256).
+	BarrierMaxWaiters int `yaml:"barrierMaxWaiters"`
 }
 
 // Audit configures the audit trail. Zero fields take the defaults of
@@ -395,6 +402,7 @@ func (c *Config) Validate() error {
 		p = append(p, c.Proxy.problems()...)
 	}
 	p = append(p, c.maxWriteCapProblems()...)
+	p = append(p, c.maxWaitProblems()...)
 	c.validateProof(add)
 
 	if len(p) > 0 {

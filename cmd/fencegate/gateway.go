@@ -130,6 +130,8 @@ func startGateway(ctx context.Context, cfg config.Config, set gatewaySettings, l
 		Registerer: gw.reg, Logger: log, Proofs: set.proofs, HideCurrentFence: cfg.Check.HideCurrentFence,
 		MaxWriteCap:        cfg.Check.EffectiveMaxWriteCap(),
 		BarrierMaxInFlight: cfg.Check.BarrierMaxInFlight,
+		MaxWaitCap:         cfg.Check.EffectiveMaxWaitCap(),
+		BarrierMaxWaiters:  cfg.Check.BarrierMaxWaiters,
 	})
 	return gw, nil
 }

@@ -159,7 +159,7 @@ func proxyRoutes(c config.Proxy) ([]proxy.Route, error) {
 		gw := proxy.Route{
 			Name: r.Name, Prefix: r.Prefix, Upstream: u, Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader,
 			Policy: fencecheck.Policy(r.Policy), Mode: fencecheck.Mode(r.Mode), Methods: r.Methods, Proof: fencecheck.ProofMode(r.Proof),
-			Barrier: r.Barrier, MaxWrite: r.MaxWrite.Std(), PreserveHost: r.PreserveHost,
+			Barrier: r.Barrier, MaxWrite: r.MaxWrite.Std(), MaxWait: r.MaxWait.Std(), PreserveHost: r.PreserveHost,
 			BodyIdleTimeout: r.BodyIdleTimeout.Std(), BodyTimeout: r.BodyTimeout.Std(), Upgrade: r.Upgrade,
 		}
 		if err := gw.Validate(); err != nil {
