@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -410,12 +409,8 @@ func newDecisionID() string {
 }
 
 // refusedInput reports whether err is a backend refusing the request's
-// input: InvalidArgument from input validation (Op "validate", as
-// lockstore.NormalizeKey and every backend's own key checks report it).
-// Other InvalidArguments (a missing Firestore index or database, a
-// misconfigured server) are deployment faults and fail closed as
-// unavailable, loudly.
-func refusedInput(err error) bool {
-	var le *lockstore.Error
-	return errors.As(err, &le) && le.Code == lockstore.InvalidArgument && le.Op == "validate"
-}
+// input (lockstore.IsBadInput: NormalizeKey and every backend's own key
+// checks build it with lockstore.BadInputf). Other InvalidArguments (a
+// missing Firestore index or database, a misconfigured server) are
+// deployment faults and fail closed as unavailable, loudly.
+func refusedInput(err error) bool { return lockstore.IsBadInput(err) }

@@ -184,3 +184,38 @@ func TestMapError(t *testing.T) {
 		t.Errorf("MapError(live ctx) = %+v, want the driver's error with Op release", err)
 	}
 }
+
+// TestIsBadInput: every validator's refusal carries the property, through
+// wrapping and WithContext; an InvalidArgument built otherwise (a deployment
+// fault, whatever its Op) and other codes do not.
+func TestIsBadInput(t *testing.T) {
+	_, keyErr := NormalizeKey("")
+	_, ttlErr := ValidateTTL(-time.Second)
+	_, maxErr := WriteAdmission{Fence: "000000000000001", WriteID: "AAAAAAAAAAAAAAAAAAAAAA"}.Validate()
+	for name, err := range map[string]error{
+		"key":      keyErr,
+		"lockId":   ValidateLockID("short"),
+		"ttl":      ttlErr,
+		"writeId":  ValidateWriteID("?"),
+		"maxWrite": maxErr,
+		"wrapped":  fmt.Errorf("outer: %w", BadInputf("x")),
+		"context":  WithContext(BadInputf("x"), "k", ""),
+	} {
+		if !IsBadInput(err) {
+			t.Errorf("%s: IsBadInput(%v) = false", name, err)
+		}
+	}
+	for name, err := range map[string]error{
+		"nil":          nil,
+		"fault":        Errorf(InvalidArgument, "inspect", "index missing"),
+		"validate-op":  Errorf(InvalidArgument, "validate", "not built by BadInputf"),
+		"other code":   &Error{Code: ServiceUnavailable, BadInput: true},
+		"plain":        errors.New("x"),
+		"sweep limit":  ValidateSweepLimit(0),
+		"context done": context.Canceled,
+	} {
+		if IsBadInput(err) {
+			t.Errorf("%s: IsBadInput(%v) = true", name, err)
+		}
+	}
+}

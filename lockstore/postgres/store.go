@@ -138,7 +138,7 @@ func (s *Store) begin(ctx context.Context, op string) error {
 // a NUL byte is refused as input: PostgreSQL text cannot hold one.
 func storageKeys(normKey string) (lockKey, fenceKey string, err error) {
 	if strings.IndexByte(normKey, 0) >= 0 {
-		return "", "", lockstore.Errorf(lockstore.InvalidArgument, "validate", "PostgreSQL keys cannot contain NUL bytes")
+		return "", "", lockstore.BadInputf("PostgreSQL keys cannot contain NUL bytes")
 	}
 	lockKey, err = lockstore.MakeStorageKey("", normKey, lockstore.PostgresKeyLimit, 0)
 	if err != nil {

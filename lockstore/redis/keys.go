@@ -53,7 +53,7 @@ func normalize(key string) (string, error) {
 func checkReserved(k string) error {
 	for _, p := range reservedKeyPrefixes {
 		if strings.HasPrefix(k, p) {
-			return lockstore.Errorf(lockstore.InvalidArgument, "validate",
+			return lockstore.BadInputf(
 				"keys starting %q are reserved by the Redis key layout", p)
 		}
 	}
