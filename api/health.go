@@ -64,7 +64,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	if err := s.store.Ping(ctx); err != nil {
+	if err := s.pinger.Ping(ctx); err != nil {
 		return err
 	}
 	if s.ready != nil {

@@ -23,8 +23,11 @@ const readyTimeout = 2 * time.Second
 // Options configure a Server. The zero value of every field but Store is
 // usable.
 type Options struct {
-	// Store serves the lock operations. Required.
-	Store lockstore.Store
+	// Store serves the lock operations. Required. Readiness pings the
+	// lockstore.Pinger that lockstore.As finds in it (New fails without
+	// one); fencegate_locks_held counts with its lockstore.HeldCounter, if
+	// any; its lockstore.Describer names the backend in metrics.
+	Store lockstore.Locks
 	// Audit serves GET /v1/audit. Nil answers 501 with code
 	// ServiceUnavailable and a message saying the audit log is off.
 	Audit lockstore.AuditLog
@@ -67,7 +70,8 @@ type Options struct {
 // Server is the lock API over HTTP/JSON and gRPC. Build one per process
 // with New and serve it on both transports: they share metrics and auth.
 type Server struct {
-	store     lockstore.Store
+	store     boundedLocks
+	pinger    lockstore.Pinger
 	opTimeout time.Duration
 	auditLog  lockstore.AuditLog
 	auth      *Authenticator
@@ -92,12 +96,17 @@ func New(o Options) (*Server, error) {
 	if o.MaxWait < 0 {
 		return nil, errors.New("api: Options.MaxWait must not be negative")
 	}
+	pinger, ok := lockstore.As[lockstore.Pinger](o.Store)
+	if !ok {
+		return nil, errors.New("api: Options.Store reaches no lockstore.Pinger (readiness needs one)")
+	}
 	opTimeout := o.OpTimeout
 	if opTimeout <= 0 {
 		opTimeout = DefaultOpTimeout
 	}
 	s := &Server{
-		store:     boundedStore{Store: o.Store, d: opTimeout},
+		store:     boundedLocks{Locks: o.Store, d: opTimeout},
+		pinger:    pinger,
 		opTimeout: opTimeout,
 		auditLog:  o.Audit,
 		auth:      o.Auth,
@@ -125,7 +134,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("api: registering metrics: %w", err)
 	}
 	s.fenceWarnings = newFenceWarnings()
-	for _, c := range []prometheus.Collector{s.fenceWarnings, newStoreReady(o.Store)} {
+	for _, c := range []prometheus.Collector{s.fenceWarnings, newStoreReady(pinger, backendOf(o.Store))} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("api: registering metrics: %w", err)
 		}

@@ -69,7 +69,7 @@ type Options struct {
 // Checker decides edge checks against one store. It is safe for concurrent
 // use.
 type Checker struct {
-	store   lockstore.Store
+	store   lockstore.EdgeState
 	timeout time.Duration
 	// finishTimeout bounds Finish's store call.
 	finishTimeout time.Duration
@@ -87,8 +87,9 @@ type Checker struct {
 	maxInFlight      int
 }
 
-// New returns a Checker reading s.
-func New(s lockstore.Store, o Options) *Checker {
+// New returns a Checker reading and writing the edge state s (a
+// lockstore.Store is one).
+func New(s lockstore.EdgeState, o Options) *Checker {
 	c := &Checker{
 		store:   s,
 		timeout: o.Timeout,

@@ -35,8 +35,8 @@ func forwardAuthGatewayTB(t testing.TB, cfg config.Config, set serveSettings, ao
 	if err != nil {
 		t.Fatal(err)
 	}
-	ui := console.New(ctx, console.Options{Store: rt.opened, Audit: rt.auditLog, Auth: set.auth, Logger: log})
-	srv, err := api.New(api.Options{Store: rt.store, Audit: rt.auditLog, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: log})
+	ui := console.New(ctx, console.Options{Store: rt.store, Audit: rt.auditLog, Auth: set.auth, Logger: log})
+	srv, err := api.New(api.Options{Store: rt.locks, Audit: rt.auditLog, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,14 +117,14 @@ func TestForwardAuthCredential(t *testing.T) {
 				t.Fatal(err)
 			}
 			base, rt := forwardAuthGateway(t, cfg, set, variant.opts)
-			old, err := rt.opened.Acquire(t.Context(), "payments/1", time.Minute)
+			old, err := rt.store.Acquire(t.Context(), "payments/1", time.Minute)
 			if err != nil || !old.OK {
 				t.Fatal(old, err)
 			}
-			if _, err := rt.opened.Release(t.Context(), old.LockID); err != nil {
+			if _, err := rt.store.Release(t.Context(), old.LockID); err != nil {
 				t.Fatal(err)
 			}
-			cur, err := rt.opened.Acquire(t.Context(), "payments/1", time.Minute)
+			cur, err := rt.store.Acquire(t.Context(), "payments/1", time.Minute)
 			if err != nil || !cur.OK {
 				t.Fatal(cur, err)
 			}
@@ -237,7 +237,7 @@ func TestForwardAuthOwnListener(t *testing.T) {
 		return authzOptions(a, authz.Options{Logger: discardLogger()})
 	}
 	base, rt := forwardAuthGateway(t, cfg, set, opts)
-	srv, err := api.New(api.Options{Store: rt.store, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: discardLogger()})
+	srv, err := api.New(api.Options{Store: rt.locks, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func BenchmarkForwardAuthFlood(b *testing.B) {
 				b.Fatal(err)
 			}
 			base, rt := forwardAuthGatewayTB(b, cfg, set, variant.opts)
-			if _, err := rt.opened.Acquire(b.Context(), "orders/1", time.Hour); err != nil {
+			if _, err := rt.store.Acquire(b.Context(), "orders/1", time.Hour); err != nil {
 				b.Fatal(err)
 			}
 			before := decisionsTB(b, rt.reg)

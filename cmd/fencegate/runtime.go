@@ -23,12 +23,15 @@ import (
 // audit pipeline and the edge checker. close undoes
 // it in reverse order, after the listeners have drained.
 type runtime struct {
-	// store is the opened store behind lockstore.WithTelemetry, which
-	// times each store call per backend (fencegate_store_*); opened is the
-	// store itself, for the optional interfaces the decorator does not
-	// pass through (lockstore.LockLister).
-	store, opened lockstore.Store
-	// replication reports the opened store's replication for /readyz, or
+	// store is the opened store: each consumer takes its role from it
+	// (the checker its edge state, the console its Inspect), and the
+	// optional capabilities are found in it with lockstore.As.
+	store lockstore.Store
+	// locks are the store's lock operations behind lockstore.WithTelemetry,
+	// which times each call per backend (fencegate_store_*): what the lock
+	// API serves. lockstore.As finds the store's capabilities through it.
+	locks lockstore.Locks
+	// replication reports the store's replication for /readyz, or
 	// is nil (replication.go).
 	replication func(context.Context) (lockstore.Replication, error)
 	caps        lockstore.Capabilities
@@ -67,13 +70,13 @@ func startRuntime(ctx context.Context, cfg config.Config, set runtimeSettings, l
 
 	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxInputEvents: cfg.Audit.MaxInputEvents, MaxAge: cfg.Audit.MaxAge.Std()}
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
-	rt.opened, err = set.store.Open(octx, retention, log)
+	rt.store, err = set.store.Open(octx, retention, log)
 	cancel()
 	if err != nil {
 		return nil, err
 	}
-	rt.undo = append(rt.undo, func() { _ = rt.opened.Close() })
-	rt.caps = rt.opened.Capabilities()
+	rt.undo = append(rt.undo, func() { _ = rt.store.Close() })
+	rt.caps = rt.store.Capabilities()
 
 	rt.reg = prometheus.NewRegistry()
 	rt.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -85,11 +88,12 @@ func startRuntime(ctx context.Context, cfg config.Config, set runtimeSettings, l
 	if err != nil {
 		return nil, err
 	}
-	if rt.replication, err = watchReplication(ctx, rt.opened, rt.reg, log); err != nil {
+	if rt.replication, err = watchReplication(ctx, rt.store, rt.reg, log); err != nil {
 		return nil, err
 	}
-	rt.store = lockstore.WithTelemetry(rt.opened, lockstore.TelemetryOptions{OnEvent: sm.Observe, Logger: log})
-	rt.undo = append(rt.undo, func() { _ = rt.store.Close() }) // stops the decorator's worker; the store's own Close is idempotent
+	tel := lockstore.WithTelemetry(rt.store, lockstore.TelemetryOptions{OnEvent: sm.Observe, Logger: log})
+	rt.locks = tel
+	rt.undo = append(rt.undo, func() { _ = tel.Close() }) // delivers the queued events and stops the decorator's worker, before the store closes
 
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(context.Background())
@@ -99,13 +103,12 @@ func startRuntime(ctx context.Context, cfg config.Config, set runtimeSettings, l
 		go func() { defer bg.Done(); fn(bgCtx) }()
 	}
 
-	// Expired barrier entries of keys never written again (the opened
-	// store: the telemetry decorator does not pass the sweeper through).
-	if err := startBarrierSweep(rt.opened, barrierSweepInterval, rt.reg, rt.goBG, log); err != nil {
+	// Expired barrier entries of keys never written again.
+	if err := startBarrierSweep(rt.store, barrierSweepInterval, rt.reg, rt.goBG, log); err != nil {
 		return nil, err
 	}
 
-	al, ok := rt.store.(lockstore.AuditLog)
+	al, ok := lockstore.As[lockstore.AuditLog](rt.store)
 	if !ok {
 		return nil, fmt.Errorf("store %s keeps no audit log", rt.caps.Backend)
 	}

@@ -147,7 +147,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		return err
 	}
 	defer rt.close()
-	store, auditLog, checker, reg, goBG, caps := rt.store, rt.auditLog, rt.checker, rt.reg, rt.goBG, rt.caps
+	auditLog, checker, reg, goBG, caps := rt.auditLog, rt.checker, rt.reg, rt.goBG, rt.caps
 
 	// The webhook is built first so that /readyz also covers its
 	// certificate: a pod whose webhook cannot serve must not get traffic.
@@ -166,12 +166,11 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 			return nil
 		}
 	}
-	// The console lists live locks from the store itself (the telemetry
-	// decorator does not pass LockLister through) and records the lock
-	// operations the API serves for its timeline.
-	ui := console.New(ctx, console.Options{Store: rt.opened, Audit: auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
+	// The console reads the store (lockstore.As finds its LockLister) and
+	// records the lock operations the API serves for its timeline.
+	ui := console.New(ctx, console.Options{Store: rt.store, Audit: auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
 	srv, err := api.New(api.Options{
-		Store: ui.Record(store), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
+		Store: ui.Record(rt.locks), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
 		Registerer: reg, Gatherer: reg, Logger: log, AccessLog: set.accessLog, Ready: ready, Proofs: set.proofs,
 		Replication: rt.replication, Authenticated: markTrusted,
 	})
