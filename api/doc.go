@@ -32,7 +32,7 @@
 //     value is 400, not clamped, because a client that asked for 60 s and
 //     got "locked" after 30 s would draw the wrong conclusion.
 //   - waitMs retries on contention with exponential backoff and equal
-//     jitter (lockstore.AcquireWithRetry, 100 ms base) until the time is
+//     jitter (lock.AcquireWithRetry, 100 ms base) until the time is
 //     spent, then answers 409 locked. The wait runs on the request's
 //     context: a client that disconnects stops it at once.
 //   - A wrong method is 405 with Allow; an unknown path under /v1/locks/

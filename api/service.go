@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -102,7 +103,7 @@ func (s *Server) acquireLock(ctx context.Context, p *Principal, key string, ttlM
 	// strategy). The attempt count is unbounded: waitMs is a time budget,
 	// not a retry count. ctx is the request's, so a client that goes away
 	// stops the loop (Aborted) at once, mid-sleep included.
-	res, err := lockstore.AcquireWithRetry(ctx, s.store, nk, ttl, lockstore.RetryPolicy{
+	res, err := lock.AcquireWithRetry(ctx, lock.FromStore(s.store), nk, ttl, lock.RetryPolicy{
 		MaxRetries: math.MaxInt,
 		Timeout:    wait,
 	})
@@ -111,7 +112,7 @@ func (s *Server) acquireLock(ctx context.Context, p *Principal, key string, ttlM
 		// an immediate attempt, not an error.
 		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
 	}
-	return s.noteFence(res, err)
+	return s.noteFence(res.AcquireResult, err)
 }
 
 func (s *Server) release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {

@@ -40,10 +40,6 @@ type AcquireResult struct {
 	LockID      string // the holder's secret handle; never log it
 	Fence       string // 15 digits, strictly greater than every earlier fence of the key
 	ExpiresAtMs int64  // authoritative expiry, from the backend's time authority
-	// Proof is a signed write proof for Fence (fencegate's writeproof
-	// package), set by the gateway's lock API when it has proof keys;
-	// backends leave it empty. It can write under Fence and nothing else.
-	Proof string
 }
 
 // ReleaseResult is the outcome of a release. OK is false when the lock was

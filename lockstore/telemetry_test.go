@@ -293,23 +293,6 @@ func TestTelemetryErrorEvents(t *testing.T) {
 	}
 }
 
-func TestLockThroughTelemetry(t *testing.T) {
-	// The decorator is a Store, so the Lock helper runs on it unchanged.
-	sink := &eventSink{}
-	s := WithTelemetry(newMemStore(), TelemetryOptions{OnEvent: sink.on})
-	if err := Lock(context.Background(), s, "k", func(context.Context, Held) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	_ = s.Close()
-	var types []string
-	for _, e := range sink.events() {
-		types = append(types, e.Type+"/"+e.Result)
-	}
-	if strings.Join(types, ",") != "acquire/ok,release/ok" {
-		t.Errorf("events %v", types)
-	}
-}
-
 // BenchmarkTelemetryOverhead measures what the decorator adds to an
 // operation's path (enqueue only; hashing happens on the worker).
 func BenchmarkTelemetryOverhead(b *testing.B) {
