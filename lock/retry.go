@@ -181,7 +181,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, ttl time.Durati
 	var last Acquired
 	for attempt := 1; ; attempt++ {
 		if err := lockstore.ContextError(ctx, "acquire"); err != nil {
-			return last, time.Time{}, lockstore.WithContext(err, key, "")
+			return last, time.Time{}, lockstore.WithKeyLockID(err, key, "")
 		}
 		sent := time.Now()
 		r, err := l.Acquire(ctx, key, ttl)
@@ -190,7 +190,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, ttl time.Durati
 			// the code; the context's state does.
 			if cerr := lockstore.ContextError(ctx, "acquire"); cerr != nil {
 				cerr.Err = err
-				return last, time.Time{}, lockstore.WithContext(cerr, key, "")
+				return last, time.Time{}, lockstore.WithKeyLockID(cerr, key, "")
 			}
 			return last, time.Time{}, err
 		}
@@ -209,7 +209,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, ttl time.Durati
 			return timeout(attempt, last)
 		}
 		if err := sleepCtx(ctx, d); err != nil {
-			return last, time.Time{}, lockstore.WithContext(lockstore.ContextError(ctx, "acquire"), key, "")
+			return last, time.Time{}, lockstore.WithKeyLockID(lockstore.ContextError(ctx, "acquire"), key, "")
 		}
 	}
 }

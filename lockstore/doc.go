@@ -3,7 +3,7 @@
 // identical on every backend — key normalisation, storage-key derivation,
 // hashKey, lockIds, fence formatting and the liveness predicate — and the
 // steps every backend takes alike, so one change reaches them all: the
-// operation preambles (BeginAcquire and friends), MapError, NextFenceAt (the clock floor) with
+// operation preambles (PrecheckAcquire and friends), MapError, NextFenceAt (the clock floor) with
 // FenceOverflow, the NoteFence warning and the NewLockInfo view. The
 // write barrier's store side (WriteBarrier, barrier.go) is part of Store.
 //

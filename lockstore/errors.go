@@ -171,11 +171,11 @@ func MapError(ctx context.Context, op string, err error, driver func(error) *Err
 	return e
 }
 
-// WithContext attaches the raw key and lockId an operation concerned to the
+// WithKeyLockID attaches the raw key and lockId an operation concerned to the
 // first *Error in err's chain (fields already set are kept), for callers
 // such as an onReleaseError callback; Error() still prints only their
 // hashes. Any other error is returned unchanged.
-func WithContext(err error, key, lockID string) error {
+func WithKeyLockID(err error, key, lockID string) error {
 	var le *Error
 	if !errors.As(err, &le) {
 		return err

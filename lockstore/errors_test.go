@@ -15,7 +15,7 @@ func TestErrorNeverPrintsSecrets(t *testing.T) {
 	var errs []error
 	errs = append(errs,
 		&Error{Code: ServiceUnavailable, Op: "acquire", Msg: "down", Key: key, LockID: id, Err: errors.New("dial tcp: refused")},
-		WithContext(fmt.Errorf("wrapped: %w", &Error{Code: Internal, Op: "release"}), key, id),
+		WithKeyLockID(fmt.Errorf("wrapped: %w", &Error{Code: Internal, Op: "release"}), key, id),
 		ValidateLockID(id+"!"),
 		ValidateLockID(id[:21]+"+"),
 	)
@@ -117,21 +117,21 @@ func TestCodesComplete(t *testing.T) {
 	}
 }
 
-func TestWithContext(t *testing.T) {
+func TestWithKeyLockID(t *testing.T) {
 	inner := &Error{Code: ServiceUnavailable, Op: "release", LockID: "kept-lock-id-000000000"}
-	err := WithContext(fmt.Errorf("op: %w", inner), "k", "other-lock-id-00000000")
+	err := WithKeyLockID(fmt.Errorf("op: %w", inner), "k", "other-lock-id-00000000")
 	var le *Error
 	if !errors.As(err, &le) || le.Key != "k" || le.LockID != "kept-lock-id-000000000" || le.Code != ServiceUnavailable {
-		t.Fatalf("WithContext = %#v", le)
+		t.Fatalf("WithKeyLockID = %#v", le)
 	}
 	if inner.Key != "" {
-		t.Fatal("WithContext changed the original error")
+		t.Fatal("WithKeyLockID changed the original error")
 	}
 	plain := errors.New("plain")
-	if WithContext(plain, "k", "") != plain {
+	if WithKeyLockID(plain, "k", "") != plain {
 		t.Fatal("a non-lockstore error must come back unchanged")
 	}
-	if WithContext(nil, "k", "") != nil {
+	if WithKeyLockID(nil, "k", "") != nil {
 		t.Fatal("nil must stay nil")
 	}
 }
@@ -175,7 +175,7 @@ func TestMapError(t *testing.T) {
 }
 
 // TestIsBadInput: every validator's refusal carries the property, through
-// wrapping and WithContext; an InvalidArgument built otherwise (a deployment
+// wrapping and WithKeyLockID; an InvalidArgument built otherwise (a deployment
 // fault, whatever its Op) and other codes do not.
 func TestIsBadInput(t *testing.T) {
 	_, keyErr := NormalizeKey("")
@@ -188,7 +188,7 @@ func TestIsBadInput(t *testing.T) {
 		"writeId":  ValidateWriteID("?"),
 		"maxWrite": maxErr,
 		"wrapped":  fmt.Errorf("outer: %w", BadInputf("x")),
-		"context":  WithContext(BadInputf("x"), "k", ""),
+		"context":  WithKeyLockID(BadInputf("x"), "k", ""),
 	} {
 		if !IsBadInput(err) {
 			t.Errorf("%s: IsBadInput(%v) = false", name, err)

@@ -107,7 +107,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// checkOpen follows the lockstore preamble (lockstore.BeginKeyOp and
+// checkOpen follows the lockstore precheck (lockstore.PrecheckKey and
 // friends) of every operation: a closed store fails before any I/O. It is
 // ServiceUnavailable, as on the other backends: during shutdown, callers
 // still in flight see the store as gone, which is what it is.

@@ -60,7 +60,7 @@ func checkReserved(k string) error {
 	return nil
 }
 
-// keys checks a normalised user key (lockstore.BeginKeyOp) against the
+// keys checks a normalised user key (lockstore.PrecheckKey) against the
 // reserved keys and derives its lock and fence storage keys.
 func (s *Store) keys(norm string) (lockKey, fenceKey string, err error) {
 	if err := checkReserved(norm); err != nil {
