@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -45,6 +47,63 @@ func TestStoreCallsAreBounded(t *testing.T) {
 		}
 		if took < bound || took > bound+2*time.Second {
 			t.Errorf("%s %v answered after %s; the bound is %s", tc.path, tc.body, took, bound)
+		}
+	}
+}
+
+// opaqueLocks wraps lock operations without Unwrap: what every wrapper was
+// before lockstore.As (the broken variant: it hides the store beneath).
+type opaqueLocks struct{ lockstore.Locks }
+
+// unwrappingLocks is a wrapper done right: it wraps the lock operations
+// and unwraps to them, as the console's recorder does.
+type unwrappingLocks struct{ lockstore.Locks }
+
+func (u unwrappingLocks) Unwrap() any { return u.Locks }
+
+// TestStoreCapabilitiesThroughWrappers: the API finds the store's Pinger
+// (readiness) and HeldCounter (fencegate_locks_held) through the wrappers
+// serve puts around the lock operations (telemetry, the recorder); a wrapper
+// that hides them is refused at New rather than serving without readiness.
+func TestStoreCapabilitiesThroughWrappers(t *testing.T) {
+	st := openStore(t)
+	tel := lockstore.WithTelemetry(st, lockstore.TelemetryOptions{OnEvent: func(lockstore.LockEvent) {}})
+	t.Cleanup(func() { _ = tel.Close() })
+	for _, tc := range []struct {
+		name    string
+		locks   lockstore.Locks
+		correct bool
+	}{
+		{"unwrapping", unwrappingLocks{tel}, true},
+		{"opaque (broken)", opaqueLocks{tel}, false},
+	} {
+		reg := prometheus.NewRegistry()
+		srv, err := api.New(api.Options{Store: tc.locks, Registerer: reg})
+		if !tc.correct {
+			if err == nil {
+				t.Errorf("%s: New accepted lock operations that reach no Pinger", tc.name)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: New: %v", tc.name, err)
+		}
+		if err := srv.Ready(context.Background()); err != nil {
+			t.Errorf("%s: Ready = %v", tc.name, err)
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := map[string]bool{}
+		for _, mf := range mfs {
+			found[mf.GetName()] = true
+			if mf.GetName() == "fencegate_store_ready" && mf.GetMetric()[0].GetLabel()[0].GetValue() != "bolt" {
+				t.Errorf("%s: fencegate_store_ready backend label %v, want bolt", tc.name, mf.GetMetric()[0].GetLabel())
+			}
+		}
+		if !found["fencegate_locks_held"] || !found["fencegate_store_ready"] {
+			t.Errorf("%s: fencegate_locks_held %v, fencegate_store_ready %v: want both", tc.name, found["fencegate_locks_held"], found["fencegate_store_ready"])
 		}
 	}
 }

@@ -83,7 +83,8 @@
 // runs Options.Ready within 2 s (503 otherwise). Metrics:
 // fencegate_lock_ops_total{op,result} (result ok, fail = locked/absent, or
 // the LockError code), fencegate_lock_op_duration_seconds{op}, and
-// fencegate_locks_held when the store implements lockstore.HeldCounter.
+// fencegate_locks_held when lockstore.As finds a lockstore.HeldCounter in
+// Options.Store (through any wrapper with Unwrap).
 // Access logs (Options.AccessLog: by default only requests answered 4xx/5xx,
 // a gRPC status other than OK, or slower than SlowRequest) carry method, the
 // matched route (never the path or query, which can hold a key), status,
