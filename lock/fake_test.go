@@ -17,7 +17,6 @@ type memStore struct {
 	locks    map[string]memLock // by key
 	byID     map[string]string  // lockId -> key
 	fences   map[string]int64
-	closed   int
 	acquires []time.Time // when each Acquire was called
 	extends  []time.Time
 	releases []releaseCall
