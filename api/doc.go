@@ -33,7 +33,7 @@
 //     value is 400, not clamped, because a client that asked for 60 s and
 //     got "locked" after 30 s would draw the wrong conclusion.
 //   - waitMs retries on contention with exponential backoff and equal
-//     jitter (lockstore.AcquireWithRetry, 100 ms base) until the time is
+//     jitter (lock.AcquireWithRetry, 100 ms base) until the time is
 //     spent, then answers 409 locked. The wait runs on the request's
 //     context: a client that disconnects stops it at once.
 //   - A wrong method is 405 with Allow; an unknown path under /v1/locks/
@@ -84,7 +84,8 @@
 // process follows one lifecycle (cmd/fencegate, internal/health). Metrics:
 // fencegate_lock_ops_total{op,result} (result ok, fail = locked/absent, or
 // the LockError code), fencegate_lock_op_duration_seconds{op}, and
-// fencegate_locks_held when the store implements lockstore.HeldCounter.
+// fencegate_locks_held when lockstore.As finds a lockstore.HeldCounter in
+// Options.Store (through any wrapper with Unwrap).
 // Access logs (Options.AccessLog: by default only requests answered 4xx/5xx,
 // a gRPC status other than OK, or slower than SlowRequest) carry method, the
 // matched route (never the path or query, which can hold a key), status,

@@ -44,7 +44,7 @@ type boundOp struct {
 	duration prometheus.Observer
 }
 
-func newMetrics(reg prometheus.Registerer, store lockstore.Store, log *slog.Logger) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, store lockstore.Locks, log *slog.Logger) (*metrics, error) {
 	m := &metrics{
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencegate_lock_ops_total",
@@ -66,7 +66,7 @@ func newMetrics(reg prometheus.Registerer, store lockstore.Store, log *slog.Logg
 		}
 	}
 	cs := []prometheus.Collector{m.ops, m.duration}
-	if hc, ok := store.(lockstore.HeldCounter); ok {
+	if hc, ok := lockstore.As[lockstore.HeldCounter](store); ok {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencegate_locks_held",
 			Help: "Live locks in the store (NaN when the store could not count in time).",

@@ -19,8 +19,11 @@ const DefaultMaxWait = 30 * time.Second
 // Options configure a Server. The zero value of every field but Store is
 // usable.
 type Options struct {
-	// Store serves the lock operations. Required.
-	Store lockstore.Store
+	// Store serves the lock operations. Required. Readiness pings the
+	// lockstore.Pinger that lockstore.As finds in it (New fails without
+	// one); fencegate_locks_held counts with its lockstore.HeldCounter, if
+	// any; its lockstore.Describer names the backend in metrics.
+	Store lockstore.Locks
 	// Audit serves GET /v1/audit. Nil answers 501 with code
 	// ServiceUnavailable and a message saying the audit log is off.
 	Audit lockstore.AuditLog
@@ -57,7 +60,7 @@ type Options struct {
 // Server is the lock API over HTTP/JSON and gRPC. Build one per process
 // with New and serve it on both transports: they share metrics and auth.
 type Server struct {
-	store     lockstore.Store
+	store     boundedLocks
 	opTimeout time.Duration
 	auditLog  lockstore.AuditLog
 	auth      *auth.Authenticator
@@ -85,7 +88,7 @@ func New(o Options) (*Server, error) {
 		opTimeout = DefaultOpTimeout
 	}
 	s := &Server{
-		store:     boundedStore{Store: o.Store, d: opTimeout},
+		store:     boundedLocks{Locks: o.Store, d: opTimeout},
 		opTimeout: opTimeout,
 		auditLog:  o.Audit,
 		auth:      o.Auth,

@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -103,7 +104,7 @@ func (s *Server) acquireLock(ctx context.Context, p *auth.Principal, key string,
 	// strategy). The attempt count is unbounded: waitMs is a time budget,
 	// not a retry count. ctx is the request's, so a client that goes away
 	// stops the loop (Aborted) at once, mid-sleep included.
-	res, err := lockstore.AcquireWithRetry(ctx, s.store, nk, ttl, lockstore.RetryPolicy{
+	res, err := lock.AcquireWithRetry(ctx, lock.FromStore(s.store), nk, ttl, lock.RetryPolicy{
 		MaxRetries: math.MaxInt,
 		Timeout:    wait,
 	})
@@ -112,7 +113,7 @@ func (s *Server) acquireLock(ctx context.Context, p *auth.Principal, key string,
 		// an immediate attempt, not an error.
 		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
 	}
-	return s.noteFence(res, err)
+	return s.noteFence(res.AcquireResult, err)
 }
 
 func (s *Server) release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {

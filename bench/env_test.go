@@ -19,6 +19,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 	pgstore "github.com/fencegate/fencegate/lockstore/postgres"
@@ -241,9 +242,9 @@ func workerKeys(id string, nw int) []string {
 }
 
 // cycler is the part of a lock API one acquire+release cycle needs; the
-// store, the HTTP client and the gRPC adapter all have it.
+// store (lock.FromStore), the HTTP client and the gRPC adapter all have it.
 type cycler interface {
-	Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error)
+	Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Acquired, error)
 	Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error)
 }
 

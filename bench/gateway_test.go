@@ -5,6 +5,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -46,7 +47,7 @@ func gatewaySuite(tb testing.TB, nw int) []subject {
 			name    string
 			c, bare cycler
 		}{
-			{"in-process", store, nil},
+			{"in-process", lock.FromStore(store), nil},
 			{"http", gw.http, bare.http},
 			{"grpc", gw.grpc, bare.grpc},
 		} {

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/client"
 	"github.com/fencegate/fencegate/fencecheck"
 )
@@ -123,7 +123,7 @@ type handoffGateway struct {
 // behaviour before the change).
 func startHandoffGateway(tb testing.TB, bin, storeURL, apiURL string, oldWait bool) *handoffGateway {
 	tb.Helper()
-	sum := api.HashToken(benchToken)
+	sum := auth.HashToken(benchToken)
 	maxWait := ""
 	if oldWait {
 		maxWait = "\n      maxWait: " + handoffCheckTimeout.String()

@@ -21,7 +21,7 @@ import (
 // fixture is a console over a real bolt store, served by httptest.
 type fixture struct {
 	store  *bolt.Store
-	api    lockstore.Store // the store as the lock API sees it (recorded)
+	api    lockstore.Locks // the store as the lock API sees it (recorded)
 	c      *Console
 	srv    *httptest.Server
 	cancel context.CancelFunc

@@ -216,11 +216,27 @@ func TestConsoleTimelineEntries(t *testing.T) {
 // attributes a release to its key, and keeps the optional interfaces.
 func TestConsoleRecorder(t *testing.T) {
 	f := newFixture(t, false, nil)
-	if _, ok := f.api.(lockstore.HeldCounter); !ok {
-		t.Error("the recorded store lost lockstore.HeldCounter")
-	}
-	if _, ok := f.api.(lockstore.AuditLog); !ok {
-		t.Error("the recorded store lost lockstore.AuditLog")
+	// Every optional capability of the bolt store is reachable through the
+	// recorder, and through the recorder over the telemetry decorator (as
+	// serve wires them); the hand-built variants this replaced had no
+	// combination for a lister alone or a lister with a counter, and the
+	// telemetry decorator dropped LockLister and BarrierSweeper.
+	tel := lockstore.WithTelemetry(f.store, lockstore.TelemetryOptions{OnEvent: func(lockstore.LockEvent) {}})
+	defer func() { _ = tel.Close() }()
+	for name, l := range map[string]lockstore.Locks{"recorded": f.api, "recorded telemetry": f.c.Record(tel)} {
+		for iface, ok := range map[string]bool{
+			"HeldCounter":         has[lockstore.HeldCounter](l),
+			"AuditLog":            has[lockstore.AuditLog](l),
+			"LockLister":          has[lockstore.LockLister](l),
+			"BarrierSweeper":      has[lockstore.BarrierSweeper](l),
+			"Pinger":              has[lockstore.Pinger](l),
+			"Describer":           has[lockstore.Describer](l),
+			"Store (the backend)": has[lockstore.Store](l),
+		} {
+			if !ok {
+				t.Errorf("the %s lock operations lost lockstore.%s", name, iface)
+			}
+		}
 	}
 	a := f.acquire(t, "r/1")
 	if r, _ := f.api.Acquire(context.Background(), "r/1", time.Minute); r.OK {
@@ -292,4 +308,10 @@ func TestConsoleStreamsPerPrincipal(t *testing.T) {
 	if got := open("t-ops"); got != http.StatusOK {
 		t.Errorf("the operator's stream while the watcher holds its share: %d, want 200", got)
 	}
+}
+
+// has reports whether lockstore.As finds a T in v.
+func has[T any](v any) bool {
+	_, ok := lockstore.As[T](v)
+	return ok
 }

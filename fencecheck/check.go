@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -83,7 +82,7 @@ type Options struct {
 // Checker decides edge checks against one store. It is safe for concurrent
 // use.
 type Checker struct {
-	store   lockstore.Store
+	store   lockstore.EdgeState
 	timeout time.Duration
 	// finishTimeout bounds Finish's store call.
 	finishTimeout time.Duration
@@ -112,8 +111,9 @@ type Checker struct {
 	broken brokenWait
 }
 
-// New returns a Checker reading s.
-func New(s lockstore.Store, o Options) *Checker {
+// New returns a Checker reading and writing the edge state s (a
+// lockstore.Store is one).
+func New(s lockstore.EdgeState, o Options) *Checker {
 	c := &Checker{
 		store:   s,
 		timeout: o.Timeout,
@@ -449,12 +449,8 @@ func newDecisionID() string {
 }
 
 // refusedInput reports whether err is a backend refusing the request's
-// input: InvalidArgument from input validation (Op "validate", as
-// lockstore.NormalizeKey and every backend's own key checks report it).
-// Other InvalidArguments (a missing Firestore index or database, a
-// misconfigured server) are deployment faults and fail closed as
-// unavailable, loudly.
-func refusedInput(err error) bool {
-	var le *lockstore.Error
-	return errors.As(err, &le) && le.Code == lockstore.InvalidArgument && le.Op == "validate"
-}
+// input (lockstore.IsBadInput: NormalizeKey and every backend's own key
+// checks build it with lockstore.BadInputf). Other InvalidArguments (a
+// missing Firestore index or database, a misconfigured server) are
+// deployment faults and fail closed as unavailable, loudly.
+func refusedInput(err error) bool { return lockstore.IsBadInput(err) }

@@ -20,10 +20,10 @@ func IsLive(expiresAtMs, nowMs int64) bool {
 // returns it in milliseconds.
 func ValidateTTL(ttl time.Duration) (int64, error) {
 	if ttl <= 0 {
-		return 0, Errorf(InvalidArgument, "validate", "ttl must be positive, got %s", ttl)
+		return 0, BadInputf("ttl must be positive, got %s", ttl)
 	}
 	if ttl%time.Millisecond != 0 {
-		return 0, Errorf(InvalidArgument, "validate", "ttl must be a whole number of milliseconds, got %s", ttl)
+		return 0, BadInputf("ttl must be a whole number of milliseconds, got %s", ttl)
 	}
 	return ttl.Milliseconds(), nil
 }

@@ -36,8 +36,8 @@ func forwardAuthGatewayTB(t testing.TB, cfg config.Config, set serveSettings, ao
 	if err != nil {
 		t.Fatal(err)
 	}
-	ui := console.New(ctx, console.Options{Store: gw.opened, Audit: gw.auditLog, Auth: set.auth, Logger: log})
-	srv, err := api.New(api.Options{Store: gw.store, Audit: gw.auditLog, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: log})
+	ui := console.New(ctx, console.Options{Store: gw.store, Audit: gw.auditLog, Auth: set.auth, Logger: log})
+	srv, err := api.New(api.Options{Store: gw.locks, Audit: gw.auditLog, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,14 +118,14 @@ func TestForwardAuthCredential(t *testing.T) {
 				t.Fatal(err)
 			}
 			base, gw := forwardAuthGateway(t, cfg, set, variant.opts)
-			old, err := gw.opened.Acquire(t.Context(), "payments/1", time.Minute)
+			old, err := gw.store.Acquire(t.Context(), "payments/1", time.Minute)
 			if err != nil || !old.OK {
 				t.Fatal(old, err)
 			}
-			if _, err := gw.opened.Release(t.Context(), old.LockID); err != nil {
+			if _, err := gw.store.Release(t.Context(), old.LockID); err != nil {
 				t.Fatal(err)
 			}
-			cur, err := gw.opened.Acquire(t.Context(), "payments/1", time.Minute)
+			cur, err := gw.store.Acquire(t.Context(), "payments/1", time.Minute)
 			if err != nil || !cur.OK {
 				t.Fatal(cur, err)
 			}
@@ -238,7 +238,7 @@ func TestForwardAuthOwnListener(t *testing.T) {
 		return authzOptions(a, authz.Options{Logger: discardLogger()})
 	}
 	base, gw := forwardAuthGateway(t, cfg, set, opts)
-	srv, err := api.New(api.Options{Store: gw.store, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: discardLogger()})
+	srv, err := api.New(api.Options{Store: gw.locks, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func BenchmarkForwardAuthFlood(b *testing.B) {
 				b.Fatal(err)
 			}
 			base, gw := forwardAuthGatewayTB(b, cfg, set, variant.opts)
-			if _, err := gw.opened.Acquire(b.Context(), "orders/1", time.Hour); err != nil {
+			if _, err := gw.store.Acquire(b.Context(), "orders/1", time.Hour); err != nil {
 				b.Fatal(err)
 			}
 			before := decisionsTB(b, gw.reg)

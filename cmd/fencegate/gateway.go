@@ -26,12 +26,15 @@ import (
 // after the listeners have drained. (It was named runtime, which shadowed
 // the standard package.)
 type gateway struct {
-	// store is the opened store behind lockstore.WithTelemetry, which
-	// times each store call per backend (fencegate_store_*); opened is the
-	// store itself, for the optional interfaces the decorator does not
-	// pass through (lockstore.LockLister).
-	store, opened lockstore.Store
-	// replication reports the opened store's replication for /readyz, or
+	// store is the opened store: each consumer takes its role from it
+	// (the checker its edge state, the console its Inspect), and the
+	// optional capabilities are found in it with lockstore.As.
+	store lockstore.Store
+	// locks are the store's lock operations behind lockstore.WithTelemetry,
+	// which times each call per backend (fencegate_store_*): what the lock
+	// API serves. lockstore.As finds the store's capabilities through it.
+	locks lockstore.Locks
+	// replication reports the store's replication for /readyz, or
 	// is nil (replication.go).
 	replication func(context.Context) (lockstore.Replication, error)
 	caps        lockstore.Capabilities
@@ -73,13 +76,13 @@ func startGateway(ctx context.Context, cfg config.Config, set gatewaySettings, l
 
 	retention := lockstore.AuditRetention{MaxEvents: cfg.Audit.MaxEvents, MaxInputEvents: cfg.Audit.MaxInputEvents, MaxAge: cfg.Audit.MaxAge.Std()}
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
-	gw.opened, err = set.store.Open(octx, retention, log)
+	gw.store, err = set.store.Open(octx, retention, log)
 	cancel()
 	if err != nil {
 		return nil, err
 	}
-	gw.undo = append(gw.undo, func() { _ = gw.opened.Close() })
-	gw.caps = gw.opened.Capabilities()
+	gw.undo = append(gw.undo, func() { _ = gw.store.Close() })
+	gw.caps = gw.store.Capabilities()
 
 	gw.reg = prometheus.NewRegistry()
 	gw.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -91,14 +94,14 @@ func startGateway(ctx context.Context, cfg config.Config, set gatewaySettings, l
 	if err != nil {
 		return nil, err
 	}
-	if gw.replication, err = watchReplication(ctx, gw.opened, gw.reg, log); err != nil {
+	gw.goBG(gw.health.Run)
+
+	if gw.replication, err = watchReplication(ctx, gw.store, gw.reg, log); err != nil {
 		return nil, err
 	}
-	if gw.health, err = health.New(health.Options{Store: gw.opened, Replication: gw.replication, Registerer: gw.reg, Logger: log}); err != nil {
-		return nil, err
-	}
-	gw.store = lockstore.WithTelemetry(gw.opened, lockstore.TelemetryOptions{OnEvent: sm.Observe, Logger: log})
-	gw.undo = append(gw.undo, func() { _ = gw.store.Close() }) // stops the decorator's worker; the store's own Close is idempotent
+	tel := lockstore.WithTelemetry(gw.store, lockstore.TelemetryOptions{OnEvent: sm.Observe, Logger: log})
+	gw.locks = tel
+	gw.undo = append(gw.undo, func() { _ = tel.Close() }) // delivers the queued events and stops the decorator's worker, before the store closes
 
 	var bg sync.WaitGroup
 	bgCtx, stopBG := context.WithCancel(context.Background())
@@ -108,15 +111,12 @@ func startGateway(ctx context.Context, cfg config.Config, set gatewaySettings, l
 		go func() { defer bg.Done(); fn(bgCtx) }()
 	}
 
-	gw.goBG(gw.health.Run)
-
-	// Expired barrier entries of keys never written again (the opened
-	// store: the telemetry decorator does not pass the sweeper through).
-	if err := startBarrierSweep(gw.opened, barrierSweepInterval, gw.reg, gw.goBG, log); err != nil {
+	// Expired barrier entries of keys never written again.
+	if err := startBarrierSweep(gw.store, barrierSweepInterval, gw.reg, gw.goBG, log); err != nil {
 		return nil, err
 	}
 
-	al, ok := gw.store.(lockstore.AuditLog)
+	al, ok := lockstore.As[lockstore.AuditLog](gw.store)
 	if !ok {
 		return nil, fmt.Errorf("store %s keeps no audit log", gw.caps.Backend)
 	}

@@ -144,7 +144,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		return err
 	}
 	defer gw.close()
-	store, auditLog, checker, reg, goBG, caps := gw.store, gw.auditLog, gw.checker, gw.reg, gw.goBG, gw.caps
+	auditLog, checker, reg, goBG, caps := gw.auditLog, gw.checker, gw.reg, gw.goBG, gw.caps
 
 	// Every listener follows gw.health; a listener already bound is closed
 	// when a later one fails to build.
@@ -166,12 +166,11 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 			return nil
 		}})
 	}
-	// The console lists live locks from the store itself (the telemetry
-	// decorator does not pass LockLister through) and records the lock
-	// operations the API serves for its timeline.
-	ui := console.New(ctx, console.Options{Store: gw.opened, Audit: auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
+	// The console reads the store (lockstore.As finds its LockLister) and
+	// records the lock operations the API serves for its timeline.
+	ui := console.New(ctx, console.Options{Store: gw.store, Audit: auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
 	srv, err := api.New(api.Options{
-		Store: ui.Record(store), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
+		Store: ui.Record(gw.locks), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
 		Registerer: reg, Gatherer: reg, Logger: log, AccessLog: set.accessLog, Proofs: set.proofs,
 		Authenticated: markTrusted,
 	})

@@ -17,7 +17,7 @@ const cleanupGuardMs = 1000
 
 // Release deletes the live lock lockID holds (see mutateLive).
 func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
-	if err := lockstore.BeginLockIDOp(ctx, "release", lockID); err != nil {
+	if err := lockstore.PrecheckLockID(ctx, "release", lockID); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
 	ok, detail, err := s.mutateLive(ctx, "release", lockID, func(tx *firestore.Transaction, live *firestore.DocumentSnapshot, _ int64) error {
@@ -32,7 +32,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 // Extend sets the live lock's expiry to now+ttl (replacing, not adding) and
 // returns that authoritative expiry. An expired lock is never revived.
 func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
-	ttlMs, err := lockstore.BeginExtend(ctx, lockID, ttl)
+	ttlMs, err := lockstore.PrecheckExtend(ctx, lockID, ttl)
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
@@ -61,14 +61,14 @@ func (s *Store) mutateLive(ctx context.Context, op, lockID string, mutate func(t
 	defer cancel()
 	refs, err := s.findLockID(ctx, lockID)
 	if err != nil {
-		return false, "", lockstore.WithContext(classify(ctx, op, err), "", lockID)
+		return false, "", lockstore.WithKeyLockID(classify(ctx, op, err), "", lockID)
 	}
 	if len(refs) == 0 {
 		return false, lockstore.DetailNotFound, nil
 	}
 	unlock, err := s.inflight.lock(ctx, op, refIDs(refs)...)
 	if err != nil {
-		return false, "", lockstore.WithContext(err, "", lockID)
+		return false, "", lockstore.WithKeyLockID(err, "", lockID)
 	}
 	defer unlock()
 	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
@@ -104,7 +104,7 @@ func (s *Store) mutateLive(ctx context.Context, op, lockID string, mutate func(t
 		return nil
 	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
 	if err != nil {
-		return false, "", lockstore.WithContext(classify(ctx, op, err), "", lockID)
+		return false, "", lockstore.WithKeyLockID(classify(ctx, op, err), "", lockID)
 	}
 	return ok, detail, nil
 }

@@ -107,7 +107,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// checkOpen follows the lockstore preamble (lockstore.BeginKeyOp and
+// checkOpen follows the lockstore precheck (lockstore.PrecheckKey and
 // friends) of every operation: a closed store fails before any I/O. It is
 // ServiceUnavailable, as on the other backends: during shutdown, callers
 // still in flight see the store as gone, which is what it is.
@@ -138,7 +138,7 @@ func (s *Store) begin(ctx context.Context, op string) error {
 // a NUL byte is refused as input: PostgreSQL text cannot hold one.
 func storageKeys(normKey string) (lockKey, fenceKey string, err error) {
 	if strings.IndexByte(normKey, 0) >= 0 {
-		return "", "", lockstore.Errorf(lockstore.InvalidArgument, "validate", "PostgreSQL keys cannot contain NUL bytes")
+		return "", "", lockstore.BadInputf("PostgreSQL keys cannot contain NUL bytes")
 	}
 	lockKey, err = lockstore.MakeStorageKey("", normKey, lockstore.PostgresKeyLimit, 0)
 	if err != nil {

@@ -1,4 +1,4 @@
-package lockstore
+package lock
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 func acquireHeld(t *testing.T, m *memStore, key string, ttl time.Duration) Held {
@@ -129,7 +131,7 @@ func TestKeepAliveValidation(t *testing.T) {
 		{"margin too big", good, time.Second, []KeepAliveOption{LossMargin(time.Second)}},
 	}
 	for _, c := range cases {
-		if _, err := KeepAlive(context.Background(), m, c.h, c.ttl, c.opts...); CodeOf(err) != InvalidArgument {
+		if _, err := KeepAlive(context.Background(), m, c.h, c.ttl, c.opts...); lockstore.CodeOf(err) != lockstore.InvalidArgument {
 			t.Errorf("%s: %v, want InvalidArgument", c.name, err)
 		}
 	}
@@ -139,9 +141,9 @@ func TestKeepAliveValidation(t *testing.T) {
 }
 
 func TestLockLostError(t *testing.T) {
-	cause := &Error{Code: AuthFailed, Op: "extend", Key: "secret-key"}
+	cause := &lockstore.Error{Code: lockstore.AuthFailed, Op: "extend", Key: "secret-key"}
 	e := &LockLostError{Reason: LostExtendError, Err: cause}
-	if !errors.Is(e, ErrLockLost) || !errors.Is(e, &Error{Code: AuthFailed}) {
+	if !errors.Is(e, ErrLockLost) || !errors.Is(e, &lockstore.Error{Code: lockstore.AuthFailed}) {
 		t.Error("LockLostError does not match ErrLockLost and its cause")
 	}
 	if errors.Is(ErrKeepAliveStopped, ErrLockLost) {
@@ -149,5 +151,14 @@ func TestLockLostError(t *testing.T) {
 	}
 	if msg := e.Error(); msg == "" || strings.Contains(msg, "secret-key") {
 		t.Errorf("message %q", msg)
+	}
+}
+
+// TestLockLostErrorCode: a loss caused by a failed extend keeps the
+// extend's code for lockstore.CodeOf, and matches ErrLockLost.
+func TestLockLostErrorCode(t *testing.T) {
+	err := error(&LockLostError{Reason: LostExtendError, Err: &lockstore.Error{Code: lockstore.RateLimited, Op: "extend"}})
+	if lockstore.CodeOf(err) != lockstore.RateLimited || !errors.Is(err, ErrLockLost) {
+		t.Errorf("CodeOf = %s, Is(ErrLockLost) = %v", lockstore.CodeOf(err), errors.Is(err, ErrLockLost))
 	}
 }

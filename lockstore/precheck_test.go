@@ -28,36 +28,36 @@ func TestPreambles(t *testing.T) {
 		name      string
 		good, bad call
 	}{
-		{"BeginKeyOp",
+		{"PrecheckKey",
 			func(c context.Context) error {
-				nk, err := BeginKeyOp(c, "lookup", composed)
+				nk, err := PrecheckKey(c, "lookup", composed)
 				if err == nil && nk != nfc {
-					t.Errorf("BeginKeyOp returned %q, want the NFC key", nk)
+					t.Errorf("PrecheckKey returned %q, want the NFC key", nk)
 				}
 				return err
 			},
-			func(c context.Context) error { _, err := BeginKeyOp(c, "lookup", ""); return err }},
-		{"BeginLockIDOp",
-			func(c context.Context) error { return BeginLockIDOp(c, "release", id) },
-			func(c context.Context) error { return BeginLockIDOp(c, "release", "short") }},
-		{"BeginAcquire",
+			func(c context.Context) error { _, err := PrecheckKey(c, "lookup", ""); return err }},
+		{"PrecheckLockID",
+			func(c context.Context) error { return PrecheckLockID(c, "release", id) },
+			func(c context.Context) error { return PrecheckLockID(c, "release", "short") }},
+		{"PrecheckAcquire",
 			func(c context.Context) error {
-				nk, ms, err := BeginAcquire(c, composed, 1500*time.Millisecond)
+				nk, ms, err := PrecheckAcquire(c, composed, 1500*time.Millisecond)
 				if err == nil && (nk != nfc || ms != 1500) {
-					t.Errorf("BeginAcquire returned %q, %d; want the NFC key and 1500", nk, ms)
+					t.Errorf("PrecheckAcquire returned %q, %d; want the NFC key and 1500", nk, ms)
 				}
 				return err
 			},
-			func(c context.Context) error { _, _, err := BeginAcquire(c, "k", time.Microsecond); return err }},
-		{"BeginExtend",
+			func(c context.Context) error { _, _, err := PrecheckAcquire(c, "k", time.Microsecond); return err }},
+		{"PrecheckExtend",
 			func(c context.Context) error {
-				ms, err := BeginExtend(c, id, 2*time.Second)
+				ms, err := PrecheckExtend(c, id, 2*time.Second)
 				if err == nil && ms != 2000 {
-					t.Errorf("BeginExtend returned %d, want 2000", ms)
+					t.Errorf("PrecheckExtend returned %d, want 2000", ms)
 				}
 				return err
 			},
-			func(c context.Context) error { _, err := BeginExtend(c, id, 0); return err }},
+			func(c context.Context) error { _, err := PrecheckExtend(c, id, 0); return err }},
 	}
 	for _, c := range calls {
 		if err := c.good(live); err != nil {

@@ -1,4 +1,4 @@
-package lockstore
+package lock
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // Auto-extend: keeping a held lock alive from the holder's side.
@@ -37,16 +39,16 @@ import (
 //   - an extend fails with an error that retrying cannot fix
 //     (InvalidArgument, AuthFailed, Internal);
 //   - validUntil - margin passes without a successful extend. Transient
-//     errors (ServiceUnavailable, NetworkTimeout, RateLimited) are retried
+//     errors (ServiceUnavailable, NetworkTimeout, lockstore.RateLimited) are retried
 //     until then, since the lock is still certainly held.
 
 // ErrLockLost is the cause (context.Cause) of a lease's or Lock's context
 // when the lock could no longer be proved held. Test with errors.Is; the
 // cause itself is a *LockLostError saying why.
-var ErrLockLost = errors.New("lockstore: lock lost")
+var ErrLockLost = errors.New("lock: lock lost")
 
 // ErrKeepAliveStopped is the cause of a lease's context after Stop.
-var ErrKeepAliveStopped = errors.New("lockstore: keep-alive stopped")
+var ErrKeepAliveStopped = errors.New("lock: keep-alive stopped")
 
 // LostReason says why a lock was declared lost.
 type LostReason string
@@ -74,7 +76,7 @@ type LockLostError struct {
 }
 
 func (e *LockLostError) Error() string {
-	s := "lockstore: lock lost: " + string(e.Reason)
+	s := "lock: lock lost: " + string(e.Reason)
 	if e.Detail != "" {
 		s += " (" + e.Detail + ")"
 	}
@@ -97,7 +99,7 @@ type Held struct {
 	Key    string // the key as the caller gave it
 	LockID string // the holder's secret handle; never log it
 	Fence  string // the fence the acquire issued
-	Proof  string // the gateway's signed write proof for Fence, when it gave one (AcquireResult.Proof)
+	Proof  string // the gateway's signed write proof for Fence, when it gave one (Acquired.Proof)
 	state  *heldState
 }
 
@@ -111,7 +113,7 @@ type heldState struct {
 // NewHeld describes a lock taken by an acquire of key for ttl that returned
 // r and was sent at sentAt (read time.Now() just before sending). A zero
 // sentAt means "unknown": KeepAlive then extends at once to learn a bound.
-func NewHeld(key string, r AcquireResult, sentAt time.Time, ttl time.Duration) Held {
+func NewHeld(key string, r Acquired, sentAt time.Time, ttl time.Duration) Held {
 	st := &heldState{expiresAtMs: r.ExpiresAtMs}
 	if !sentAt.IsZero() && ttl > 0 {
 		st.validUntil = sentAt.Add(ttl)
@@ -193,13 +195,13 @@ func newKeepAliveConfig(ttl time.Duration, opts []KeepAliveOption) (keepAliveCon
 		c.logger = slog.Default()
 	}
 	if !(c.fraction > 0 && c.fraction < 1) {
-		return c, Errorf(InvalidArgument, "keepalive", "extend fraction must be in (0, 1), got %v", c.fraction)
+		return c, lockstore.Errorf(lockstore.InvalidArgument, "keepalive", "extend fraction must be in (0, 1), got %v", c.fraction)
 	}
 	if c.margin < 0 {
 		c.margin = ttl / 10
 	}
 	if slack := time.Duration(float64(ttl) * (1 - c.fraction)); c.margin >= slack {
-		return c, Errorf(InvalidArgument, "keepalive",
+		return c, lockstore.Errorf(lockstore.InvalidArgument, "keepalive",
 			"loss margin %s leaves no time to extend (ttl %s, extend at %v)", c.margin, ttl, c.fraction)
 	}
 	return c, nil
@@ -225,10 +227,10 @@ type Lease struct {
 // If h does not know when its request was sent (zero ValidUntil), the first
 // extend is sent at once.
 func KeepAlive(ctx context.Context, l Locker, h Held, ttl time.Duration, opts ...KeepAliveOption) (*Lease, error) {
-	if _, err := ValidateTTL(ttl); err != nil {
+	if _, err := lockstore.ValidateTTL(ttl); err != nil {
 		return nil, err
 	}
-	if err := ValidateLockID(h.LockID); err != nil {
+	if err := lockstore.ValidateLockID(h.LockID); err != nil {
 		return nil, err
 	}
 	cfg, err := newKeepAliveConfig(ttl, opts)
@@ -274,10 +276,10 @@ func (ls *Lease) Stop() {
 func (ls *Lease) run(l Locker, ttl time.Duration, cfg keepAliveConfig) {
 	defer close(ls.exited)
 	h := ls.held
-	log := cfg.logger.With("keyHash", HashKey(h.Key))
+	log := cfg.logger.With("keyHash", lockstore.HashKey(h.Key))
 	lose := func(e *LockLostError) {
 		ls.cancel(e)
-		log.Warn("lock lost", "reason", string(e.Reason), "detail", e.Detail, "code", string(CodeOf(e.Err)))
+		log.Warn("lock lost", "reason", string(e.Reason), "detail", e.Detail, "code", string(lockstore.CodeOf(e.Err)))
 	}
 	// The first extend goes out at sentAt+ttl*fraction, which is
 	// validUntil - ttl*(1-fraction); with no bound known, right away.
@@ -338,7 +340,7 @@ func (ls *Lease) run(l Locker, ttl time.Duration, cfg keepAliveConfig) {
 				lose(&LockLostError{Reason: LostExtendError, Err: err})
 				return
 			}
-			log.Debug("extend failed, retrying", "code", string(CodeOf(err)))
+			log.Debug("extend failed, retrying", "code", string(lockstore.CodeOf(err)))
 			d := retryBase/2 + time.Duration(rand.Float64()*float64(retryBase/2))
 			next = time.Now().Add(d)
 		default:
@@ -350,8 +352,8 @@ func (ls *Lease) run(l Locker, ttl time.Duration, cfg keepAliveConfig) {
 
 // retryableExtend reports whether an extend error may pass on retry.
 func retryableExtend(err error) bool {
-	switch CodeOf(err) {
-	case ServiceUnavailable, NetworkTimeout, RateLimited:
+	switch lockstore.CodeOf(err) {
+	case lockstore.ServiceUnavailable, lockstore.NetworkTimeout, lockstore.RateLimited:
 		return true
 	}
 	return false
@@ -359,5 +361,5 @@ func retryableExtend(err error) bool {
 
 // String describes the lease for debugging without its secrets.
 func (ls *Lease) String() string {
-	return fmt.Sprintf("lockstore.Lease{keyHash=%s fence=%s}", HashKey(ls.held.Key), ls.held.Fence)
+	return fmt.Sprintf("lock.Lease{keyHash=%s fence=%s}", lockstore.HashKey(ls.held.Key), ls.held.Fence)
 }

@@ -1,4 +1,4 @@
-package lockstore_test
+package lock_test
 
 import (
 	"context"
@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// A Locker that always grants, for the examples.
+// A store's lock operations that always grant, for the examples.
 type grant struct{}
 
 func (grant) Acquire(_ context.Context, _ string, ttl time.Duration) (lockstore.AcquireResult, error) {
@@ -24,18 +25,18 @@ func (grant) Extend(_ context.Context, _ string, ttl time.Duration) (lockstore.E
 }
 
 func ExampleLock() {
-	var store lockstore.Locker = grant{} // a backend's *Store, or the client
-	err := lockstore.Lock(context.Background(), store, "orders/42",
-		func(ctx context.Context, h lockstore.Held) error {
+	var store lock.Locker = lock.FromStore(grant{}) // a backend's *Store in-process, or the client
+	err := lock.Lock(context.Background(), store, "orders/42",
+		func(ctx context.Context, h lock.Held) error {
 			// Send writes carrying h.Fence; stop when ctx is done.
 			fmt.Println("fence", h.Fence)
 			return nil
 		},
-		lockstore.WithTTL(10*time.Second),
-		lockstore.WithAutoExtend(),
-		lockstore.WithRetry(lockstore.RetryPolicy{Timeout: 2 * time.Second}),
+		lock.WithTTL(10*time.Second),
+		lock.WithAutoExtend(),
+		lock.WithRetry(lock.RetryPolicy{Timeout: 2 * time.Second}),
 	)
-	if errors.Is(err, lockstore.ErrLockLost) {
+	if errors.Is(err, lock.ErrLockLost) {
 		fmt.Println("the work was not protected to the end")
 	}
 	fmt.Println("err", err)
@@ -46,14 +47,14 @@ func ExampleLock() {
 
 func ExampleKeepAlive() {
 	ctx := context.Background()
-	var l lockstore.Locker = grant{}
+	l := lock.FromStore(grant{})
 	const ttl = 10 * time.Second
 	sent := time.Now()
 	r, err := l.Acquire(ctx, "orders/42", ttl)
 	if err != nil || !r.OK {
 		return
 	}
-	lease, err := lockstore.KeepAlive(ctx, l, lockstore.NewHeld("orders/42", r, sent, ttl), ttl)
+	lease, err := lock.KeepAlive(ctx, l, lock.NewHeld("orders/42", r, sent, ttl), ttl)
 	if err != nil {
 		return
 	}

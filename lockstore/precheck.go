@@ -5,16 +5,16 @@ import (
 	"time"
 )
 
-// The preambles every Store operation runs before any I/O (the Store
+// The prechecks every Store operation runs before any I/O (the Store
 // contract): its arguments are validated first, so a bad key, lockId or
 // TTL is InvalidArgument whatever the context, and then a context that is
 // already done fails the call with ContextError (Aborted or
 // NetworkTimeout). Backends add their own checks (a closed store, derived
 // storage keys) after them.
 
-// BeginKeyOp is the preamble of operation op on a user key. It returns the
+// PrecheckKey is the precheck of operation op on a user key. It returns the
 // NFC-normalised key.
-func BeginKeyOp(ctx context.Context, op, key string) (string, error) {
+func PrecheckKey(ctx context.Context, op, key string) (string, error) {
 	nk, err := NormalizeKey(key)
 	if err != nil {
 		return "", err
@@ -25,8 +25,8 @@ func BeginKeyOp(ctx context.Context, op, key string) (string, error) {
 	return nk, nil
 }
 
-// BeginLockIDOp is the preamble of operation op on a lockId.
-func BeginLockIDOp(ctx context.Context, op, lockID string) error {
+// PrecheckLockID is the precheck of operation op on a lockId.
+func PrecheckLockID(ctx context.Context, op, lockID string) error {
 	if err := ValidateLockID(lockID); err != nil {
 		return err
 	}
@@ -36,9 +36,9 @@ func BeginLockIDOp(ctx context.Context, op, lockID string) error {
 	return nil
 }
 
-// BeginAcquire is Acquire's preamble. It returns the NFC-normalised key and
+// PrecheckAcquire is Acquire's precheck. It returns the NFC-normalised key and
 // the TTL in milliseconds.
-func BeginAcquire(ctx context.Context, key string, ttl time.Duration) (string, int64, error) {
+func PrecheckAcquire(ctx context.Context, key string, ttl time.Duration) (string, int64, error) {
 	nk, err := NormalizeKey(key)
 	if err != nil {
 		return "", 0, err
@@ -53,8 +53,8 @@ func BeginAcquire(ctx context.Context, key string, ttl time.Duration) (string, i
 	return nk, ttlMs, nil
 }
 
-// BeginExtend is Extend's preamble. It returns the TTL in milliseconds.
-func BeginExtend(ctx context.Context, lockID string, ttl time.Duration) (int64, error) {
+// PrecheckExtend is Extend's precheck. It returns the TTL in milliseconds.
+func PrecheckExtend(ctx context.Context, lockID string, ttl time.Duration) (int64, error) {
 	if err := ValidateLockID(lockID); err != nil {
 		return 0, err
 	}
@@ -68,10 +68,10 @@ func BeginExtend(ctx context.Context, lockID string, ttl time.Duration) (int64, 
 	return ttlMs, nil
 }
 
-// BeginAdmit starts a write-barrier Admit: the key and the admission
+// PrecheckAdmit starts a write-barrier Admit: the key and the admission
 // (fence, write id, maxWrite) are validated, then ctx, before any I/O. It
 // returns the normalised key and MaxWrite in milliseconds.
-func BeginAdmit(ctx context.Context, key string, a WriteAdmission) (string, int64, error) {
+func PrecheckAdmit(ctx context.Context, key string, a WriteAdmission) (string, int64, error) {
 	nk, err := NormalizeKey(key)
 	if err != nil {
 		return "", 0, err
@@ -86,9 +86,9 @@ func BeginAdmit(ctx context.Context, key string, a WriteAdmission) (string, int6
 	return nk, maxMs, nil
 }
 
-// BeginFinish starts a write-barrier Finish: the key and write id are
+// PrecheckFinish starts a write-barrier Finish: the key and write id are
 // validated, then ctx, before any I/O. It returns the normalised key.
-func BeginFinish(ctx context.Context, key, writeID string) (string, error) {
+func PrecheckFinish(ctx context.Context, key, writeID string) (string, error) {
 	nk, err := NormalizeKey(key)
 	if err != nil {
 		return "", err

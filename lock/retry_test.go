@@ -1,12 +1,15 @@
-package lockstore
+package lock
 
 import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // almostOne is the largest float64 below 1, the top of rand's range.
@@ -84,11 +87,11 @@ func TestRetryPolicyValidate(t *testing.T) {
 		{Jitter: "decorrelated"},
 	}
 	for _, p := range bad {
-		if err := p.Validate(); CodeOf(err) != InvalidArgument {
+		if err := p.Validate(); lockstore.CodeOf(err) != lockstore.InvalidArgument {
 			t.Errorf("Validate(%+v) = %v, want InvalidArgument", p, err)
 		}
 		_, err := AcquireWithRetry(context.Background(), newMemStore(), "k", time.Second, p)
-		if CodeOf(err) != InvalidArgument {
+		if lockstore.CodeOf(err) != lockstore.InvalidArgument {
 			t.Errorf("AcquireWithRetry with %+v = %v, want InvalidArgument", p, err)
 		}
 	}
@@ -120,8 +123,8 @@ func equalInts(a, b []int64) bool {
 
 // alwaysHeld makes m's key permanently contended.
 func alwaysHeld(m *memStore) {
-	m.onAcquire = func(context.Context, string) (AcquireResult, error, bool) {
-		return AcquireResult{Reason: ReasonLocked}, nil, true
+	m.onAcquire = func(context.Context, string) (lockstore.AcquireResult, error, bool) {
+		return lockstore.AcquireResult{Reason: lockstore.ReasonLocked}, nil, true
 	}
 }
 
@@ -156,10 +159,10 @@ func TestAcquireWithRetryAttempts(t *testing.T) {
 				alwaysHeld(m)
 				start := time.Now()
 				r, err := AcquireWithRetry(context.Background(), m, "k", time.Second, tt.policy)
-				if CodeOf(err) != AcquisitionTimeout {
+				if lockstore.CodeOf(err) != lockstore.AcquisitionTimeout {
 					t.Fatalf("err = %v, want AcquisitionTimeout", err)
 				}
-				if r.OK || r.Reason != ReasonLocked {
+				if r.OK || r.Reason != lockstore.ReasonLocked {
 					t.Errorf("result = %+v, want the last contention result", r)
 				}
 				if got := offsets(m.acquires); !equalInts(got, tt.want) {
@@ -205,7 +208,7 @@ func TestAcquireWithRetryContext(t *testing.T) {
 			time.AfterFunc(120*time.Millisecond, cancel)
 			start := time.Now()
 			_, err := AcquireWithRetry(ctx, m, "k", time.Second, RetryPolicy{Jitter: JitterNone})
-			if CodeOf(err) != Aborted {
+			if lockstore.CodeOf(err) != lockstore.Aborted {
 				t.Fatalf("err = %v, want Aborted", err)
 			}
 			if el := time.Since(start); el != 120*time.Millisecond {
@@ -220,7 +223,7 @@ func TestAcquireWithRetryContext(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 			defer cancel()
 			_, err := AcquireWithRetry(ctx, m, "k", time.Second, RetryPolicy{Jitter: JitterNone})
-			if CodeOf(err) != NetworkTimeout {
+			if lockstore.CodeOf(err) != lockstore.NetworkTimeout {
 				t.Fatalf("err = %v, want NetworkTimeout", err)
 			}
 		})
@@ -230,38 +233,55 @@ func TestAcquireWithRetryContext(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		_, err := AcquireWithRetry(ctx, m, "k", time.Second, RetryPolicy{})
-		if CodeOf(err) != Aborted || len(m.acquires) != 0 {
+		if lockstore.CodeOf(err) != lockstore.Aborted || len(m.acquires) != 0 {
 			t.Fatalf("err = %v after %d attempts", err, len(m.acquires))
 		}
 	})
 	t.Run("driver error after cancel is mapped by the context", func(t *testing.T) {
 		m := newMemStore()
 		ctx, cancel := context.WithCancel(context.Background())
-		m.onAcquire = func(context.Context, string) (AcquireResult, error, bool) {
+		m.onAcquire = func(context.Context, string) (lockstore.AcquireResult, error, bool) {
 			cancel()
-			return AcquireResult{}, errors.New("use of closed network connection"), true
+			return lockstore.AcquireResult{}, errors.New("use of closed network connection"), true
 		}
 		_, err := AcquireWithRetry(ctx, m, "k", time.Second, RetryPolicy{})
-		if CodeOf(err) != Aborted {
+		if lockstore.CodeOf(err) != lockstore.Aborted {
 			t.Fatalf("err = %v, want Aborted", err)
 		}
 	})
 }
 
 func TestAcquireWithRetryErrorsAreNotRetried(t *testing.T) {
-	for _, code := range []Code{ServiceUnavailable, InvalidArgument, AuthFailed, Internal} {
+	for _, code := range []lockstore.Code{lockstore.ServiceUnavailable, lockstore.InvalidArgument, lockstore.AuthFailed, lockstore.Internal} {
 		m := newMemStore()
-		m.onAcquire = func(context.Context, string) (AcquireResult, error, bool) {
-			return AcquireResult{}, &Error{Code: code, Op: "acquire"}, true
+		m.onAcquire = func(context.Context, string) (lockstore.AcquireResult, error, bool) {
+			return lockstore.AcquireResult{}, &lockstore.Error{Code: code, Op: "acquire"}, true
 		}
 		_, err := AcquireWithRetry(context.Background(), m, "k", time.Second, RetryPolicy{})
-		if CodeOf(err) != code || len(m.acquires) != 1 {
+		if lockstore.CodeOf(err) != code || len(m.acquires) != 1 {
 			t.Errorf("%s: err %v after %d attempts, want it returned after 1", code, err, len(m.acquires))
 		}
 	}
 	// The backend's own validation reaches the caller unchanged.
 	_, err := AcquireWithRetry(context.Background(), newMemStore(), "", time.Second, RetryPolicy{})
-	if CodeOf(err) != InvalidArgument {
+	if lockstore.CodeOf(err) != lockstore.InvalidArgument {
 		t.Errorf("empty key: %v", err)
+	}
+}
+
+// TestAcquireWithRetryTimeoutKeepsKeyUnprinted: the AcquisitionTimeout
+// error carries the raw key for code (onReleaseError-style callers) and
+// prints only its hash.
+func TestAcquireWithRetryTimeoutKeepsKeyUnprinted(t *testing.T) {
+	const key = "tenant-42/invoice:secret-key"
+	m := newMemStore()
+	alwaysHeld(m)
+	_, err := AcquireWithRetry(context.Background(), m, key, time.Second, RetryPolicy{MaxRetries: NoRetries})
+	var le *lockstore.Error
+	if !errors.As(err, &le) || le.Code != lockstore.AcquisitionTimeout || le.Key != key {
+		t.Fatalf("err = %#v, want AcquisitionTimeout with the key", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "secret-key") || !strings.Contains(msg, lockstore.HashKey(key)) {
+		t.Errorf("error text %q: want the key's hash, never the key", msg)
 	}
 }

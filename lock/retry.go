@@ -1,4 +1,4 @@
-package lockstore
+package lock
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // Backoff selects how the delay between acquire attempts grows.
@@ -46,7 +48,7 @@ const NoRetries = -1
 // contention. Its zero value is SyncGuard's default: 10 retries (11 attempts),
 // 100 ms base delay, exponential backoff, equal jitter, 5 s timeout.
 //
-// Only contention (an AcquireResult with OK=false) is retried. A system error
+// Only contention (an Acquired with OK=false) is retried. A system error
 // ends the loop at once with that error: backends are single-attempt
 // (ADR-009), and an error is a different answer from "someone holds it".
 type RetryPolicy struct {
@@ -97,19 +99,19 @@ func (p RetryPolicy) WithDefaults() RetryPolicy {
 func (p RetryPolicy) Validate() error {
 	switch {
 	case p.RetryDelay < 0:
-		return Errorf(InvalidArgument, "retry", "retry delay must not be negative, got %s", p.RetryDelay)
+		return lockstore.Errorf(lockstore.InvalidArgument, "retry", "retry delay must not be negative, got %s", p.RetryDelay)
 	case p.Timeout < 0:
-		return Errorf(InvalidArgument, "retry", "acquire timeout must not be negative, got %s", p.Timeout)
+		return lockstore.Errorf(lockstore.InvalidArgument, "retry", "acquire timeout must not be negative, got %s", p.Timeout)
 	}
 	switch p.Backoff {
 	case "", BackoffExponential, BackoffFixed:
 	default:
-		return Errorf(InvalidArgument, "retry", "unknown backoff %q (want exponential or fixed)", p.Backoff)
+		return lockstore.Errorf(lockstore.InvalidArgument, "retry", "unknown backoff %q (want exponential or fixed)", p.Backoff)
 	}
 	switch p.Jitter {
 	case "", JitterEqual, JitterFull, JitterNone:
 	default:
-		return Errorf(InvalidArgument, "retry", "unknown jitter %q (want equal, full or none)", p.Jitter)
+		return lockstore.Errorf(lockstore.InvalidArgument, "retry", "unknown jitter %q (want equal, full or none)", p.Jitter)
 	}
 	return nil
 }
@@ -159,36 +161,36 @@ func (p RetryPolicy) Delay(attempt int) time.Duration {
 // "locked" answer for waitMs). A system error from l ends the loop with that
 // error. Cancelling ctx ends it with Aborted, ctx's deadline with
 // NetworkTimeout (ContextError), even in the middle of a sleep.
-func AcquireWithRetry(ctx context.Context, l Locker, key string, ttl time.Duration, p RetryPolicy) (AcquireResult, error) {
+func AcquireWithRetry(ctx context.Context, l Locker, key string, ttl time.Duration, p RetryPolicy) (Acquired, error) {
 	r, _, err := acquireWithRetry(ctx, l, key, ttl, p)
 	return r, err
 }
 
 // acquireWithRetry is AcquireWithRetry that also returns when the winning
 // attempt was sent, the start of the auto-extend clock.
-func acquireWithRetry(ctx context.Context, l Locker, key string, ttl time.Duration, p RetryPolicy) (AcquireResult, time.Time, error) {
+func acquireWithRetry(ctx context.Context, l Locker, key string, ttl time.Duration, p RetryPolicy) (Acquired, time.Time, error) {
 	if err := p.Validate(); err != nil {
-		return AcquireResult{}, time.Time{}, err
+		return Acquired{}, time.Time{}, err
 	}
 	p = p.WithDefaults()
 	start := time.Now()
-	timeout := func(attempts int, last AcquireResult) (AcquireResult, time.Time, error) {
-		return last, time.Time{}, &Error{Code: AcquisitionTimeout, Op: "acquire", Key: key,
+	timeout := func(attempts int, last Acquired) (Acquired, time.Time, error) {
+		return last, time.Time{}, &lockstore.Error{Code: lockstore.AcquisitionTimeout, Op: "acquire", Key: key,
 			Msg: fmt.Sprintf("not acquired after %d attempt(s) in %s", attempts, time.Since(start).Round(time.Millisecond))}
 	}
-	var last AcquireResult
+	var last Acquired
 	for attempt := 1; ; attempt++ {
-		if err := ContextError(ctx, "acquire"); err != nil {
-			return last, time.Time{}, WithContext(err, key, "")
+		if err := lockstore.ContextError(ctx, "acquire"); err != nil {
+			return last, time.Time{}, lockstore.WithKeyLockID(err, key, "")
 		}
 		sent := time.Now()
 		r, err := l.Acquire(ctx, key, ttl)
 		if err != nil {
 			// A driver's own wording of a cancelled call must not decide
 			// the code; the context's state does.
-			if cerr := ContextError(ctx, "acquire"); cerr != nil {
+			if cerr := lockstore.ContextError(ctx, "acquire"); cerr != nil {
 				cerr.Err = err
-				return last, time.Time{}, WithContext(cerr, key, "")
+				return last, time.Time{}, lockstore.WithKeyLockID(cerr, key, "")
 			}
 			return last, time.Time{}, err
 		}
@@ -207,7 +209,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, ttl time.Durati
 			return timeout(attempt, last)
 		}
 		if err := sleepCtx(ctx, d); err != nil {
-			return last, time.Time{}, WithContext(ContextError(ctx, "acquire"), key, "")
+			return last, time.Time{}, lockstore.WithKeyLockID(lockstore.ContextError(ctx, "acquire"), key, "")
 		}
 	}
 }

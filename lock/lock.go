@@ -1,10 +1,12 @@
-package lockstore
+package lock
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // DefaultReleaseTimeout bounds the release Lock makes after its function
@@ -75,18 +77,18 @@ func WithReleaseTimeout(d time.Duration) LockOption {
 // the result also matches ErrLockLost: on its own when fn returned nil (the
 // work was not protected to the end), joined to fn's error otherwise.
 func Lock(ctx context.Context, l Locker, key string, fn func(ctx context.Context, h Held) error, opts ...LockOption) (err error) {
-	cfg := lockConfig{ttl: DefaultTTL, releaseTimeout: DefaultReleaseTimeout}
+	cfg := lockConfig{ttl: lockstore.DefaultTTL, releaseTimeout: DefaultReleaseTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if fn == nil {
-		return Errorf(InvalidArgument, "lock", "fn must not be nil")
+		return lockstore.Errorf(lockstore.InvalidArgument, "lock", "fn must not be nil")
 	}
-	if _, err := ValidateTTL(cfg.ttl); err != nil {
+	if _, err := lockstore.ValidateTTL(cfg.ttl); err != nil {
 		return err
 	}
 	if cfg.releaseTimeout <= 0 {
-		return Errorf(InvalidArgument, "lock", "release timeout must be positive, got %s", cfg.releaseTimeout)
+		return lockstore.Errorf(lockstore.InvalidArgument, "lock", "release timeout must be positive, got %s", cfg.releaseTimeout)
 	}
 	// Check the keep-alive options before taking the lock, so a bad option
 	// is not discovered while holding it.
@@ -161,7 +163,7 @@ func release(ctx context.Context, l Locker, h Held, cfg lockConfig) {
 	if err == nil || cfg.onReleaseError == nil {
 		return
 	}
-	if cerr := ContextError(rctx, "release"); cerr != nil {
+	if cerr := lockstore.ContextError(rctx, "release"); cerr != nil {
 		cerr.Err = err
 		err = cerr
 	}

@@ -1,4 +1,4 @@
-package lockstore
+package lock
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 var quiet = KeepAliveLogger(slog.New(slog.DiscardHandler))
@@ -29,10 +31,10 @@ func TestLockRunsAndReleases(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Key != "resource:123" || ValidateLockID(got.LockID) != nil || got.Fence != "000000000000001" {
+		if got.Key != "resource:123" || lockstore.ValidateLockID(got.LockID) != nil || got.Fence != "000000000000001" {
 			t.Errorf("Held = %+v", got)
 		}
-		if want := time.Now().Add(DefaultTTL).UnixMilli(); got.ExpiresAtMs() != want {
+		if want := time.Now().Add(lockstore.DefaultTTL).UnixMilli(); got.ExpiresAtMs() != want {
 			t.Errorf("ExpiresAtMs = %d, want %d (now + default TTL)", got.ExpiresAtMs(), want)
 		}
 		if len(m.releases) != 1 || m.releases[0].lockID != got.LockID || m.holder("resource:123") != "" {
@@ -43,8 +45,10 @@ func TestLockRunsAndReleases(t *testing.T) {
 
 func TestLockFnErrorWinsOverReleaseError(t *testing.T) {
 	m := newMemStore()
-	releaseErr := &Error{Code: ServiceUnavailable, Op: "release"}
-	m.onRelease = func(context.Context, string) (ReleaseResult, error, bool) { return ReleaseResult{}, releaseErr, true }
+	releaseErr := &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: "release"}
+	m.onRelease = func(context.Context, string) (lockstore.ReleaseResult, error, bool) {
+		return lockstore.ReleaseResult{}, releaseErr, true
+	}
 	fnErr := errors.New("work failed")
 	var (
 		handled   error
@@ -115,9 +119,9 @@ func TestLockReleasesWithFreshContextAfterCancel(t *testing.T) {
 func TestLockReleaseTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := newMemStore()
-		m.onRelease = func(ctx context.Context, _ string) (ReleaseResult, error, bool) {
+		m.onRelease = func(ctx context.Context, _ string) (lockstore.ReleaseResult, error, bool) {
 			<-ctx.Done() // a backend that never answers
-			return ReleaseResult{}, errors.New("driver: i/o timeout"), true
+			return lockstore.ReleaseResult{}, errors.New("driver: i/o timeout"), true
 		}
 		var handled error
 		start := time.Now()
@@ -129,7 +133,7 @@ func TestLockReleaseTimeout(t *testing.T) {
 		if el := time.Since(start); el != 200*time.Millisecond {
 			t.Errorf("Lock took %v, want the 200ms release bound", el)
 		}
-		if CodeOf(handled) != NetworkTimeout {
+		if lockstore.CodeOf(handled) != lockstore.NetworkTimeout {
 			t.Errorf("handler got %v, want NetworkTimeout", handled)
 		}
 	})
@@ -142,7 +146,7 @@ func TestLockAcquireFailure(t *testing.T) {
 		called := false
 		err := Lock(context.Background(), m, "k", func(context.Context, Held) error { called = true; return nil },
 			WithRetry(RetryPolicy{MaxRetries: 2, Jitter: JitterNone}))
-		if CodeOf(err) != AcquisitionTimeout || called || len(m.acquires) != 3 || len(m.releases) != 0 {
+		if lockstore.CodeOf(err) != lockstore.AcquisitionTimeout || called || len(m.acquires) != 3 || len(m.releases) != 0 {
 			t.Errorf("err %v, fn called %v, %d acquires, %d releases", err, called, len(m.acquires), len(m.releases))
 		}
 	})
@@ -161,11 +165,11 @@ func TestLockRejectsBadOptionsBeforeAcquiring(t *testing.T) {
 	}
 	for name, opts := range cases {
 		m := newMemStore()
-		if err := Lock(context.Background(), m, "k", fn, opts...); CodeOf(err) != InvalidArgument || len(m.acquires) != 0 {
+		if err := Lock(context.Background(), m, "k", fn, opts...); lockstore.CodeOf(err) != lockstore.InvalidArgument || len(m.acquires) != 0 {
 			t.Errorf("%s: err %v after %d acquires", name, err, len(m.acquires))
 		}
 	}
-	if err := Lock(context.Background(), newMemStore(), "k", nil); CodeOf(err) != InvalidArgument {
+	if err := Lock(context.Background(), newMemStore(), "k", nil); lockstore.CodeOf(err) != lockstore.InvalidArgument {
 		t.Errorf("nil fn: %v", err)
 	}
 }
@@ -240,31 +244,31 @@ func TestLockAutoExtendKeepsLockPastTTL(t *testing.T) {
 }
 
 func TestLockAutoExtendLoss(t *testing.T) {
-	svcDown := &Error{Code: ServiceUnavailable, Op: "extend"}
+	svcDown := &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: "extend"}
 	tests := []struct {
 		name string
 		// extend scripts the n-th extend; handled=false runs the real one.
-		extend     func(ctx context.Context, n int) (ExtendResult, error, bool)
+		extend     func(ctx context.Context, n int) (lockstore.ExtendResult, error, bool)
 		steal      bool          // drop the lock at 200ms, as an expiry would
 		wantAfter  time.Duration // when fn's ctx is cancelled, from acquire
 		wantReason LostReason
-		wantCode   Code // of the extend error in the cause, if any
+		wantCode   lockstore.Code // of the extend error in the cause, if any
 	}{
 		{name: "extend answers ok=false", steal: true, wantAfter: 500 * time.Millisecond, wantReason: LostNotHeld},
 		{name: "extend fails with a permanent error",
-			extend: func(context.Context, int) (ExtendResult, error, bool) {
-				return ExtendResult{}, &Error{Code: AuthFailed, Op: "extend"}, true
+			extend: func(context.Context, int) (lockstore.ExtendResult, error, bool) {
+				return lockstore.ExtendResult{}, &lockstore.Error{Code: lockstore.AuthFailed, Op: "extend"}, true
 			},
-			wantAfter: 500 * time.Millisecond, wantReason: LostExtendError, wantCode: AuthFailed},
+			wantAfter: 500 * time.Millisecond, wantReason: LostExtendError, wantCode: lockstore.AuthFailed},
 		{name: "transient errors until the loss deadline",
-			extend: func(context.Context, int) (ExtendResult, error, bool) {
-				return ExtendResult{}, svcDown, true
+			extend: func(context.Context, int) (lockstore.ExtendResult, error, bool) {
+				return lockstore.ExtendResult{}, svcDown, true
 			},
 			wantAfter: 900 * time.Millisecond, wantReason: LostExpired},
 		{name: "extend hangs",
-			extend: func(ctx context.Context, _ int) (ExtendResult, error, bool) {
+			extend: func(ctx context.Context, _ int) (lockstore.ExtendResult, error, bool) {
 				<-ctx.Done()
-				return ExtendResult{}, ContextError(ctx, "extend"), true
+				return lockstore.ExtendResult{}, lockstore.ContextError(ctx, "extend"), true
 			},
 			wantAfter: 900 * time.Millisecond, wantReason: LostExpired},
 	}
@@ -273,7 +277,9 @@ func TestLockAutoExtendLoss(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				m := newMemStore()
 				if tt.extend != nil {
-					m.onExtend = func(ctx context.Context, n int, _ string) (ExtendResult, error, bool) { return tt.extend(ctx, n) }
+					m.onExtend = func(ctx context.Context, n int, _ string) (lockstore.ExtendResult, error, bool) {
+						return tt.extend(ctx, n)
+					}
 				}
 				start := time.Now()
 				if tt.steal {
@@ -293,11 +299,11 @@ func TestLockAutoExtendLoss(t *testing.T) {
 				if !errors.As(cause, &le) || le.Reason != tt.wantReason || !errors.Is(cause, ErrLockLost) {
 					t.Fatalf("cause = %v, want a %s LockLostError", cause, tt.wantReason)
 				}
-				if tt.wantCode != "" && CodeOf(le.Err) != tt.wantCode {
+				if tt.wantCode != "" && lockstore.CodeOf(le.Err) != tt.wantCode {
 					t.Errorf("cause carries %v, want code %s", le.Err, tt.wantCode)
 				}
-				if tt.steal && le.Detail != DetailNotFound {
-					t.Errorf("detail %q, want the backend's %q", le.Detail, DetailNotFound)
+				if tt.steal && le.Detail != lockstore.DetailNotFound {
+					t.Errorf("detail %q, want the backend's %q", le.Detail, lockstore.DetailNotFound)
 				}
 				// fn's own error is kept and the loss is visible in it.
 				if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrLockLost) {
@@ -314,11 +320,11 @@ func TestLockAutoExtendLoss(t *testing.T) {
 func TestLockAutoExtendRetriesTransientErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := newMemStore()
-		m.onExtend = func(_ context.Context, n int, _ string) (ExtendResult, error, bool) {
+		m.onExtend = func(_ context.Context, n int, _ string) (lockstore.ExtendResult, error, bool) {
 			if n <= 2 {
-				return ExtendResult{}, &Error{Code: ServiceUnavailable, Op: "extend"}, true
+				return lockstore.ExtendResult{}, &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: "extend"}, true
 			}
-			return ExtendResult{}, nil, false
+			return lockstore.ExtendResult{}, nil, false
 		}
 		err := Lock(context.Background(), m, "k", func(ctx context.Context, _ Held) error {
 			select {
