@@ -30,12 +30,3 @@ func newStoreReady(store lockstore.Store, timeout time.Duration) prometheus.Coll
 		return 1
 	})
 }
-
-// backendOf names the backend under l for metric labels ("" when no
-// lockstore.Describer is reachable).
-func backendOf(l lockstore.Locks) string {
-	if d, ok := lockstore.As[lockstore.Describer](l); ok {
-		return d.Capabilities().Backend
-	}
-	return ""
-}
