@@ -19,8 +19,22 @@ const (
 // startOpSpan starts the span of one lock operation under ctx, which holds
 // the caller's trace context (tracing.FromHTTP, tracing.FromGRPC).
 func startOpSpan(ctx context.Context, op Operation) (context.Context, trace.Span) {
-	return tracing.Start(ctx, tracing.SpanLockPrefix+string(op))
+	name, ok := opSpanNames[op]
+	if !ok {
+		name = tracing.SpanLockPrefix + string(op)
+	}
+	return tracing.Start(ctx, name)
 }
+
+// opSpanNames are the span names of the lock operations, built once: the
+// concatenation allocated on every request, tracing on or off.
+var opSpanNames = func() map[Operation]string {
+	m := make(map[Operation]string, len(allOps))
+	for _, op := range allOps {
+		m[op] = tracing.SpanLockPrefix + string(op)
+	}
+	return m
+}()
 
 // endOpSpan records the outcome and ends sp: the operation, the transport
 // and the metric result (ok, fail, or the LockError code), never the key,
