@@ -30,7 +30,7 @@ func TestSuites(t *testing.T) {
 	}{
 		{"gateway", gatewaySuite, []string{
 			"gateway/bolt/in-process", "gateway/bolt/http", "gateway/bolt/grpc",
-			"gateway/redis/in-process", "gateway/transport/http", "gateway/redis/http", "gateway/transport/grpc", "gateway/redis/grpc",
+			"gateway/redis/in-process", "gateway/transport/http", "gateway/redis/lua-floor", "gateway/redis/http", "gateway/transport/grpc", "gateway/redis/grpc",
 			"gateway/postgres/in-process", "gateway/postgres/http", "gateway/postgres/grpc",
 		}},
 		{"authz", authzSuite, []string{"authz/noop", "authz/fencegate-redis"}},
