@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/fencegate/fencegate/api/wire"
@@ -107,4 +110,28 @@ func FuzzDecodeFast(f *testing.F) {
 			t.Fatalf("fast path disagrees with encoding/json on %q", bad)
 		}
 	})
+}
+
+// TestDecodeJSONAroundFastBuffer: bodies around fastBodyBytes — read whole
+// and parsed fast, or read partly and handed to encoding/json with the
+// rest of the body — decode as encoding/json alone decodes them, errors
+// included.
+func TestDecodeJSONAroundFastBuffer(t *testing.T) {
+	var bodies []string
+	for _, n := range []int{fastBodyBytes - 1, fastBodyBytes, fastBodyBytes + 1, 3 * fastBodyBytes} {
+		// {"key":"xxx…"} of exactly n bytes, then broken variants of it.
+		key := strings.Repeat("k", n-len(`{"key":""}`))
+		ok := `{"key":"` + key + `"}`
+		bodies = append(bodies, ok, ok[:len(ok)-1], ok+`x`, ok[:len(ok)-2]+`\u0041"}`, `{"key":"`+key[1:]+`","x":1}`)
+	}
+	for _, body := range bodies {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		var got, want wire.AcquireRequest
+		gotErr := decodeJSON(httptest.NewRecorder(), r, &got)
+		wantErr := strictDecode([]byte(body), &want)
+		if (gotErr == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
+			t.Errorf("body of %d bytes: decodeJSON %+v, %v; encoding/json %+v, %v", len(body), got.Key != "", gotErr, want.Key != "", wantErr)
+		}
+	}
 }
