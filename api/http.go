@@ -87,7 +87,7 @@ func (s *Server) serveOp(op auth.Operation, method string, fn opFunc) http.Handl
 		ctx, span := startOpSpan(tracing.FromHTTP(r.Context(), r.Header), op)
 		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
 		if err == nil {
-			setPrincipal(r.Context(), p)
+			setPrincipal(w, p)
 			err = authorizeOp(p, op)
 		} else if r.ContentLength != 0 {
 			// The body of a caller without a credential is never read:
@@ -220,7 +220,7 @@ func (s *Server) httpAudit(ctx context.Context, _ http.ResponseWriter, r *http.R
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae := asAPIError(err)
 	status := ae.httpStatusCode()
-	setErrorCode(r.Context(), ae.code)
+	setErrorCode(w, ae.code)
 	if status >= 500 && status != http.StatusNotImplemented {
 		s.log.LogAttrs(r.Context(), levelFor(ae.code), "lock API request failed",
 			slogAttrs(r, status, ae)...)

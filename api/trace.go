@@ -20,8 +20,23 @@ const (
 // startOpSpan starts the span of one lock operation under ctx, which holds
 // the caller's trace context (tracing.FromHTTP, tracing.FromGRPC).
 func startOpSpan(ctx context.Context, op auth.Operation) (context.Context, trace.Span) {
-	return tracing.Start(ctx, tracing.SpanLockPrefix+string(op))
+	name, ok := opSpanNames[op]
+	if !ok {
+		name = tracing.SpanLockPrefix + string(op)
+	}
+	return tracing.Start(ctx, name)
 }
+
+// opSpanNames are the span names of the lock operations, built once: the
+// concatenation allocated on every request, tracing on or off.
+var opSpanNames = func() map[auth.Operation]string {
+	ops := auth.APIOps()
+	m := make(map[auth.Operation]string, len(ops))
+	for _, op := range ops {
+		m[op] = tracing.SpanLockPrefix + string(op)
+	}
+	return m
+}()
 
 // endOpSpan records the outcome and ends sp: the operation, the transport
 // and the metric result (ok, fail, or the LockError code), never the key,
