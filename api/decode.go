@@ -17,13 +17,13 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// MaxBodyBytes is the request body limit (API.md: over 64 KiB is 400).
+// MaxBodyBytes is the request body limit (docs/api.md: over 64 KiB is 400).
 const MaxBodyBytes = 64 << 10
 
 // decodeJSON reads r's body into dst strictly: Content-Type
 // application/json, at most MaxBodyBytes, one JSON value with no unknown
 // fields, no wrong types and nothing after it. Every failure is an
-// InvalidArgument (400): API.md maps every malformed request to 400, so a
+// InvalidArgument (400): docs/api.md maps every malformed request to 400, so a
 // wrong Content-Type is a 400 here too, not a 415.
 func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	if err := checkContentType(r.Header.Get("Content-Type")); err != nil {

@@ -1,5 +1,5 @@
 // Package api serves fencegate's lock API over HTTP/JSON and gRPC
-// (API.md, "Lock API over HTTP/JSON", "Lock API over gRPC",
+// (docs/api.md, "Lock API over HTTP/JSON", "Lock API over gRPC",
 // "Operations"), checking bearer tokens with package auth, and lock-op
 // metrics.
 //
@@ -20,10 +20,10 @@
 // the metrics (registered once, by New) and the authenticator.
 // Server.Handler is a ready-made mux with a JSON 404 for unknown paths.
 //
-// # HTTP decisions API.md leaves open
+// # HTTP decisions docs/api.md leaves open
 //
 //   - A wrong or missing Content-Type on a POST is 400 InvalidArgument, not
-//     415: API.md maps every malformed request to 400, and one status per
+//     415: docs/api.md maps every malformed request to 400, and one status per
 //     code keeps clients simple. The charset, if given, must be UTF-8.
 //   - A body over 64 KiB, unknown fields, wrong types, anything after the
 //     JSON object, a bad lockId, and a lookup with both or neither of key
@@ -70,7 +70,7 @@
 // # gRPC
 //
 // Contention and absent locks are reply fields (ok=false). Failures are
-// statuses mapped from the LockError code (API.md), with a
+// statuses mapped from the LockError code (docs/api.md), with a
 // google.rpc.ErrorInfo detail {Reason: code, Domain: "fencegate.io"};
 // CodeFromStatus reads it back. Auth reads the "authorization: Bearer …"
 // metadata. The auth, metrics and logging interceptor is built into the

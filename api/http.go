@@ -214,7 +214,7 @@ func (s *Server) httpAudit(ctx context.Context, _ http.ResponseWriter, r *http.R
 	return http.StatusOK, wire.AuditReply{Events: events}, true, nil
 }
 
-// writeError renders err as API.md's error body. 5xx causes are logged
+// writeError renders err as docs/api.md's error body. 5xx causes are logged
 // (lockstore errors print key and lockId hashes only); the client gets the
 // code and a message free of secrets.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {

@@ -51,7 +51,7 @@ type httpCase struct {
 	check  func(t *testing.T, r reply)
 }
 
-// TestHTTPTable covers every row of API.md's HTTP table and every error
+// TestHTTPTable covers every row of docs/api.md's HTTP table and every error
 // status the handlers produce, against a real bolt store.
 func TestHTTPTable(t *testing.T) {
 	e := newEnv(t, openStore(t), nil)
@@ -605,7 +605,7 @@ func TestHTTPOperations(t *testing.T) {
 	})
 }
 
-// TestStatusMapping pins API.md's code tables for every LockError code.
+// TestStatusMapping pins docs/api.md's code tables for every LockError code.
 func TestStatusMapping(t *testing.T) {
 	want := map[lockstore.Code][2]string{
 		lockstore.InvalidArgument:    {"400", "InvalidArgument"},

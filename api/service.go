@@ -109,7 +109,7 @@ func (s *Server) acquireLock(ctx context.Context, p *auth.Principal, key string,
 		Timeout:    wait,
 	})
 	if lockstore.CodeOf(err) == lockstore.AcquisitionTimeout && ctx.Err() == nil {
-		// API.md: when waitMs runs out the answer is the same "locked" as
+		// docs/api.md: when waitMs runs out the answer is the same "locked" as
 		// an immediate attempt, not an error.
 		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
 	}

@@ -75,7 +75,7 @@ const (
 //
 // Allowed: 200 with x-fence-verified (a checked write) and
 // x-fence-decision-id. Denied: the reason's status, x-fence-reason,
-// x-fence-decision-id and the JSON body of API.md.
+// x-fence-decision-id and the JSON body of docs/api.md.
 type HTTPHandler struct {
 	d decider
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/fencegate/fencegate/lock"
 )
 
-// Header names the edge check reads (API.md, "Envoy ext_authz").
+// Header names the edge check reads (docs/api.md, "Envoy ext_authz").
 const (
 	HeaderKey    = "X-Fence-Key"
 	HeaderToken  = "X-Fence-Token"

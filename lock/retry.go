@@ -13,7 +13,7 @@ import (
 // Backoff selects how the delay between acquire attempts grows.
 type Backoff string
 
-// Backoff strategies (interface.md, "Retry Strategy Specification").
+// Backoff strategies (docs/design.md, "Retries live in the helper").
 const (
 	// BackoffExponential doubles the base delay each attempt:
 	// RetryDelay * 2^(attempt-1), attempt being 1-based. The default.
@@ -26,7 +26,7 @@ const (
 // waiters released at once do not retry in lockstep.
 type Jitter string
 
-// Jitter kinds (interface.md). With r uniform in [0, 1):
+// Jitter kinds (docs/design.md, "Retries live in the helper"). With r uniform in [0, 1):
 const (
 	JitterEqual Jitter = "equal" // base/2 + r*base/2: never less than half the base. The default.
 	JitterFull  Jitter = "full"  // r*base
@@ -50,7 +50,7 @@ const NoRetries = -1
 //
 // Only contention (an Acquired with OK=false) is retried. A system error
 // ends the loop at once with that error: backends are single-attempt
-// (ADR-009), and an error is a different answer from "someone holds it".
+// (docs/design.md, "Retries live in the helper"), and an error is a different answer from "someone holds it".
 type RetryPolicy struct {
 	// MaxRetries is the number of retries after the first attempt; 0 means
 	// DefaultMaxRetries and NoRetries (any negative value) means none.

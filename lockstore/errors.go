@@ -11,7 +11,7 @@ import (
 // error's text.
 type Code string
 
-// The error codes of the lock contract (DESIGN.md). Contention is not an
+// The error codes of the lock contract (docs/design.md). Contention is not an
 // error: it is an AcquireResult with Reason "locked".
 const (
 	ServiceUnavailable Code = "ServiceUnavailable" // backend unreachable, connection refused/reset, transaction conflict

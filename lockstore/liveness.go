@@ -3,7 +3,7 @@ package lockstore
 import "time"
 
 // TimeToleranceMs is the fixed clock tolerance of the liveness predicate
-// (ADR-005). It is not configurable: every backend must agree on liveness.
+// (docs/design.md, "Constants and liveness"). It is not configurable: every backend must agree on liveness.
 const TimeToleranceMs = 1000
 
 // DefaultTTL is the lock TTL when a caller gives none.

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// LockEvent is one observed lock operation (ADR-007). It identifies the key
+// LockEvent is one observed lock operation (docs/design.md, "Telemetry is opt-in"). It identifies the key
 // and lockId by their hashes; the raw values only when
 // TelemetryOptions.IncludeRaw allows.
 type LockEvent struct {
@@ -84,7 +84,7 @@ var rawDenylist = []string{"token", "secret", "password", "credential", "apikey"
 // Close stops the worker after it has delivered the events already queued;
 // it does not close what l wraps (its owner does).
 //
-// It is SyncGuard's opt-in withTelemetry (interface.md, ADR-007). The
+// It is SyncGuard's opt-in withTelemetry (docs/design.md, "Telemetry is opt-in"). The
 // gateway wraps its store's lock operations with it to time each store
 // call per backend (api.StoreMetrics); the lock API's own metrics count
 // requests, which include refusals no store call sees (401, 403, 400) and

@@ -583,7 +583,7 @@ func (p *Proxy) clientAddr(r *http.Request) string {
 
 // writeDenial answers a denial exactly as the other edges do: the reason's
 // status, x-fence-reason, x-fence-decision-id, Retry-After for draining and too-many-writes,
-// and the JSON body of API.md.
+// and the JSON body of docs/api.md.
 func writeDenial(w http.ResponseWriter, dec fencecheck.Decision) {
 	hd := w.Header()
 	for _, kv := range fencecheck.DenialHeaders(dec) {

@@ -30,7 +30,7 @@ func (s *Store) putLock(tx *bbolt.Tx, r *lockRecord) error {
 }
 
 // getByID resolves lockID through the index and re-verifies that the lock
-// found still carries lockID (ADR-003): an index entry that outlived its
+// found still carries lockID (docs/design.md, "Ownership re-verified"): an index entry that outlived its
 // lock must never let one holder act on another's lock.
 func (s *Store) getByID(tx *bbolt.Tx, lockID string) (*lockRecord, error) {
 	k := tx.Bucket(bucketIDs).Get([]byte(lockID))

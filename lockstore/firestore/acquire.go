@@ -109,7 +109,7 @@ func (s *Store) acquireTx(ctx context.Context, tx *firestore.Transaction, a acqu
 	if err := checkpoint(ctx, op); err != nil {
 		return lockstore.AcquireResult{}, 0, err
 	}
-	// The time authority is read inside the transaction (ADR-010), so a
+	// The time authority is read inside the transaction (docs/design.md, "Authoritative expiry"), so a
 	// retried attempt computes its expiry afresh.
 	nowMs := s.nowMs()
 	snaps, err := tx.GetAll([]*firestore.DocumentRef{a.lockRef, a.fenceRef})

@@ -10,7 +10,7 @@ import (
 )
 
 // cleanupGuardMs is how far past the liveness tolerance an expired
-// duplicate must be before we delete it (interface.md's cleanup guard for
+// duplicate must be before we delete it (docs/design.md, "Cleanup guard", for
 // client-time backends: tolerance + guard, guard >= 1000 ms), so a client
 // whose clock trails ours still sees it expired too.
 const cleanupGuardMs = 1000
@@ -76,7 +76,7 @@ func (s *Store) mutateLive(ctx context.Context, op, lockID string, mutate func(t
 		if err := checkpoint(ctx, op); err != nil {
 			return err
 		}
-		// Read the clock inside the transaction (ADR-010): an extend's new
+		// Read the clock inside the transaction (docs/design.md, "Authoritative expiry"): an extend's new
 		// expiry is this attempt's now + ttl.
 		nowMs := s.nowMs()
 		snaps, err := tx.GetAll(refs)
@@ -117,7 +117,7 @@ type match struct {
 	stale  []*firestore.DocumentRef    // expired duplicates safe to delete
 }
 
-// deleteStale deletes the expired duplicates m found (ADR-014 allows it;
+// deleteStale deletes the expired duplicates m found (docs/design.md, "Duplicate lockIds", allows it;
 // live documents are never among them).
 func (m *match) deleteStale(tx *firestore.Transaction) error {
 	for _, ref := range m.stale {
@@ -130,7 +130,7 @@ func (m *match) deleteStale(tx *firestore.Transaction) error {
 
 // findLockID returns the documents whose lockId field is lockID: a plain
 // equality query on the automatic single-field index, without limit(1) so
-// duplicates are seen (ADR-014).
+// duplicates are seen (docs/design.md, "Duplicate lockIds").
 //
 // It runs outside the transaction on purpose. The binding lockId → document
 // never changes while the lock exists (a lockId is issued once, for one
@@ -168,9 +168,9 @@ func refIDs(refs []*firestore.DocumentRef) []string {
 // by the query itself for lookup). Documents that are gone or now carry
 // another lockId are not candidates any more.
 //
-// A single candidate is verified explicitly (ADR-003): its lockId must equal
+// A single candidate is verified explicitly (docs/design.md, "Ownership re-verified"): its lockId must equal
 // lockID and it must sit where its own key's lock lives, else it is not this
-// lock. More than one is an inconsistency (ADR-014): it is logged (hashes
+// lock. More than one is an inconsistency (docs/design.md, "Duplicate lockIds"): it is logged (hashes
 // only) and nothing is returned as live, so no caller mutates ambiguous
 // state; with cleanup, duplicates expired beyond the clean-up guard are
 // offered for deletion.

@@ -62,7 +62,7 @@ func keyIs(l lockDoc, nk string) bool {
 }
 
 // LookupLockID returns the sanitised live lock lockID holds, or nil. It is
-// a plain indexed query (lookup is diagnostic, ADR-011) and never mutates:
+// a plain indexed query (docs/design.md, "Lookup is diagnostic") and never mutates:
 // duplicates make it return nil without deleting anything.
 func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
 	const op = "lookup"

@@ -28,7 +28,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 		return lockstore.ReleaseResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), "", lockID)
 	}
 	if goneID != nil {
-		// ADR-003: the statement deleted only a row whose lock_id matched;
+		// docs/design.md, "Ownership re-verified": the statement deleted only a row whose lock_id matched;
 		// say so again here rather than trust the SQL alone.
 		if *goneID != lockID {
 			return lockstore.ReleaseResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, LockID: lockID,
@@ -61,7 +61,7 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 		return lockstore.ExtendResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), "", lockID)
 	}
 	if movedID != nil && movedExp != nil {
-		if *movedID != lockID { // ADR-003, as in Release
+		if *movedID != lockID { // docs/design.md, "Ownership re-verified", as in Release
 			return lockstore.ExtendResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, LockID: lockID,
 				Msg: "postgres: extend updated a lock it does not own"}
 		}

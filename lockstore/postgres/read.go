@@ -95,7 +95,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 	if err := s.pool.QueryRow(ctx, s.sql.lookupLockID, lockID).Scan(r.dest()...); err != nil {
 		return nil, lockstore.WithKeyLockID(classify(ctx, op, err), "", lockID)
 	}
-	// Ownership verification after the indexed read (postgres-backend.md).
+	// Ownership verification after the indexed read (docs/design.md, "Backends").
 	if !r.live() || *r.lockID != lockID || r.userKey == nil {
 		return nil, nil
 	}

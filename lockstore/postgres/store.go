@@ -132,7 +132,7 @@ func (s *Store) begin(ctx context.Context, op string) error {
 
 // storageKeys derives the lock row key and the fence counter key of a
 // normalised user key: makeStorageKey("", key, 1700, 0) and the two-step
-// fence key (postgres-backend.md). No prefix: the tables are the namespace,
+// fence key (docs/design.md, "Backends"). No prefix: the tables are the namespace,
 // and because lock rows and counters live in different tables a user key
 // spelled "fence:…" cannot collide with another key's counter. A key with
 // a NUL byte is refused as input: PostgreSQL text cannot hold one.

@@ -68,7 +68,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 	if err != nil {
 		return nil, lockstore.WithKeyLockID(badReply(op, err), "", lockID)
 	}
-	// ADR-003, again on this side of the wire.
+	// docs/design.md, "Ownership re-verified", again on this side of the wire.
 	if held == nil || held.LockID != lockID {
 		return nil, nil
 	}
