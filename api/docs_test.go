@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"github.com/fencegate/fencegate/auth"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -66,8 +67,8 @@ func docItems(t *testing.T) []docItem {
 	}
 	add("policy", false, string(fencecheck.PolicyHolder), string(fencecheck.PolicyLatest), string(fencecheck.PolicyOff))
 	add("mode", false, string(fencecheck.ModeEnforce), string(fencecheck.ModeDryRun), string(fencecheck.ModeWarn))
-	add("operation", false, string(api.OpAcquire), string(api.OpRelease), string(api.OpExtend),
-		string(api.OpLookup), string(api.OpStatus), string(api.OpAudit), string(api.OpUI))
+	add("operation", false, string(auth.OpAcquire), string(auth.OpRelease), string(auth.OpExtend),
+		string(auth.OpLookup), string(auth.OpStatus), string(auth.OpAudit), string(auth.OpUI))
 	add("path", true, wire.PathAcquire, wire.PathRelease, wire.PathExtend, wire.PathLookup,
 		wire.PathStatus, wire.PathAudit, wire.PathProofKeys, authz.HTTPPath, admission.Path, "/healthz", "/readyz", "/metrics")
 	add("gRPC service", false, api.LocksServiceName, authz.ServiceName, authz.ExtProcServiceName)

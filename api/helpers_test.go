@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,12 +26,12 @@ const (
 	unknownTok  = "tok-unknown-00000000" // not configured
 )
 
-func testAuthenticator(t testing.TB) *api.Authenticator {
+func testAuthenticator(t testing.TB) *auth.Authenticator {
 	t.Helper()
-	a, err := api.NewAuthenticator([]api.Token{
-		{Name: "admin", SHA256: api.HashToken(adminToken), Prefixes: []string{"*"}, Operations: []string{"*"}},
-		{Name: "orders", SHA256: api.HashToken(ordersToken), Prefixes: []string{"orders/"}},
-		{Name: "reader", SHA256: api.HashToken(readerToken), Operations: []string{"status", "lookup"}},
+	a, err := auth.NewAuthenticator([]auth.Token{
+		{Name: "admin", SHA256: auth.HashToken(adminToken), Prefixes: []string{"*"}, Operations: []string{"*"}},
+		{Name: "orders", SHA256: auth.HashToken(ordersToken), Prefixes: []string{"orders/"}},
+		{Name: "reader", SHA256: auth.HashToken(readerToken), Operations: []string{"status", "lookup"}},
 	})
 	if err != nil {
 		t.Fatalf("NewAuthenticator: %v", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -51,7 +52,7 @@ type httpCase struct {
 	check  func(t *testing.T, r reply)
 }
 
-// TestHTTPTable covers every row of API.md's HTTP table and every error
+// TestHTTPTable covers every row of docs/api.md's HTTP table and every error
 // status the handlers produce, against a real bolt store.
 func TestHTTPTable(t *testing.T) {
 	e := newEnv(t, locktest.OpenBolt(t), nil)
@@ -493,8 +494,8 @@ func TestHTTPAudit(t *testing.T) {
 	}
 
 	t.Run("prefix token needs a key", func(t *testing.T) {
-		a, err := api.NewAuthenticator([]api.Token{
-			{Name: "auditor", SHA256: api.HashToken("aud-secret"), Prefixes: []string{"orders/"}, Operations: []string{"audit"}},
+		a, err := auth.NewAuthenticator([]auth.Token{
+			{Name: "auditor", SHA256: auth.HashToken("aud-secret"), Prefixes: []string{"orders/"}, Operations: []string{"audit"}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -542,9 +543,9 @@ func TestHTTPAuditHashCollision(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a, err := api.NewAuthenticator([]api.Token{
-		{Name: "a-auditor", SHA256: api.HashToken("a-secret"), Prefixes: []string{"a/"}, Operations: []string{"audit"}},
-		{Name: "admin", SHA256: api.HashToken(adminToken), Prefixes: []string{"*"}, Operations: []string{"*"}},
+	a, err := auth.NewAuthenticator([]auth.Token{
+		{Name: "a-auditor", SHA256: auth.HashToken("a-secret"), Prefixes: []string{"a/"}, Operations: []string{"audit"}},
+		{Name: "admin", SHA256: auth.HashToken(adminToken), Prefixes: []string{"*"}, Operations: []string{"*"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -570,36 +571,11 @@ func TestHTTPAuditHashCollision(t *testing.T) {
 }
 
 func TestHTTPOperations(t *testing.T) {
-	t.Run("healthz and readyz", func(t *testing.T) {
-		e := newEnv(t, locktest.OpenBolt(t), nil)
-		for _, p := range []string{"/healthz", "/readyz"} {
-			r := e.do(t, context.Background(), http.MethodGet, p, "", "", "")
-			if r.status != 200 || r.str("status") != "ok" {
-				t.Errorf("%s: %d %s", p, r.status, r.raw)
-			}
-		}
-	})
-
-	t.Run("readyz fails with the Ready hook", func(t *testing.T) {
-		e := newEnv(t, locktest.OpenBolt(t), func(o *api.Options) {
-			o.Ready = func(context.Context) error { return errors.New("audit queue full") }
-		})
-		if r := e.do(t, context.Background(), http.MethodGet, "/readyz", "", "", ""); r.status != 503 {
-			t.Errorf("status %d %s", r.status, r.raw)
-		}
-		if r := e.do(t, context.Background(), http.MethodGet, "/healthz", "", "", ""); r.status != 200 {
-			t.Errorf("healthz must not depend on readiness: %d", r.status)
-		}
-	})
-
 	t.Run("closed store is 503 everywhere", func(t *testing.T) {
 		store := locktest.OpenBolt(t)
 		e := newEnv(t, store, nil)
 		if err := store.Close(); err != nil {
 			t.Fatal(err)
-		}
-		if r := e.do(t, context.Background(), http.MethodGet, "/readyz", "", "", ""); r.status != 503 {
-			t.Errorf("readyz: %d %s", r.status, r.raw)
 		}
 		r := e.post(t, "/v1/locks/acquire", adminToken, map[string]any{"key": "orders/1"})
 		if r.status != 503 || r.errCode() != "ServiceUnavailable" {
@@ -630,7 +606,7 @@ func TestHTTPOperations(t *testing.T) {
 	})
 }
 
-// TestStatusMapping pins API.md's code tables for every LockError code.
+// TestStatusMapping pins docs/api.md's code tables for every LockError code.
 func TestStatusMapping(t *testing.T) {
 	want := map[lockstore.Code][2]string{
 		lockstore.InvalidArgument:    {"400", "InvalidArgument"},

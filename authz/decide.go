@@ -101,6 +101,10 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 		Proof:     v.header(HeaderProof),
 	}
 	barrier, maxWrite, berr := parseBarrier(ro.barrier, ro.maxWrite)
+	maxWait, werr := parseMaxWait(ro.maxWait, barrier)
+	if berr == nil {
+		berr = werr
+	}
 	switch {
 	case ro.err != nil:
 		req.RouteError = ro.err
@@ -117,7 +121,7 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 		// the barrier must not silently run without it.
 		req.RouteError = errUntrustedBarrier // logged by the checker, with the route, at warn
 	default:
-		req.Barrier, req.MaxWrite = barrier, maxWrite
+		req.Barrier, req.MaxWrite, req.MaxWait = barrier, maxWrite, maxWait
 	}
 	fenceHeader := HeaderToken
 	if ro.header != "" {

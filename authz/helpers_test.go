@@ -57,7 +57,7 @@ func envoyRequest(method, path string, headers, ext map[string]string) *authv3.C
 	}}
 }
 
-// denialBody is the JSON body of a denial (API.md), as a client reads it.
+// denialBody is the JSON body of a denial (docs/api.md), as a client reads it.
 type denialBody struct {
 	Error      string `json:"error"`
 	Key        string `json:"key"`

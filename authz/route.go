@@ -34,17 +34,22 @@ const (
 	// fencecheck.DefaultMaxWrite).
 	ExtMaxWrite = "fence_max_write"
 	ExtProof    = "fence_proof" // none | lockId | signed: what a write must carry besides its fence (fencecheck.ProofMode)
+	// ExtMaxWait is the barrier's maxWait ("2s"; default check.timeout,
+	// what one Envoy ext_proc message timeout affords): how long a newer
+	// fence waits for an older write in flight before it is refused
+	// draining. Only with fence_barrier on.
+	ExtMaxWait = "fence_max_wait"
 )
 
 // routeOptionNames lists every route option, for transports that look each
 // one up by name.
-var routeOptionNames = []string{ExtKey, ExtHeader, ExtPolicy, ExtMode, ExtMethods, ExtRoute, ExtBarrier, ExtMaxWrite, ExtProof}
+var routeOptionNames = []string{ExtKey, ExtHeader, ExtPolicy, ExtMode, ExtMethods, ExtRoute, ExtBarrier, ExtMaxWrite, ExtProof, ExtMaxWait}
 
 // routeOptions are a route's settings, from context_extensions (gRPC) or
 // headers/query (HTTP). Empty fields take the defaults.
 type routeOptions struct {
 	key, header, policy, mode, methods, name string
-	barrier, maxWrite                        string
+	barrier, maxWrite, maxWait               string
 	proof                                    string
 	// err, when set, says the route's options cannot be known (writes fail
 	// closed, like options that do not parse).
@@ -62,6 +67,7 @@ func optionsFromMap(m map[string]string) routeOptions {
 
 		barrier:  m[ExtBarrier],
 		maxWrite: m[ExtMaxWrite],
+		maxWait:  m[ExtMaxWait],
 		proof:    m[ExtProof],
 	}
 }

@@ -3,6 +3,7 @@ package client_test
 import (
 	"crypto/tls"
 	"errors"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"log/slog"
 	"net"
@@ -47,9 +48,9 @@ func gateway(t *testing.T) *gatewayEnv { return gatewayWith(t, gatewayConfig{}) 
 func gatewayWith(t *testing.T, cfg gatewayConfig) *gatewayEnv {
 	t.Helper()
 	store := locktest.OpenBolt(t)
-	auth, err := api.NewAuthenticator([]api.Token{
-		{Name: "all", SHA256: api.HashToken(token), Operations: []string{"*"}},
-		{Name: "orders-only", SHA256: api.HashToken("orders"), Prefixes: []string{"orders/"}},
+	authn, err := auth.NewAuthenticator([]auth.Token{
+		{Name: "all", SHA256: auth.HashToken(token), Operations: []string{"*"}},
+		{Name: "orders-only", SHA256: auth.HashToken("orders"), Prefixes: []string{"orders/"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +59,7 @@ func gatewayWith(t *testing.T, cfg gatewayConfig) *gatewayEnv {
 	if cfg.wrap != nil {
 		served = cfg.wrap(store)
 	}
-	srv, err := api.New(api.Options{Store: served, Audit: store, Auth: auth, Proofs: cfg.proofs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := api.New(api.Options{Store: served, Audit: store, Auth: authn, Proofs: cfg.proofs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

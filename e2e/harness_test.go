@@ -18,34 +18,27 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/cmd/fencegate/fencegatetest"
 )
 
-// binary is the fencegate executable under test, built by TestMain.
+// binary is the fencegate executable under test: the one `make test` built
+// once for every package, or built by TestMain (fencegatetest.Binary).
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fencegate-e2e-bin")
+	var err error
+	binary, err = fencegatetest.Binary()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "fencegate")
-	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Dir(filepath.Dir(self))
-	build := exec.Command("go", "build", "-buildvcs=false", "-o", binary, "./cmd/fencegate")
-	build.Dir = root
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: building fencegate:", err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	fencegatetest.Cleanup()
 	os.Exit(code)
 }
 

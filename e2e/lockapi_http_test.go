@@ -23,13 +23,13 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// fenceRE is the wire form of a fence (DESIGN.md: 15 digits).
+// fenceRE is the wire form of a fence (docs/design.md, "Fences": 15 digits).
 var fenceRE = regexp.MustCompile(`^[0-9]{15}$`)
 
 // rawKeyRE matches the keys the lock tests use.
 var rawKeyRE = regexp.MustCompile(`(orders|fences|errors|wait|audit)/[0-9a-f]{12}`)
 
-// TestLockAPIHTTP walks every row of API.md's lock table over HTTP, on
+// TestLockAPIHTTP walks every row of docs/api.md's lock table over HTTP, on
 // every store kind, against one gateway per store.
 func TestLockAPIHTTP(t *testing.T) {
 	for _, s := range Stores(t) {
@@ -566,7 +566,7 @@ func wantFields(t testing.TB, what string, r Reply, fields ...string) {
 	}
 }
 
-// wantError checks API.md's error body: {"error":{"code","message"}}.
+// wantError checks docs/api.md's error body: {"error":{"code","message"}}.
 func wantError(t testing.TB, r Reply, code lockstore.Code) {
 	t.Helper()
 	wantFields(t, "error", r, "error")

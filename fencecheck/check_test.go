@@ -208,7 +208,7 @@ func TestCheckUnavailable(t *testing.T) {
 func TestCheckRefusedKey(t *testing.T) {
 	var logs testutil.LogBuffer
 	log := testutil.Logger(&logs, slog.LevelInfo)
-	refusing := &stateStore{err: lockstore.Errorf(lockstore.InvalidArgument, "validate", "keys starting \"id:\" are reserved")}
+	refusing := &stateStore{err: lockstore.BadInputf("keys starting \"id:\" are reserved")}
 	sink := &memLog{}
 	a := NewAuditor(sink, AuditorOptions{})
 	c := New(refusing, Options{Logger: log, Audit: a})
@@ -224,11 +224,17 @@ func TestCheckRefusedKey(t *testing.T) {
 		t.Fatalf("audit = %+v, want one input-class event", evs)
 	}
 
-	misconfigured := &stateStore{err: lockstore.Errorf(lockstore.InvalidArgument, "inspect", "FAILED_PRECONDITION: index missing")}
-	c = New(misconfigured, Options{Logger: log})
-	d, err = c.Check(context.Background(), Request{Key: "k", Write: true, Fence: f5})
-	if err == nil || d.Allowed || d.Reason != ReasonUnavailable || d.Status != 503 {
-		t.Fatalf("backend fault: decision %+v, err %v; want 503 unavailable with the error", d, err)
+	// The class is the error's property (BadInput), not its Op: a fault
+	// that happens to name the op "validate" still fails closed.
+	for _, fault := range []error{
+		lockstore.Errorf(lockstore.InvalidArgument, "inspect", "FAILED_PRECONDITION: index missing"),
+		lockstore.Errorf(lockstore.InvalidArgument, "validate", "server misconfigured"),
+	} {
+		c = New(&stateStore{err: fault}, Options{Logger: log})
+		d, err = c.Check(context.Background(), Request{Key: "k", Write: true, Fence: f5})
+		if err == nil || d.Allowed || d.Reason != ReasonUnavailable || d.Status != 503 {
+			t.Fatalf("backend fault %v: decision %+v, err %v; want 503 unavailable with the error", fault, d, err)
+		}
 	}
 	if !strings.Contains(logs.String(), "level=WARN") {
 		t.Fatal("a backend fault was not logged at WARN")

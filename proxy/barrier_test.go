@@ -120,7 +120,7 @@ func newerFence(t *testing.T, s lockstore.Store, l lockstore.AcquireResult, key 
 
 // TestProxyBarrierTwoWrites is the guarantee on one key: W1 admitted under
 // F1 is in flight at the upstream; W2 under F2 > F1 is refused "draining"
-// (429, Retry-After, never 200, never 503) within the check's budget; once
+// (429, Retry-After, never 200, never 503) after the route's maxWait; once
 // W1's response is complete, W2 is admitted. The same run with the barrier
 // off admits W2 while W1 is in flight: the test can fail.
 func TestProxyBarrierTwoWrites(t *testing.T) {
@@ -129,7 +129,7 @@ func TestProxyBarrierTwoWrites(t *testing.T) {
 			s := locktest.OpenBolt(t, locktest.FloorOff)
 			h := newHeldUpstream(t)
 			c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
-			_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: barrier, MaxWrite: time.Minute}}, Options{})
+			_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: barrier, MaxWrite: time.Minute, MaxWait: maxWaitIf(barrier, 50*time.Millisecond)}}, Options{})
 			l1 := locktest.Acquire(t, s, "acct", time.Minute)
 			w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
 			l2 := newerFence(t, s, l1, "acct")
@@ -172,14 +172,14 @@ func TestProxyBarrierTwoWrites(t *testing.T) {
 	}
 }
 
-// TestProxyBarrierWaitsWithinBudget: with a budget longer than W1, W2 is
-// not refused but waits, and reaches the upstream only after W1's handler
-// has answered.
+// TestProxyBarrierWaitsWithinBudget: with a budget longer than W1 (the
+// route's default maxWait), W2 is not refused but waits, and reaches the
+// upstream only after W1's handler has answered.
 func TestProxyBarrierWaitsWithinBudget(t *testing.T) {
 	s := locktest.OpenBolt(t, locktest.FloorOff)
 	h := newHeldUpstream(t)
 	reg := prometheus.NewRegistry()
-	c := fencecheck.New(s, fencecheck.Options{Timeout: 20 * time.Second, Registerer: reg})
+	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, Registerer: reg})
 	_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true}}, Options{})
 	l1 := locktest.Acquire(t, s, "acct", time.Minute)
 	w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
@@ -365,11 +365,14 @@ func TestRouteValidation(t *testing.T) {
 		{Name: "c", Prefix: "/c", Upstream: u, Policy: "newest", Mode: "loud", Methods: "P(ST", Key: "x/{0}", MaxWrite: -1},
 		{Name: "d", Prefix: "/d/", Upstream: u},
 		{Name: "e", Prefix: "/d", Upstream: u},
+		{Name: "f", Prefix: "/f", Upstream: u, MaxWait: time.Second},
+		{Name: "g", Prefix: "/g", Upstream: u, Barrier: true, MaxWait: -1},
 	}, Options{})
 	if err == nil {
 		t.Fatal("invalid routes accepted")
 	}
-	for _, want := range []string{`route "a"`, `route "b"`, "newest", "loud", "P(ST", "segment number", "maxWrite", `route "e"`} {
+	for _, want := range []string{`route "a"`, `route "b"`, "newest", "loud", "P(ST", "segment number", "maxWrite", `route "e"`,
+		`route "f": maxWait is set without the barrier`, `route "g": maxWait must not be negative`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
@@ -406,7 +409,7 @@ func TestProxyBarrierAcrossReplicas(t *testing.T) {
 	prefix := fmt.Sprintf("proxytest%d", time.Now().UnixNano())
 	sa, sb := openRedis(t, prefix), openRedis(t, prefix)
 	h := newHeldUpstream(t)
-	route := []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true, MaxWrite: time.Minute}}
+	route := []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true, MaxWrite: time.Minute, MaxWait: 100 * time.Millisecond}}
 	_, a := serveProxy(t, fencecheck.New(sa, fencecheck.Options{Timeout: 100 * time.Millisecond}), route, Options{})
 	_, b := serveProxy(t, fencecheck.New(sb, fencecheck.Options{Timeout: 100 * time.Millisecond}), route, Options{})
 	l1 := locktest.Acquire(t, sa, "acct", time.Minute)
@@ -535,4 +538,12 @@ func TestProxyUpgrades(t *testing.T) {
 	if res, _ := do(t, "POST", srv.URL+"/fenced/1", map[string]string{"X-Fence-Token": l.Fence}, "x"); res.StatusCode != 200 {
 		t.Fatalf("plain write: %d", res.StatusCode)
 	}
+}
+
+// maxWaitIf is d on a barrier route, 0 (unset) elsewhere.
+func maxWaitIf(barrier bool, d time.Duration) time.Duration {
+	if barrier {
+		return d
+	}
+	return 0
 }

@@ -273,10 +273,10 @@ func TestConnectionSlotsKeepAuthenticatedCallers(t *testing.T) {
 // check wait: DeadlineExceeded, the broken variant, caught.
 func TestGRPCSlotsServeCallersUnderAnIdleFlood(t *testing.T) {
 	const capacity = 8
-	register := func(g *grpc.Server) *health.Server {
+	register := func(g *grpc.Server) {
 		hs := health.NewServer()
 		healthpb.RegisterHealthServer(g, hs)
-		return hs
+
 	}
 	for _, tc := range []struct {
 		name   string
@@ -384,10 +384,10 @@ func TestGRPCSlotsHealthWatchIsIdle(t *testing.T) {
 			limits := defaultGRPCLimits
 			limits.conns = connLimits{max: capacity, perPeer: capacity}
 			limits.idleMethods = tc.idle
-			r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, limits, discardLogger(), func(g *grpc.Server) *health.Server {
+			r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, limits, discardLogger(), func(g *grpc.Server) {
 				hs := health.NewServer()
 				healthpb.RegisterHealthServer(g, hs)
-				return hs
+				_ = hs
 			})
 			if err != nil {
 				t.Fatal(err)

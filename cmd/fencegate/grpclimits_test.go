@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/fencegate/fencegate/auth"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -30,11 +30,11 @@ import (
 func TestLocksGRPCListenerBoundsMessages(t *testing.T) {
 	const token = "tok-grpc-limits-0d6e"
 	s := locktest.OpenBolt(t)
-	auth, err := api.NewAuthenticator([]api.Token{{Name: "t", SHA256: api.HashToken(token), Prefixes: []string{"*"}}})
+	authn, err := auth.NewAuthenticator([]auth.Token{{Name: "t", SHA256: auth.HashToken(token), Prefixes: []string{"*"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.Options{Store: s, Auth: auth, Logger: discardLogger(), Authenticated: markTrusted})
+	srv, err := api.New(api.Options{Store: s, Auth: authn, Logger: discardLogger(), Authenticated: markTrusted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,12 +49,11 @@ func TestLocksGRPCListenerBoundsMessages(t *testing.T) {
 		oversize codes.Code
 	}{
 		{"as serve builds it", func() (*grpcRunner, error) {
-			return newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connLimits{}, srv, discardLogger(), goBG)
+			return newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connLimits{}, srv, testHealth(t, s), discardLogger(), goBG)
 		}, codes.ResourceExhausted},
 		{"grpc-go defaults (broken variant)", func() (*grpcRunner, error) {
-			return newGRPCRunner("grpc", "127.0.0.1:0", nil, defaultGRPCLimits, discardLogger(), func(g *grpc.Server) *health.Server {
+			return newGRPCRunner("grpc", "127.0.0.1:0", nil, defaultGRPCLimits, discardLogger(), func(g *grpc.Server) {
 				srv.RegisterGRPC(g)
-				return nil
 			})
 		}, codes.InvalidArgument},
 	} {
@@ -106,17 +105,17 @@ func TestGRPCSlotsKeepAuthenticatedCallers(t *testing.T) {
 	}{{"hooked", markTrusted}, {"no hook (broken variant)", nil}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := locktest.OpenBolt(t)
-			auth, err := api.NewAuthenticator([]api.Token{{Name: "t", SHA256: api.HashToken(token), Prefixes: []string{"*"}}})
+			authn, err := auth.NewAuthenticator([]auth.Token{{Name: "t", SHA256: auth.HashToken(token), Prefixes: []string{"*"}}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := api.New(api.Options{Store: s, Auth: auth, Logger: discardLogger(), Authenticated: tc.hook})
+			srv, err := api.New(api.Options{Store: s, Auth: authn, Logger: discardLogger(), Authenticated: tc.hook})
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
-			r, err := newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connLimits{max: 2, perPeer: 2}, srv, discardLogger(),
+			r, err := newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connLimits{max: 2, perPeer: 2}, srv, testHealth(t, s), discardLogger(),
 				func(fn func(context.Context)) { go fn(ctx) })
 			if err != nil {
 				t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/health"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -45,6 +46,10 @@ func TestGRPCHealthStartsNotServing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hs, err := health.New(health.Options{Store: store, Logger: log, Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
 	checker := fencecheck.New(store, fencecheck.Options{Logger: log})
 
 	var bg sync.WaitGroup
@@ -53,16 +58,17 @@ func TestGRPCHealthStartsNotServing(t *testing.T) {
 		bg.Add(1)
 		go func() { defer bg.Done(); fn(bgCtx) }()
 	}
+	goBG(hs.Run)
 	l := config.Listener{Addr: "127.0.0.1:0"}
-	locks, err := newLocksGRPCRunner(l, connLimits{}, srv, log, goBG)
+	locks, err := newLocksGRPCRunner(l, connLimits{}, srv, hs, log, goBG)
 	if err != nil {
 		t.Fatal(err)
 	}
-	az, err := newAuthzRunner(l, connLimits{}, srv, checker, authz.Options{Logger: log}, log, goBG)
+	az, err := newAuthzRunner(l, connLimits{}, hs, checker, authz.Options{Logger: log}, log, goBG)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ls listeners
+	ls := listeners{health: hs}
 	ls.add("grpc", locks)
 	ls.add("authz", az)
 	ctx, stop := context.WithCancel(context.Background())
@@ -123,4 +129,20 @@ func TestAuthzRegisterAloneServes(t *testing.T) {
 	if err != nil || res.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("%v %v: the broken variant no longer serves early; the test above proves nothing new", res.GetStatus(), err)
 	}
+}
+
+// testHealth is a lifecycle over store, already serving, its gRPC health
+// kept current until the test ends.
+func testHealth(t testing.TB, store lockstore.Store) *health.Readiness {
+	t.Helper()
+	hs, err := health.New(health.Options{Store: store, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); hs.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	hs.Serve()
+	return hs
 }

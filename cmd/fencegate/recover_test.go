@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/status"
 
 	"github.com/fencegate/fencegate/api"
@@ -50,6 +49,7 @@ func TestHTTPPanicIsRecoveredByTheListener(t *testing.T) {
 	mux := http.NewServeMux()
 	srv.Register(mux)
 	mux.HandleFunc("/bare", func(http.ResponseWriter, *http.Request) { panic("bare boom") })
+	mux.HandleFunc("/healthz", func(http.ResponseWriter, *http.Request) {}) // does the listener still serve?
 	r, err := newHTTPRunner("http", "127.0.0.1:0", nil, mux, time.Minute, connLimits{}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -101,9 +101,8 @@ func TestHTTPPanicIsRecoveredByTheListener(t *testing.T) {
 // listener keeps serving.
 func TestGRPCPanicIsRecoveredByTheListener(t *testing.T) {
 	srv, logs, log := panickingAPI(t)
-	r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, defaultGRPCLimits, log, func(g *grpc.Server) *health.Server {
+	r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, defaultGRPCLimits, log, func(g *grpc.Server) {
 		srv.RegisterGRPC(g)
-		return nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -4,10 +4,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"testing"
 
+	"github.com/fencegate/fencegate/cmd/fencegate/fencegatetest"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"time"
@@ -18,13 +17,11 @@ import (
 // `fencegate lock run` exports them) and the API server admits the patch
 // while its fence is current, and refuses it once superseded.
 func TestAnnotateCLIThroughKubeAPIServer(t *testing.T) {
-	_, self, _, _ := runtime.Caller(0)
-	bin := filepath.Join(t.TempDir(), "fencegate")
-	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin, "./cmd/fencegate")
-	build.Dir = filepath.Join(filepath.Dir(self), "..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build fencegate: %v\n%s", err, out)
+	bin, err := fencegatetest.Binary()
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(fencegatetest.Cleanup)
 	annotatePatch := func(fence string) []byte {
 		t.Helper()
 		cmd := exec.Command(bin, "lock", "annotate", "--patch")

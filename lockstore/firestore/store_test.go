@@ -184,7 +184,7 @@ func TestClientTimeAuthority(t *testing.T) {
 }
 
 // TestDuplicateLockID plants a second document carrying a live lock's
-// lockId (as a botched migration would) and checks ADR-014: release and
+// lockId (as a botched migration would) and checks docs/design.md, "Duplicate lockIds": release and
 // extend refuse with OK=false and change nothing live, lookup by lockId
 // returns nil, a warning names only hashes, and an expired duplicate is
 // deleted by the next mutation's transaction.

@@ -150,7 +150,7 @@ func TestLayout(t *testing.T) {
 		t.Errorf("keys naming resource:123 = %q, want %q", got, want)
 	}
 	if got := c.Get(ctx, idKey).Val(); got != lockKey {
-		t.Errorf("GET %s = %q, want the full lock key %q (ADR-013)", idKey, got, lockKey)
+		t.Errorf("GET %s = %q, want the full lock key %q (docs/design.md, \"Storage keys\")", idKey, got, lockKey)
 	}
 	// The counter holds the fence issued, an integer SyncGuard's INCR
 	// continues from: the clock floor's, or one more than before.
@@ -200,7 +200,7 @@ func TestLayout(t *testing.T) {
 	}
 }
 
-// TestTruncation (ADR-013): with a prefix long enough to hash every storage
+// TestTruncation (docs/design.md, "Storage keys"): with a prefix long enough to hash every storage
 // key, release, extend and both lookups still reach the lock, because the
 // index stores the full (hashed) lock key.
 func TestTruncation(t *testing.T) {
