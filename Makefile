@@ -2,7 +2,9 @@
 #
 #   make build   the binary, bin/fencegate
 #   make test    every test with -race, against real Redis, PostgreSQL, the Firestore
-#                emulator, nginx and a kube-apiserver (scripts/testenv starts the servers)
+#                emulator, nginx and a kube-apiserver (scripts/testenv starts the servers);
+#                scripts/preflight first checks (as root: installs) what they need
+#   make preflight  only that check, in seconds
 #   make lint    gofmt, go vet, staticcheck
 #   make bench   the benchmarks under bench/ (writes bench/results/)
 #   make proto   regenerate api/proto
@@ -15,7 +17,7 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 LDFLAGS     := -X main.version=$(VERSION)
 TEST_FLAGS  ?= -race -count=1 -timeout 40m
 
-.PHONY: build test test-unit lint fmt bench proto kube-bins helm-bin promtool image k8s-manifests clean
+.PHONY: build test test-unit preflight test-binary tool-modules lint fmt bench proto kube-bins helm-bin promtool image k8s-manifests clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/fencegate ./cmd/fencegate
@@ -34,8 +36,35 @@ helm-bin:
 promtool:
 	bash deploy/observability/build-promtool.sh
 
-test: kube-bins helm-bin promtool
-	scripts/testenv $(GO) test $(TEST_FLAGS) ./...
+# preflight checks every tool and service the tests need before anything long
+# starts, and installs what is missing when run as root with apt-get (the
+# same script .ci/run uses); otherwise it lists each missing piece and stops.
+preflight:
+	@scripts/preflight
+
+# test-binary builds cmd/fencegate once for every test package that runs it
+# (e2e, e2e/kube, deploy/observability, bench, examples/orders), with the
+# release image's flags so deploy/image's build reuses every compiled package
+# (cmd/fencegate/fencegatetest).
+TEST_BINARY := $(CURDIR)/bin/test/fencegate
+test-binary:
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -o $(TEST_BINARY) ./cmd/fencegate
+
+# tool-modules downloads the modules of kube-apiserver, etcd, helm and promtool
+# all at once (FETCH_ONLY=1: network-bound, nothing compiled); a tool already
+# built is skipped. `make test` runs it next to the test binary's compile.
+tool-modules:
+	@FETCH_ONLY=1 bash e2e/kube/build.sh & k=$$!; FETCH_ONLY=1 bash deploy/helm/build.sh & h=$$!; \
+	FETCH_ONLY=1 bash deploy/observability/build-promtool.sh & p=$$!; \
+	rc=0; wait $$k || rc=1; wait $$h || rc=1; wait $$p || rc=1; exit $$rc
+
+# After the preflight (a missing service stops the run in seconds, not after
+# the builds): the tools' downloads overlap the test binary's compile, then
+# the tools compile one after another (each already uses both cores).
+test: preflight
+	@$(MAKE) --no-print-directory -j2 tool-modules test-binary
+	@$(MAKE) --no-print-directory kube-bins helm-bin promtool
+	FENCEGATE_TEST_BINARY=$(TEST_BINARY) scripts/testenv $(GO) test $(TEST_FLAGS) ./...
 
 # image writes the OCI image (static binary on an empty image, user 65532) as
 # an OCI layout; push it with e.g. `crane push bin/image REGISTRY/fencegate:$(VERSION)`

@@ -21,6 +21,7 @@ import (
 
 	"github.com/fencegate/fencegate/admission"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
@@ -42,20 +43,6 @@ type env struct {
 	holder  string // lockId of the live lock holding currentFence
 }
 
-func openStore(t *testing.T) *bolt.Store {
-	t.Helper()
-	s, err := bolt.Open(context.Background(), bolt.Config{
-		Path: filepath.Join(t.TempDir(), "fencegate.db"), Logger: discard(),
-		// These tests count fences from 1; the floor is the stores' to test.
-		FenceFloor: lockstore.FloorOff,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // newEnv opens a real bolt store and issues two fences for testKey: the
@@ -65,7 +52,7 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 func newEnv(t *testing.T, o admission.Options, checkStore lockstore.Store) *env {
 	t.Helper()
 	ctx := context.Background()
-	s := openStore(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	first, err := s.Acquire(ctx, testKey, time.Minute)
 	if err != nil || !first.OK || first.Fence != staleFence {
 		t.Fatalf("seed acquire 1 = %+v, %v", first, err)
@@ -390,7 +377,7 @@ func TestPolicyHolderVersusLatest(t *testing.T) {
 // A backend that fails makes the webhook fail closed with 503, distinct from
 // a stale denial, and the denial is still audited.
 func TestBackendDownFailsClosed(t *testing.T) {
-	broken := openStore(t)
+	broken := locktest.OpenBolt(t, locktest.FloorOff)
 	if err := broken.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +497,7 @@ func TestPanicIsAFailClosedDenial(t *testing.T) {
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {
-	c := fencecheck.New(openStore(t), fencecheck.Options{})
+	c := fencecheck.New(locktest.OpenBolt(t, locktest.FloorOff), fencecheck.Options{})
 	cases := map[string]admission.Options{
 		"same annotation": {Annotations: admission.Annotations{Key: "a.io/x", Fence: "a.io/x"}},
 		"policy":          {Policy: "newest"},

@@ -2,20 +2,16 @@ package admission_test
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencegate/fencegate/admission"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tracing"
 )
 
@@ -25,17 +21,7 @@ import (
 // object's name, namespace, key or fence. (The binary's OTLP export:
 // e2e/tracing_test.go.)
 func TestTracingReviewSpan(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.TraceContext{})
-	tracing.Enable()
-	t.Cleanup(func() {
-		_ = tp.Shutdown(context.Background())
-		otel.SetTracerProvider(prevTP)
-		otel.SetTextMapPropagator(prevProp)
-	})
+	exp := testutil.RecordSpans(t)
 
 	e := newEnv(t, admission.Options{}, nil)
 	secrets := []string{testKey, staleFence, currentFence, "orders", "shop"}

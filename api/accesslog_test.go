@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
@@ -45,7 +46,7 @@ func TestAccessLogModes(t *testing.T) {
 		{api.AccessAll, true, true, true, true, true},
 	} {
 		t.Run(c.mode.String(), func(t *testing.T) {
-			e := newEnv(t, slowAcquire{openStore(t)}, func(o *api.Options) { o.AccessLog = c.mode })
+			e := newEnv(t, slowAcquire{locktest.OpenBolt(t)}, func(o *api.Options) { o.AccessLog = c.mode })
 			lines := func() []string {
 				var out []string
 				for _, l := range strings.Split(e.logs.String(), "\n") {
@@ -118,7 +119,7 @@ func TestAccessLogModesGRPC(t *testing.T) {
 		{api.AccessAll, true, true, true},
 	} {
 		t.Run(c.mode.String(), func(t *testing.T) {
-			g := newGRPCEnv(t, slowAcquire{openStore(t)}, func(o *api.Options) { o.AccessLog = c.mode })
+			g := newGRPCEnv(t, slowAcquire{locktest.OpenBolt(t)}, func(o *api.Options) { o.AccessLog = c.mode })
 			count := func() int { return strings.Count(g.logs.String(), `"msg":"grpc request"`) }
 			step := func(what string, want bool, call func() error) {
 				t.Helper()

@@ -12,13 +12,14 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // The lock API's cost over the store it fronts: one acquire+release cycle
 // in-process, over HTTP/JSON and over gRPC, on the same bolt store.
 
 func BenchmarkCycleStore(b *testing.B) {
-	store := openStore(b)
+	store := locktest.OpenBolt(b)
 	ctx := context.Background()
 	for b.Loop() {
 		r, err := store.Acquire(ctx, "bench/k", 30*time.Second)
@@ -32,7 +33,7 @@ func BenchmarkCycleStore(b *testing.B) {
 }
 
 func BenchmarkCycleHTTP(b *testing.B) {
-	e := newEnv(b, openStore(b), func(o *api.Options) { o.Logger = quiet })
+	e := newEnv(b, locktest.OpenBolt(b), func(o *api.Options) { o.Logger = quiet })
 	client := e.http.Client()
 	send := func(path, body string) *http.Response {
 		req, _ := http.NewRequest(http.MethodPost, e.http.URL+path, strings.NewReader(body))
@@ -58,7 +59,7 @@ func BenchmarkCycleHTTP(b *testing.B) {
 }
 
 func BenchmarkCycleGRPC(b *testing.B) {
-	g := newGRPCEnv(b, openStore(b), func(o *api.Options) { o.Logger = quiet })
+	g := newGRPCEnv(b, locktest.OpenBolt(b), func(o *api.Options) { o.Logger = quiet })
 	ctx := bearer(adminToken)
 	for b.Loop() {
 		r, err := g.client.Acquire(ctx, &fencegatev1.AcquireRequest{Key: "bench/k"})

@@ -14,58 +14,50 @@ import (
 // forever: past the bound the caller gets NetworkTimeout (504).
 const DefaultOpTimeout = 5 * time.Second
 
-// boundedStore gives every single store call its own deadline (the
+// boundedLocks gives every single lock operation its own deadline (the
 // caller's, if sooner). A waiting acquire is bounded per attempt, and its
-// whole wait by waitMs.
-type boundedStore struct {
-	lockstore.Store
+// whole wait by waitMs. It wraps only the lock operations: what they wrap
+// stays reachable through Unwrap (lockstore.As).
+type boundedLocks struct {
+	lockstore.Locks
 	d time.Duration
 }
 
-func (b boundedStore) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
+// Unwrap returns the bounded lock operations (lockstore.As).
+func (b boundedLocks) Unwrap() any { return b.Locks }
+
+func (b boundedLocks) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.d)
 	defer cancel()
-	return b.Store.Acquire(ctx, key, ttl)
+	return b.Locks.Acquire(ctx, key, ttl)
 }
 
-func (b boundedStore) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
+func (b boundedLocks) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.d)
 	defer cancel()
-	return b.Store.Release(ctx, lockID)
+	return b.Locks.Release(ctx, lockID)
 }
 
-func (b boundedStore) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
+func (b boundedLocks) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.d)
 	defer cancel()
-	return b.Store.Extend(ctx, lockID, ttl)
+	return b.Locks.Extend(ctx, lockID, ttl)
 }
 
-func (b boundedStore) IsLocked(ctx context.Context, key string) (bool, error) {
+func (b boundedLocks) IsLocked(ctx context.Context, key string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.d)
 	defer cancel()
-	return b.Store.IsLocked(ctx, key)
+	return b.Locks.IsLocked(ctx, key)
 }
 
-func (b boundedStore) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
+func (b boundedLocks) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.d)
 	defer cancel()
-	return b.Store.LookupKey(ctx, key)
+	return b.Locks.LookupKey(ctx, key)
 }
 
-func (b boundedStore) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
+func (b boundedLocks) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.d)
 	defer cancel()
-	return b.Store.Admit(ctx, key, a)
-}
-
-func (b boundedStore) Finish(ctx context.Context, key, writeID string) error {
-	ctx, cancel := context.WithTimeout(ctx, b.d)
-	defer cancel()
-	return b.Store.Finish(ctx, key, writeID)
-}
-
-func (b boundedStore) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.d)
-	defer cancel()
-	return b.Store.LookupLockID(ctx, lockID)
+	return b.Locks.LookupLockID(ctx, lockID)
 }

@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -28,7 +31,7 @@ func (h hangingStore) Release(ctx context.Context, _ string) (lockstore.ReleaseR
 // OpTimeout, then 504 NetworkTimeout, instead of holding it forever.
 func TestStoreCallsAreBounded(t *testing.T) {
 	const bound = 300 * time.Millisecond
-	e := newEnv(t, hangingStore{openStore(t)}, func(o *api.Options) { o.OpTimeout = bound })
+	e := newEnv(t, hangingStore{locktest.OpenBolt(t)}, func(o *api.Options) { o.OpTimeout = bound })
 	for _, tc := range []struct {
 		path string
 		body any
@@ -45,6 +48,50 @@ func TestStoreCallsAreBounded(t *testing.T) {
 		}
 		if took < bound || took > bound+2*time.Second {
 			t.Errorf("%s %v answered after %s; the bound is %s", tc.path, tc.body, took, bound)
+		}
+	}
+}
+
+// opaqueLocks wraps lock operations without Unwrap: what every wrapper was
+// before lockstore.As (the broken variant: it hides the store beneath).
+type opaqueLocks struct{ lockstore.Locks }
+
+// unwrappingLocks is a wrapper done right: it wraps the lock operations
+// and unwraps to them, as the console's recorder does.
+type unwrappingLocks struct{ lockstore.Locks }
+
+func (u unwrappingLocks) Unwrap() any { return u.Locks }
+
+// TestStoreCapabilitiesThroughWrappers: the API finds the store's
+// HeldCounter (fencegate_locks_held) through the wrappers serve puts around
+// the lock operations (telemetry, the recorder); a wrapper that hides it
+// (the broken variant) loses the metric, which the test must see.
+func TestStoreCapabilitiesThroughWrappers(t *testing.T) {
+	st := locktest.OpenBolt(t)
+	tel := lockstore.WithTelemetry(st, lockstore.TelemetryOptions{OnEvent: func(lockstore.LockEvent) {}})
+	t.Cleanup(func() { _ = tel.Close() })
+	for _, tc := range []struct {
+		name    string
+		locks   lockstore.Locks
+		correct bool
+	}{
+		{"unwrapping", unwrappingLocks{tel}, true},
+		{"opaque (broken)", opaqueLocks{tel}, false},
+	} {
+		reg := prometheus.NewRegistry()
+		if _, err := api.New(api.Options{Store: tc.locks, Registerer: reg}); err != nil {
+			t.Fatalf("%s: New: %v", tc.name, err)
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, mf := range mfs {
+			found = found || mf.GetName() == "fencegate_locks_held"
+		}
+		if found != tc.correct {
+			t.Errorf("%s: fencegate_locks_held registered = %v, want %v", tc.name, found, tc.correct)
 		}
 	}
 }

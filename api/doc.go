@@ -1,17 +1,18 @@
 // Package api serves fencegate's lock API over HTTP/JSON and gRPC
-// (API.md, "Lock API over HTTP/JSON", "Lock API over gRPC",
-// "Operations"), with bearer-token auth and lock-op metrics.
+// (docs/api.md, "Lock API over HTTP/JSON", "Lock API over gRPC",
+// "Operations"), checking bearer tokens with package auth, and lock-op
+// metrics.
 //
 // # Wiring
 //
-//	auth, err := api.NewAuthenticator(tokens)       // or nil: auth off (loopback dev mode)
+//	authn, err := auth.NewAuthenticator(tokens)     // or nil: auth off (loopback dev mode)
 //	srv, err := api.New(api.Options{
-//		Store: store, Audit: store, Auth: auth,
+//		Store: store, Audit: store, Auth: authn,
 //		MaxWait: 30 * time.Second,
 //		Registerer: reg, Gatherer: reg, Logger: logger,
 //	})
 //	mux := http.NewServeMux()
-//	srv.Register(mux)                                // /v1/locks/*, /v1/audit, /v1/proof/keys, /healthz, /readyz, /metrics
+//	srv.Register(mux)                                // /v1/locks/*, /v1/audit, /v1/proof/keys, /metrics
 //	mux.Handle("/v1/authz/check/", srv.Middleware(fwd)) // other transports share the listener
 //	srv.RegisterGRPC(grpcServer)                     // fencegate.v1.Locks + reflection
 //
@@ -19,10 +20,10 @@
 // the metrics (registered once, by New) and the authenticator.
 // Server.Handler is a ready-made mux with a JSON 404 for unknown paths.
 //
-// # HTTP decisions API.md leaves open
+// # HTTP decisions docs/api.md leaves open
 //
 //   - A wrong or missing Content-Type on a POST is 400 InvalidArgument, not
-//     415: API.md maps every malformed request to 400, and one status per
+//     415: docs/api.md maps every malformed request to 400, and one status per
 //     code keeps clients simple. The charset, if given, must be UTF-8.
 //   - A body over 64 KiB, unknown fields, wrong types, anything after the
 //     JSON object, a bad lockId, and a lookup with both or neither of key
@@ -32,7 +33,7 @@
 //     value is 400, not clamped, because a client that asked for 60 s and
 //     got "locked" after 30 s would draw the wrong conclusion.
 //   - waitMs retries on contention with exponential backoff and equal
-//     jitter (lockstore.AcquireWithRetry, 100 ms base) until the time is
+//     jitter (lock.AcquireWithRetry, 100 ms base) until the time is
 //     spent, then answers 409 locked. The wait runs on the request's
 //     context: a client that disconnects stops it at once.
 //   - A wrong method is 405 with Allow; an unknown path under /v1/locks/
@@ -50,7 +51,7 @@
 // # Auth
 //
 // Tokens are configured by name with the SHA-256 of the secret, key
-// prefixes and operations (see Token). A presented token is hashed and
+// prefixes and operations (see auth.Token). A presented token is hashed and
 // compared with every configured digest in constant time. No or an
 // unknown token is 401 AuthFailed with WWW-Authenticate: Bearer (gRPC
 // UNAUTHENTICATED); a valid token without the operation or the key's
@@ -69,21 +70,22 @@
 // # gRPC
 //
 // Contention and absent locks are reply fields (ok=false). Failures are
-// statuses mapped from the LockError code (API.md), with a
+// statuses mapped from the LockError code (docs/api.md), with a
 // google.rpc.ErrorInfo detail {Reason: code, Domain: "fencegate.io"};
 // CodeFromStatus reads it back. Auth reads the "authorization: Bearer …"
 // metadata. The auth, metrics and logging interceptor is built into the
 // service that RegisterGRPC registers, so it cannot be forgotten.
-// FollowReadiness keeps a caller-registered grpc.health.v1 server in step
-// with Ready, NOT_SERVING until the first check answers.
+// grpc.health.v1 is the caller's: cmd/fencegate's lifecycle
+// (internal/health) reports LocksServiceName.
 //
 // # Operations
 //
-// /healthz is 200 while the process serves; /readyz pings the store and
-// runs Options.Ready within 2 s (503 otherwise). Metrics:
+// /healthz and /readyz are not the lock API's: every listener of the
+// process follows one lifecycle (cmd/fencegate, internal/health). Metrics:
 // fencegate_lock_ops_total{op,result} (result ok, fail = locked/absent, or
 // the LockError code), fencegate_lock_op_duration_seconds{op}, and
-// fencegate_locks_held when the store implements lockstore.HeldCounter.
+// fencegate_locks_held when lockstore.As finds a lockstore.HeldCounter in
+// Options.Store (through any wrapper with Unwrap).
 // Access logs (Options.AccessLog: by default only requests answered 4xx/5xx,
 // a gRPC status other than OK, or slower than SlowRequest) carry method, the
 // matched route (never the path or query, which can hold a key), status,

@@ -1,7 +1,7 @@
 package api_test
 
 import (
-	"context"
+	"github.com/fencegate/fencegate/auth"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -21,8 +21,8 @@ import (
 	"github.com/fencegate/fencegate/api/wire"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
 )
 
 // These tests keep docs/api.md, the project's wire reference, honest: every
@@ -67,8 +67,8 @@ func docItems(t *testing.T) []docItem {
 	}
 	add("policy", false, string(fencecheck.PolicyHolder), string(fencecheck.PolicyLatest), string(fencecheck.PolicyOff))
 	add("mode", false, string(fencecheck.ModeEnforce), string(fencecheck.ModeDryRun), string(fencecheck.ModeWarn))
-	add("operation", false, string(api.OpAcquire), string(api.OpRelease), string(api.OpExtend),
-		string(api.OpLookup), string(api.OpStatus), string(api.OpAudit), string(api.OpUI))
+	add("operation", false, string(auth.OpAcquire), string(auth.OpRelease), string(auth.OpExtend),
+		string(auth.OpLookup), string(auth.OpStatus), string(auth.OpAudit), string(auth.OpUI))
 	add("path", true, wire.PathAcquire, wire.PathRelease, wire.PathExtend, wire.PathLookup,
 		wire.PathStatus, wire.PathAudit, wire.PathProofKeys, authz.HTTPPath, admission.Path, "/healthz", "/readyz", "/metrics")
 	add("gRPC service", false, api.LocksServiceName, authz.ServiceName, authz.ExtProcServiceName)
@@ -314,11 +314,7 @@ func stringConsts(t *testing.T, dir, prefix string) []string {
 func metricNames(t *testing.T) []string {
 	t.Helper()
 	rec := &recordingRegisterer{}
-	store, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "docs.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := locktest.OpenBolt(t)
 	if _, err := api.New(api.Options{Store: store, Registerer: rec, Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +332,7 @@ func metricNames(t *testing.T) []string {
 	}
 
 	nameRE := regexp.MustCompile(`Name:\s*"(fencegate_[a-z0-9_]+)"`)
-	err = filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

@@ -58,12 +58,12 @@ func asAPIError(err error) *apiError {
 	return &apiError{code: code, msg: msg, cause: err}
 }
 
-// HTTPStatus is API.md's status for a LockError code (wire.HTTPStatus).
+// HTTPStatus is docs/api.md's status for a LockError code (wire.HTTPStatus).
 // AuthFailed is 401 here; the 403 case is decided by the caller, which
 // knows whether a token was valid.
 func HTTPStatus(c lockstore.Code) int { return wire.HTTPStatus(c) }
 
-// GRPCCode is API.md's gRPC status code for a LockError code
+// GRPCCode is docs/api.md's gRPC status code for a LockError code
 // (wire.GRPCCode: AuthFailed as UNAUTHENTICATED; PERMISSION_DENIED is
 // decided by the caller).
 func GRPCCode(c lockstore.Code) codes.Code { return wire.GRPCCode(c) }

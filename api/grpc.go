@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"time"
 
@@ -17,18 +18,22 @@ import (
 )
 
 // grpcOps maps the Locks service's methods to operations (scopes, metrics).
-var grpcOps = map[string]Operation{
-	fencegatev1.Locks_Acquire_FullMethodName:  OpAcquire,
-	fencegatev1.Locks_Release_FullMethodName:  OpRelease,
-	fencegatev1.Locks_Extend_FullMethodName:   OpExtend,
-	fencegatev1.Locks_Lookup_FullMethodName:   OpLookup,
-	fencegatev1.Locks_IsLocked_FullMethodName: OpStatus,
+var grpcOps = map[string]auth.Operation{
+	fencegatev1.Locks_Acquire_FullMethodName:  auth.OpAcquire,
+	fencegatev1.Locks_Release_FullMethodName:  auth.OpRelease,
+	fencegatev1.Locks_Extend_FullMethodName:   auth.OpExtend,
+	fencegatev1.Locks_Lookup_FullMethodName:   auth.OpLookup,
+	fencegatev1.Locks_IsLocked_FullMethodName: auth.OpStatus,
 }
+
+// LocksServiceName is the gRPC name of the lock service, as grpc.health.v1
+// reports it.
+var LocksServiceName = fencegatev1.Locks_ServiceDesc.ServiceName
 
 // RegisterGRPC registers the fencegate.v1.Locks service and server
 // reflection on gs (do not register reflection again). grpc.health.v1 is
-// left to the caller, which owns the server's lifecycle: register a
-// health.Server and run FollowReadiness to keep it current.
+// left to the caller, which owns the server's lifecycle (cmd/fencegate:
+// internal/health).
 //
 // Authentication, scopes, metrics and access logs are built into the
 // registered service (an interceptor applied per method, inside any
@@ -66,8 +71,8 @@ func (s *Server) chainInterceptor(outer grpc.UnaryServerInterceptor) grpc.UnaryS
 
 type principalKey struct{}
 
-func principalFrom(ctx context.Context) *Principal {
-	p, _ := ctx.Value(principalKey{}).(*Principal)
+func principalFrom(ctx context.Context) *auth.Principal {
+	p, _ := ctx.Value(principalKey{}).(*auth.Principal)
 	return p
 }
 
@@ -82,7 +87,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		return h(ctx, req)
 	}
 	ctx, span := startOpSpan(tracing.FromGRPC(ctx), op)
-	var p *Principal
+	var p *auth.Principal
 	panicking := true
 	defer func() {
 		if panicking {
@@ -117,7 +122,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 
 // authorizedCall authenticates and authorizes the call (*p is the caller)
 // and runs h.
-func (s *Server) authorizedCall(ctx context.Context, req any, op Operation, h grpc.UnaryHandler, p **Principal) (any, error) {
+func (s *Server) authorizedCall(ctx context.Context, req any, op auth.Operation, h grpc.UnaryHandler, p **auth.Principal) (any, error) {
 	var err error
 	*p, err = s.authenticate(ctx, authorizationMD(ctx))
 	if err != nil {
@@ -208,7 +213,7 @@ func (g *grpcLocks) Acquire(ctx context.Context, req *fencegatev1.AcquireRequest
 	if !res.OK {
 		return &fencegatev1.AcquireResponse{Ok: false, Reason: lockstore.ReasonLocked}, nil
 	}
-	return &fencegatev1.AcquireResponse{Ok: true, LockId: res.LockID, Fence: res.Fence, ExpiresAtMs: res.ExpiresAtMs, Proof: res.Proof}, nil
+	return &fencegatev1.AcquireResponse{Ok: true, LockId: res.LockID, Fence: res.Fence, ExpiresAtMs: res.ExpiresAtMs, Proof: res.proof}, nil
 }
 
 func (g *grpcLocks) Release(ctx context.Context, req *fencegatev1.ReleaseRequest) (*fencegatev1.ReleaseResponse, error) {

@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"context"
-	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -11,6 +10,8 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -37,10 +38,7 @@ func newGRPCEnv(t testing.TB, store lockstore.Store, mutate func(*api.Options)) 
 		return h(ctx, req)
 	}))
 	g.srv.RegisterGRPC(gs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := testutil.Listen(t)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -81,7 +79,7 @@ func wantStatus(t *testing.T, err error, code codes.Code, lockCode lockstore.Cod
 }
 
 func TestGRPC(t *testing.T) {
-	g := newGRPCEnv(t, openStore(t), nil)
+	g := newGRPCEnv(t, locktest.OpenBolt(t), nil)
 	admin := bearer(adminToken)
 
 	held, err := g.client.Acquire(admin, &fencegatev1.AcquireRequest{Key: "orders/held", TtlMs: proto.Int64(60_000)})
@@ -285,7 +283,7 @@ func TestGRPC(t *testing.T) {
 }
 
 func TestGRPCWaitSucceeds(t *testing.T) {
-	g := newGRPCEnv(t, openStore(t), nil)
+	g := newGRPCEnv(t, locktest.OpenBolt(t), nil)
 	admin := bearer(adminToken)
 	a, err := g.client.Acquire(admin, &fencegatev1.AcquireRequest{Key: "jobs/g"})
 	if err != nil || !a.GetOk() {
@@ -307,7 +305,7 @@ func TestGRPCWaitSucceeds(t *testing.T) {
 }
 
 func TestGRPCClientDeadlineEndsWait(t *testing.T) {
-	g := newGRPCEnv(t, openStore(t), nil)
+	g := newGRPCEnv(t, locktest.OpenBolt(t), nil)
 	if _, err := g.client.Acquire(bearer(adminToken), &fencegatev1.AcquireRequest{Key: "jobs/d"}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,22 +1,20 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -28,12 +26,12 @@ const (
 	unknownTok  = "tok-unknown-00000000" // not configured
 )
 
-func testAuthenticator(t testing.TB) *api.Authenticator {
+func testAuthenticator(t testing.TB) *auth.Authenticator {
 	t.Helper()
-	a, err := api.NewAuthenticator([]api.Token{
-		{Name: "admin", SHA256: api.HashToken(adminToken), Prefixes: []string{"*"}, Operations: []string{"*"}},
-		{Name: "orders", SHA256: api.HashToken(ordersToken), Prefixes: []string{"orders/"}},
-		{Name: "reader", SHA256: api.HashToken(readerToken), Operations: []string{"status", "lookup"}},
+	a, err := auth.NewAuthenticator([]auth.Token{
+		{Name: "admin", SHA256: auth.HashToken(adminToken), Prefixes: []string{"*"}, Operations: []string{"*"}},
+		{Name: "orders", SHA256: auth.HashToken(ordersToken), Prefixes: []string{"orders/"}},
+		{Name: "reader", SHA256: auth.HashToken(readerToken), Operations: []string{"status", "lookup"}},
 	})
 	if err != nil {
 		t.Fatalf("NewAuthenticator: %v", err)
@@ -41,47 +39,18 @@ func testAuthenticator(t testing.TB) *api.Authenticator {
 	return a
 }
 
-// openStore opens a real bolt store in a temp dir, closed at cleanup.
-func openStore(t testing.TB) *bolt.Store {
-	t.Helper()
-	s, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "locks.db")})
-	if err != nil {
-		t.Fatalf("bolt.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
-// syncBuffer collects log output from concurrent handlers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // env is one api.Server over a store, served over real HTTP.
 type env struct {
 	srv  *api.Server
 	http *httptest.Server
 	reg  *prometheus.Registry
-	logs *syncBuffer
+	logs *testutil.LogBuffer
 }
 
 // newEnv builds a Server over store; mutate adjusts the options first.
 func newEnv(t testing.TB, store lockstore.Store, mutate func(*api.Options)) *env {
 	t.Helper()
-	e := &env{reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	e := &env{reg: prometheus.NewRegistry(), logs: &testutil.LogBuffer{}}
 	o := api.Options{
 		Store:      store,
 		Auth:       testAuthenticator(t),

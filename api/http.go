@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/fencegate/fencegate/auth"
 	"net/http"
 	"sync"
 	"time"
@@ -27,7 +28,7 @@ type (
 // opFunc runs one operation for an authenticated caller and returns the
 // reply status and body, whether the outcome was a success (for metrics),
 // or an error.
-type opFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, p *Principal) (status int, body any, ok bool, err error)
+type opFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, p *auth.Principal) (status int, body any, ok bool, err error)
 
 // Register adds the lock API, the audit query and the operations
 // endpoints to mux, each behind Middleware:
@@ -36,23 +37,22 @@ type opFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request, p 
 //	GET  /v1/locks/status?key=K
 //	GET  /v1/audit?key=K&since=MS&limit=N
 //	GET  /v1/proof/keys (no token: public keys)
-//	GET  /healthz, /readyz, and /metrics when Options.Gatherer is set
+//	GET  /metrics when Options.Gatherer is set (/healthz and /readyz are
+//	     the process's lifecycle's, cmd/fencegate mounts them)
 //
 // Other transports (the forward-auth endpoint) add their own routes to the
 // same mux; wrap them in Middleware for the same access logging.
 func (s *Server) Register(mux *http.ServeMux) {
 	route := func(path string, h http.Handler) { mux.Handle(path, s.Middleware(h)) }
-	route(wire.PathAcquire, s.serveOp(OpAcquire, http.MethodPost, s.httpAcquire))
-	route(wire.PathRelease, s.serveOp(OpRelease, http.MethodPost, s.httpRelease))
-	route(wire.PathExtend, s.serveOp(OpExtend, http.MethodPost, s.httpExtend))
-	route(wire.PathLookup, s.serveOp(OpLookup, http.MethodPost, s.httpLookup))
-	route(wire.PathStatus, s.serveOp(OpStatus, http.MethodGet, s.httpStatus))
-	route(wire.PathAudit, s.serveOp(OpAudit, http.MethodGet, s.httpAudit))
+	route(wire.PathAcquire, s.serveOp(auth.OpAcquire, http.MethodPost, s.httpAcquire))
+	route(wire.PathRelease, s.serveOp(auth.OpRelease, http.MethodPost, s.httpRelease))
+	route(wire.PathExtend, s.serveOp(auth.OpExtend, http.MethodPost, s.httpExtend))
+	route(wire.PathLookup, s.serveOp(auth.OpLookup, http.MethodPost, s.httpLookup))
+	route(wire.PathStatus, s.serveOp(auth.OpStatus, http.MethodGet, s.httpStatus))
+	route(wire.PathAudit, s.serveOp(auth.OpAudit, http.MethodGet, s.httpAudit))
 	route(wire.PathProofKeys, http.HandlerFunc(s.proofKeys))
 	// Unknown lock API paths get a JSON 404 rather than the mux's text one.
 	route("/v1/locks/", http.HandlerFunc(notFound))
-	route("/healthz", http.HandlerFunc(s.healthz))
-	route("/readyz", http.HandlerFunc(s.readyz))
 	if s.gatherer != nil {
 		route("/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
 	}
@@ -75,7 +75,7 @@ func notFound(w http.ResponseWriter, _ *http.Request) {
 // authentication (401), the per-operation scope check (403), metrics and
 // error rendering. Authentication comes before the body is read, so an
 // unauthenticated caller learns nothing about request validation.
-func (s *Server) serveOp(op Operation, method string, fn opFunc) http.Handler {
+func (s *Server) serveOp(op auth.Operation, method string, fn opFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method {
 			w.Header().Set("Allow", method)
@@ -87,7 +87,7 @@ func (s *Server) serveOp(op Operation, method string, fn opFunc) http.Handler {
 		ctx, span := startOpSpan(tracing.FromHTTP(r.Context(), r.Header), op)
 		p, err := s.authenticate(r.Context(), r.Header.Get("Authorization"))
 		if err == nil {
-			setPrincipal(r.Context(), p)
+			setPrincipal(w, p)
 			err = authorizeOp(p, op)
 		} else if r.ContentLength != 0 {
 			// The body of a caller without a credential is never read:
@@ -115,7 +115,7 @@ func (s *Server) serveOp(op Operation, method string, fn opFunc) http.Handler {
 	})
 }
 
-func (s *Server) httpAcquire(ctx context.Context, w http.ResponseWriter, r *http.Request, p *Principal) (int, any, bool, error) {
+func (s *Server) httpAcquire(ctx context.Context, w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, bool, error) {
 	var req wire.AcquireRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return 0, nil, false, err
@@ -127,10 +127,10 @@ func (s *Server) httpAcquire(ctx context.Context, w http.ResponseWriter, r *http
 	if !res.OK {
 		return http.StatusConflict, wire.AcquireReply{OK: false, Reason: lockstore.ReasonLocked}, false, nil
 	}
-	return http.StatusOK, wire.AcquireReply{OK: true, LockID: res.LockID, Fence: res.Fence, ExpiresAtMs: res.ExpiresAtMs, Proof: res.Proof}, true, nil
+	return http.StatusOK, wire.AcquireReply{OK: true, LockID: res.LockID, Fence: res.Fence, ExpiresAtMs: res.ExpiresAtMs, Proof: res.proof}, true, nil
 }
 
-func (s *Server) httpRelease(ctx context.Context, w http.ResponseWriter, r *http.Request, _ *Principal) (int, any, bool, error) {
+func (s *Server) httpRelease(ctx context.Context, w http.ResponseWriter, r *http.Request, _ *auth.Principal) (int, any, bool, error) {
 	var req wire.ReleaseRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return 0, nil, false, err
@@ -145,7 +145,7 @@ func (s *Server) httpRelease(ctx context.Context, w http.ResponseWriter, r *http
 	return http.StatusOK, wire.OKReply{OK: true}, true, nil
 }
 
-func (s *Server) httpExtend(ctx context.Context, w http.ResponseWriter, r *http.Request, _ *Principal) (int, any, bool, error) {
+func (s *Server) httpExtend(ctx context.Context, w http.ResponseWriter, r *http.Request, _ *auth.Principal) (int, any, bool, error) {
 	var req wire.ExtendRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return 0, nil, false, err
@@ -160,7 +160,7 @@ func (s *Server) httpExtend(ctx context.Context, w http.ResponseWriter, r *http.
 	return http.StatusOK, wire.OKReply{OK: true, ExpiresAtMs: res.ExpiresAtMs}, true, nil
 }
 
-func (s *Server) httpLookup(ctx context.Context, w http.ResponseWriter, r *http.Request, p *Principal) (int, any, bool, error) {
+func (s *Server) httpLookup(ctx context.Context, w http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, bool, error) {
 	var req wire.LookupRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return 0, nil, false, err
@@ -175,7 +175,7 @@ func (s *Server) httpLookup(ctx context.Context, w http.ResponseWriter, r *http.
 	return http.StatusOK, info, true, nil
 }
 
-func (s *Server) httpStatus(ctx context.Context, _ http.ResponseWriter, r *http.Request, p *Principal) (int, any, bool, error) {
+func (s *Server) httpStatus(ctx context.Context, _ http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, bool, error) {
 	q, err := parseQuery(r)
 	if err != nil {
 		return 0, nil, false, err
@@ -191,7 +191,7 @@ func (s *Server) httpStatus(ctx context.Context, _ http.ResponseWriter, r *http.
 	return http.StatusOK, wire.StatusReply{Locked: locked}, true, nil
 }
 
-func (s *Server) httpAudit(ctx context.Context, _ http.ResponseWriter, r *http.Request, p *Principal) (int, any, bool, error) {
+func (s *Server) httpAudit(ctx context.Context, _ http.ResponseWriter, r *http.Request, p *auth.Principal) (int, any, bool, error) {
 	q, err := parseQuery(r)
 	if err != nil {
 		return 0, nil, false, err
@@ -214,13 +214,13 @@ func (s *Server) httpAudit(ctx context.Context, _ http.ResponseWriter, r *http.R
 	return http.StatusOK, wire.AuditReply{Events: events}, true, nil
 }
 
-// writeError renders err as API.md's error body. 5xx causes are logged
+// writeError renders err as docs/api.md's error body. 5xx causes are logged
 // (lockstore errors print key and lockId hashes only); the client gets the
 // code and a message free of secrets.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae := asAPIError(err)
 	status := ae.httpStatusCode()
-	setErrorCode(r.Context(), ae.code)
+	setErrorCode(w, ae.code)
 	if status >= 500 && status != http.StatusNotImplemented {
 		s.log.LogAttrs(r.Context(), levelFor(ae.code), "lock API request failed",
 			slogAttrs(r, status, ae)...)

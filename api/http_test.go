@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
@@ -50,10 +52,10 @@ type httpCase struct {
 	check  func(t *testing.T, r reply)
 }
 
-// TestHTTPTable covers every row of API.md's HTTP table and every error
+// TestHTTPTable covers every row of docs/api.md's HTTP table and every error
 // status the handlers produce, against a real bolt store.
 func TestHTTPTable(t *testing.T) {
-	e := newEnv(t, openStore(t), nil)
+	e := newEnv(t, locktest.OpenBolt(t), nil)
 	heldID, heldFence := e.acquire(t, "orders/held", 60_000)
 	goneID, _ := e.acquire(t, "orders/gone", 60_000)
 	if r := e.post(t, "/v1/locks/release", adminToken, map[string]any{"lockId": goneID}); r.status != 200 {
@@ -363,7 +365,7 @@ func TestHTTPTable(t *testing.T) {
 // TestHTTPWait covers waitMs: success when the holder releases, 409 when
 // the time runs out, and the wait ending when the client goes away.
 func TestHTTPWait(t *testing.T) {
-	e := newEnv(t, openStore(t), nil)
+	e := newEnv(t, locktest.OpenBolt(t), nil)
 
 	t.Run("holder releases during the wait", func(t *testing.T) {
 		id, fence := e.acquire(t, "jobs/a", 60_000)
@@ -429,7 +431,7 @@ func TestHTTPWait(t *testing.T) {
 
 // TestHTTPAudit covers GET /v1/audit over the bolt store's audit log.
 func TestHTTPAudit(t *testing.T) {
-	store := openStore(t)
+	store := locktest.OpenBolt(t)
 	e := newEnv(t, store, nil)
 	base := time.Now().UnixMilli() - 10_000
 	var events []lockstore.AuditEvent
@@ -492,8 +494,8 @@ func TestHTTPAudit(t *testing.T) {
 	}
 
 	t.Run("prefix token needs a key", func(t *testing.T) {
-		a, err := api.NewAuthenticator([]api.Token{
-			{Name: "auditor", SHA256: api.HashToken("aud-secret"), Prefixes: []string{"orders/"}, Operations: []string{"audit"}},
+		a, err := auth.NewAuthenticator([]auth.Token{
+			{Name: "auditor", SHA256: auth.HashToken("aud-secret"), Prefixes: []string{"orders/"}, Operations: []string{"audit"}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -528,7 +530,7 @@ func TestHTTPAuditHashCollision(t *testing.T) {
 	if lockstore.HashKey(crafted) != lockstore.HashKey(victim) || !strings.HasPrefix(crafted, "a/") || !strings.HasPrefix(victim, "b/") {
 		t.Fatalf("not a collision across a/ and b/: %q %q", crafted, victim)
 	}
-	store := openStore(t)
+	store := locktest.OpenBolt(t)
 	// The victim's denial is recorded the way the edge records it: a real
 	// check through the auditor into the store.
 	aud := fencecheck.NewAuditor(store, fencecheck.AuditorOptions{})
@@ -541,9 +543,9 @@ func TestHTTPAuditHashCollision(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a, err := api.NewAuthenticator([]api.Token{
-		{Name: "a-auditor", SHA256: api.HashToken("a-secret"), Prefixes: []string{"a/"}, Operations: []string{"audit"}},
-		{Name: "admin", SHA256: api.HashToken(adminToken), Prefixes: []string{"*"}, Operations: []string{"*"}},
+	a, err := auth.NewAuthenticator([]auth.Token{
+		{Name: "a-auditor", SHA256: auth.HashToken("a-secret"), Prefixes: []string{"a/"}, Operations: []string{"audit"}},
+		{Name: "admin", SHA256: auth.HashToken(adminToken), Prefixes: []string{"*"}, Operations: []string{"*"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -569,36 +571,11 @@ func TestHTTPAuditHashCollision(t *testing.T) {
 }
 
 func TestHTTPOperations(t *testing.T) {
-	t.Run("healthz and readyz", func(t *testing.T) {
-		e := newEnv(t, openStore(t), nil)
-		for _, p := range []string{"/healthz", "/readyz"} {
-			r := e.do(t, context.Background(), http.MethodGet, p, "", "", "")
-			if r.status != 200 || r.str("status") != "ok" {
-				t.Errorf("%s: %d %s", p, r.status, r.raw)
-			}
-		}
-	})
-
-	t.Run("readyz fails with the Ready hook", func(t *testing.T) {
-		e := newEnv(t, openStore(t), func(o *api.Options) {
-			o.Ready = func(context.Context) error { return errors.New("audit queue full") }
-		})
-		if r := e.do(t, context.Background(), http.MethodGet, "/readyz", "", "", ""); r.status != 503 {
-			t.Errorf("status %d %s", r.status, r.raw)
-		}
-		if r := e.do(t, context.Background(), http.MethodGet, "/healthz", "", "", ""); r.status != 200 {
-			t.Errorf("healthz must not depend on readiness: %d", r.status)
-		}
-	})
-
 	t.Run("closed store is 503 everywhere", func(t *testing.T) {
-		store := openStore(t)
+		store := locktest.OpenBolt(t)
 		e := newEnv(t, store, nil)
 		if err := store.Close(); err != nil {
 			t.Fatal(err)
-		}
-		if r := e.do(t, context.Background(), http.MethodGet, "/readyz", "", "", ""); r.status != 503 {
-			t.Errorf("readyz: %d %s", r.status, r.raw)
 		}
 		r := e.post(t, "/v1/locks/acquire", adminToken, map[string]any{"key": "orders/1"})
 		if r.status != 503 || r.errCode() != "ServiceUnavailable" {
@@ -610,7 +587,7 @@ func TestHTTPOperations(t *testing.T) {
 	})
 
 	t.Run("auth off", func(t *testing.T) {
-		e := newEnv(t, openStore(t), func(o *api.Options) { o.Auth = nil })
+		e := newEnv(t, locktest.OpenBolt(t), func(o *api.Options) { o.Auth = nil })
 		if r := e.post(t, "/v1/locks/acquire", "", map[string]any{"key": "any/key"}); r.status != 200 {
 			t.Errorf("status %d %s", r.status, r.raw)
 		}
@@ -623,13 +600,13 @@ func TestHTTPOperations(t *testing.T) {
 		if _, err := api.New(api.Options{}); err == nil {
 			t.Error("New without a store succeeded")
 		}
-		if _, err := api.New(api.Options{Store: openStore(t), MaxWait: -time.Second}); err == nil {
+		if _, err := api.New(api.Options{Store: locktest.OpenBolt(t), MaxWait: -time.Second}); err == nil {
 			t.Error("New with a negative MaxWait succeeded")
 		}
 	})
 }
 
-// TestStatusMapping pins API.md's code tables for every LockError code.
+// TestStatusMapping pins docs/api.md's code tables for every LockError code.
 func TestStatusMapping(t *testing.T) {
 	want := map[lockstore.Code][2]string{
 		lockstore.InvalidArgument:    {"400", "InvalidArgument"},

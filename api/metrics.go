@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"math"
 	"time"
@@ -35,7 +36,7 @@ type metrics struct {
 	// its duration), bound once: WithLabelValues per request hashes the
 	// labels and looks the series up under a lock. Read-only after
 	// newMetrics.
-	bound map[Operation]boundOp
+	bound map[auth.Operation]boundOp
 }
 
 type boundOp struct {
@@ -43,7 +44,7 @@ type boundOp struct {
 	duration prometheus.Observer
 }
 
-func newMetrics(reg prometheus.Registerer, store lockstore.Store, log *slog.Logger) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, store lockstore.Locks, log *slog.Logger) (*metrics, error) {
 	m := &metrics{
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencegate_lock_ops_total",
@@ -56,8 +57,8 @@ func newMetrics(reg prometheus.Registerer, store lockstore.Store, log *slog.Logg
 		}, []string{"op"}),
 	}
 	// Pre-create the common series so rate() works from the first scrape.
-	m.bound = make(map[Operation]boundOp, len(allOps))
-	for _, op := range allOps {
+	m.bound = make(map[auth.Operation]boundOp, len(auth.APIOps()))
+	for _, op := range auth.APIOps() {
 		m.bound[op] = boundOp{
 			ok:       m.ops.WithLabelValues(string(op), resultOK),
 			fail:     m.ops.WithLabelValues(string(op), resultFail),
@@ -65,7 +66,7 @@ func newMetrics(reg prometheus.Registerer, store lockstore.Store, log *slog.Logg
 		}
 	}
 	cs := []prometheus.Collector{m.ops, m.duration}
-	if hc, ok := store.(lockstore.HeldCounter); ok {
+	if hc, ok := lockstore.As[lockstore.HeldCounter](store); ok {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "fencegate_locks_held",
 			Help: "Live locks in the store (NaN when the store could not count in time).",
@@ -89,7 +90,7 @@ func newMetrics(reg prometheus.Registerer, store lockstore.Store, log *slog.Logg
 }
 
 // observe records one finished operation.
-func (m *metrics) observe(op Operation, result string, start time.Time) {
+func (m *metrics) observe(op auth.Operation, result string, start time.Time) {
 	b, ok := m.bound[op]
 	if !ok {
 		m.ops.WithLabelValues(string(op), result).Inc()

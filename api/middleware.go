@@ -1,7 +1,7 @@
 package api
 
 import (
-	"context"
+	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -16,26 +16,31 @@ type requestInfo struct {
 	code  lockstore.Code // the LockError code of an error reply
 }
 
-type requestInfoKey struct{}
-
-func setErrorCode(ctx context.Context, c lockstore.Code) {
-	if ri, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok {
-		ri.code = c
+// setErrorCode and setPrincipal reach the request's requestInfo through
+// the writer Middleware handed the handler (its statusRecorder) rather
+// than through the request's context: a context value costs every request
+// a context and a copy of the *http.Request (r.WithContext). A handler not
+// behind Middleware has no access log line to fill.
+func setErrorCode(w http.ResponseWriter, c lockstore.Code) {
+	if rec, ok := w.(*statusRecorder); ok {
+		rec.info.code = c
 	}
 }
 
-func setPrincipal(ctx context.Context, p *Principal) {
-	if ri, ok := ctx.Value(requestInfoKey{}).(*requestInfo); ok && p != nil {
-		ri.token = p.Name
+func setPrincipal(w http.ResponseWriter, p *auth.Principal) {
+	if rec, ok := w.(*statusRecorder); ok && p != nil {
+		rec.info.token = p.Name
 	}
 }
 
 // statusRecorder remembers the status and size of a reply for the access
-// log and for a panicking handler (a reply already started cannot become a 500).
+// log and for a panicking handler (a reply already started cannot become a
+// 500), and what the handler learnt for the log line (info).
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	info   requestInfo
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -72,8 +77,7 @@ func (s *Server) Middleware(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w}
-		ri := &requestInfo{}
-		r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, ri))
+		ri := &rec.info
 		panicking := true
 		defer func() {
 			if panicking && rec.status == 0 {
@@ -156,7 +160,7 @@ func slogAttrs(r *http.Request, status int, ae *apiError) []slog.Attr {
 
 // tokenName is the name of the caller's token for logs ("" when auth is
 // off or the caller did not authenticate).
-func tokenName(p *Principal) string {
+func tokenName(p *auth.Principal) string {
 	if p == nil {
 		return ""
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"time"
 
@@ -15,22 +16,20 @@ import (
 // DefaultMaxWait is the cap on waitMs when Options.MaxWait is zero.
 const DefaultMaxWait = 30 * time.Second
 
-// readyTimeout bounds /readyz's store ping and Ready hook: a probe must
-// answer before the kubelet's own timeout (1 s by default is too tight for
-// a remote backend under load; 2 s stays under typical probe settings).
-const readyTimeout = 2 * time.Second
-
 // Options configure a Server. The zero value of every field but Store is
 // usable.
 type Options struct {
-	// Store serves the lock operations. Required.
-	Store lockstore.Store
+	// Store serves the lock operations. Required. Readiness pings the
+	// lockstore.Pinger that lockstore.As finds in it (New fails without
+	// one); fencegate_locks_held counts with its lockstore.HeldCounter, if
+	// any; its lockstore.Describer names the backend in metrics.
+	Store lockstore.Locks
 	// Audit serves GET /v1/audit. Nil answers 501 with code
 	// ServiceUnavailable and a message saying the audit log is off.
 	Audit lockstore.AuditLog
 	// Auth checks bearer tokens. Nil turns auth off (the loopback dev
 	// mode); New logs a warning saying so.
-	Auth *Authenticator
+	Auth *auth.Authenticator
 	// MaxWait caps waitMs; a larger waitMs is 400 InvalidArgument. Zero
 	// means DefaultMaxWait.
 	MaxWait time.Duration
@@ -51,12 +50,6 @@ type Options struct {
 	// AccessLog selects the HTTP requests that get an access log line;
 	// the zero value is AccessErrors.
 	AccessLog AccessLog
-	// Ready is an extra readiness check for /readyz, run after the store's
-	// Ping (optional).
-	Ready func(ctx context.Context) error
-	// Replication, when set, reports the store's replication for /readyz
-	// (the "replication" field) after a successful check (optional).
-	Replication func(ctx context.Context) (lockstore.Replication, error)
 	// Authenticated, when set, is called with the request's context each
 	// time a bearer token is accepted (HTTP, gRPC and GRPCTap):
 	// cmd/fencegate keeps such a caller's connection longer when its
@@ -67,16 +60,14 @@ type Options struct {
 // Server is the lock API over HTTP/JSON and gRPC. Build one per process
 // with New and serve it on both transports: they share metrics and auth.
 type Server struct {
-	store     lockstore.Store
+	store     boundedLocks
 	opTimeout time.Duration
 	auditLog  lockstore.AuditLog
-	auth      *Authenticator
+	auth      *auth.Authenticator
 	maxWait   time.Duration
 	gatherer  prometheus.Gatherer
 	log       *slog.Logger
 	access    AccessLog
-	ready     func(ctx context.Context) error
-	repl      func(ctx context.Context) (lockstore.Replication, error)
 	onAuth    func(ctx context.Context)
 	metrics   *metrics
 
@@ -97,7 +88,7 @@ func New(o Options) (*Server, error) {
 		opTimeout = DefaultOpTimeout
 	}
 	s := &Server{
-		store:     boundedStore{Store: o.Store, d: opTimeout},
+		store:     boundedLocks{Locks: o.Store, d: opTimeout},
 		opTimeout: opTimeout,
 		auditLog:  o.Audit,
 		auth:      o.Auth,
@@ -106,8 +97,6 @@ func New(o Options) (*Server, error) {
 		gatherer:  o.Gatherer,
 		log:       o.Logger,
 		access:    o.AccessLog,
-		ready:     o.Ready,
-		repl:      o.Replication,
 		proofs:    o.Proofs,
 	}
 	if s.maxWait == 0 {
@@ -125,7 +114,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("api: registering metrics: %w", err)
 	}
 	s.fenceWarnings = newFenceWarnings()
-	for _, c := range []prometheus.Collector{s.fenceWarnings, newStoreReady(o.Store)} {
+	for _, c := range []prometheus.Collector{s.fenceWarnings} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("api: registering metrics: %w", err)
 		}
@@ -139,14 +128,14 @@ func New(o Options) (*Server, error) {
 
 // authenticate maps an Authorization value to a principal; nil, nil when
 // auth is off.
-func (s *Server) authenticate(ctx context.Context, authorization string) (*Principal, error) {
+func (s *Server) authenticate(ctx context.Context, authorization string) (*auth.Principal, error) {
 	if s.auth == nil {
 		return nil, nil
 	}
 	p, err := s.auth.Authenticate(authorization)
 	if err != nil {
 		ae := &apiError{code: lockstore.AuthFailed, msg: err.Error()}
-		if errors.Is(err, ErrInvalidToken) {
+		if errors.Is(err, auth.ErrInvalidToken) {
 			ae.wwwAuth = "invalid_token"
 		}
 		return nil, ae

@@ -3,9 +3,11 @@ package api
 import (
 	"context"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"math"
 	"time"
 
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -18,7 +20,7 @@ import (
 const maxTTLMs = math.MaxInt64 / int64(time.Millisecond)
 
 // authorizeOp checks that p may call op. A nil p means auth is off.
-func authorizeOp(p *Principal, op Operation) error {
+func authorizeOp(p *auth.Principal, op auth.Operation) error {
 	if p == nil || p.CanDo(op) {
 		return nil
 	}
@@ -28,7 +30,7 @@ func authorizeOp(p *Principal, op Operation) error {
 
 // authorizeKey normalises key (so the scope check sees what the store will
 // see) and checks p's prefixes cover it.
-func authorizeKey(p *Principal, key string) (string, error) {
+func authorizeKey(p *auth.Principal, key string) (string, error) {
 	nk, err := lockstore.NormalizeKey(key)
 	if err != nil {
 		return "", err
@@ -81,7 +83,7 @@ func validLockID(id string) error {
 	return lockstore.ValidateLockID(id)
 }
 
-func (s *Server) acquireLock(ctx context.Context, p *Principal, key string, ttlMs, waitMs *int64) (lockstore.AcquireResult, error) {
+func (s *Server) acquireLock(ctx context.Context, p *auth.Principal, key string, ttlMs, waitMs *int64) (lockstore.AcquireResult, error) {
 	ttl, err := ttlFrom(ttlMs, false)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
@@ -102,16 +104,16 @@ func (s *Server) acquireLock(ctx context.Context, p *Principal, key string, ttlM
 	// strategy). The attempt count is unbounded: waitMs is a time budget,
 	// not a retry count. ctx is the request's, so a client that goes away
 	// stops the loop (Aborted) at once, mid-sleep included.
-	res, err := lockstore.AcquireWithRetry(ctx, s.store, nk, ttl, lockstore.RetryPolicy{
+	res, err := lock.AcquireWithRetry(ctx, lock.FromStore(s.store), nk, ttl, lock.RetryPolicy{
 		MaxRetries: math.MaxInt,
 		Timeout:    wait,
 	})
 	if lockstore.CodeOf(err) == lockstore.AcquisitionTimeout && ctx.Err() == nil {
-		// API.md: when waitMs runs out the answer is the same "locked" as
+		// docs/api.md: when waitMs runs out the answer is the same "locked" as
 		// an immediate attempt, not an error.
 		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
 	}
-	return s.noteFence(res, err)
+	return s.noteFence(res.AcquireResult, err)
 }
 
 func (s *Server) release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
@@ -134,7 +136,7 @@ func (s *Server) extend(ctx context.Context, lockID string, ttlMs *int64) (locks
 
 // lookup takes exactly one of key or lockID (nil = absent). A lookup by
 // lockId is authorised by operation only: the lockId is the capability.
-func (s *Server) lookup(ctx context.Context, p *Principal, key, lockID *string) (*lockstore.LockInfo, error) {
+func (s *Server) lookup(ctx context.Context, p *auth.Principal, key, lockID *string) (*lockstore.LockInfo, error) {
 	switch {
 	case key != nil && lockID != nil:
 		return nil, invalidArgument("lookup takes exactly one of key and lockId, not both")
@@ -154,7 +156,7 @@ func (s *Server) lookup(ctx context.Context, p *Principal, key, lockID *string) 
 	}
 }
 
-func (s *Server) isLocked(ctx context.Context, p *Principal, key string) (bool, error) {
+func (s *Server) isLocked(ctx context.Context, p *auth.Principal, key string) (bool, error) {
 	nk, err := authorizeKey(p, key)
 	if err != nil {
 		return false, err
@@ -169,7 +171,7 @@ var errAuditOff = &apiError{code: lockstore.ServiceUnavailable, httpStatus: 501,
 
 // audit queries the audit trail. Without a key filter the token must cover
 // every key, since events of any key come back.
-func (s *Server) audit(ctx context.Context, p *Principal, key *string, sinceMs int64, limit int) ([]lockstore.AuditEvent, error) {
+func (s *Server) audit(ctx context.Context, p *auth.Principal, key *string, sinceMs int64, limit int) ([]lockstore.AuditEvent, error) {
 	if s.auditLog == nil {
 		return nil, errAuditOff
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -21,7 +22,7 @@ func TestStoreMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := lockstore.WithTelemetry(openStore(t), lockstore.TelemetryOptions{OnEvent: m.Observe})
+	s := lockstore.WithTelemetry(locktest.OpenBolt(t), lockstore.TelemetryOptions{OnEvent: m.Observe})
 	ctx := context.Background()
 	a, err := s.Acquire(ctx, "k", time.Minute)
 	if err != nil || !a.OK {

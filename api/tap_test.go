@@ -2,13 +2,14 @@ package api_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -45,7 +46,7 @@ func TestGRPCTapRefusesBeforeReading(t *testing.T) {
 	}{{"tap", true}, {"interceptor only (broken variant)", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var authenticated atomic.Int64
-			e := newEnv(t, openStore(t), func(o *api.Options) {
+			e := newEnv(t, locktest.OpenBolt(t), func(o *api.Options) {
 				o.Authenticated = func(context.Context) { authenticated.Add(1) }
 			})
 			read := &payloads{}
@@ -56,10 +57,7 @@ func TestGRPCTapRefusesBeforeReading(t *testing.T) {
 			gs := grpc.NewServer(opts...)
 			e.srv.RegisterGRPC(gs)
 			healthpb.RegisterHealthServer(gs, health.NewServer())
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
+			lis := testutil.Listen(t)
 			go func() { _ = gs.Serve(lis) }()
 			t.Cleanup(gs.Stop)
 			conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"github.com/fencegate/fencegate/auth"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -18,15 +19,30 @@ const (
 
 // startOpSpan starts the span of one lock operation under ctx, which holds
 // the caller's trace context (tracing.FromHTTP, tracing.FromGRPC).
-func startOpSpan(ctx context.Context, op Operation) (context.Context, trace.Span) {
-	return tracing.Start(ctx, tracing.SpanLockPrefix+string(op))
+func startOpSpan(ctx context.Context, op auth.Operation) (context.Context, trace.Span) {
+	name, ok := opSpanNames[op]
+	if !ok {
+		name = tracing.SpanLockPrefix + string(op)
+	}
+	return tracing.Start(ctx, name)
 }
+
+// opSpanNames are the span names of the lock operations, built once: the
+// concatenation allocated on every request, tracing on or off.
+var opSpanNames = func() map[auth.Operation]string {
+	ops := auth.APIOps()
+	m := make(map[auth.Operation]string, len(ops))
+	for _, op := range ops {
+		m[op] = tracing.SpanLockPrefix + string(op)
+	}
+	return m
+}()
 
 // endOpSpan records the outcome and ends sp: the operation, the transport
 // and the metric result (ok, fail, or the LockError code), never the key,
 // lockId or token. Only failures the server answers 5xx for mark the span
 // an error; the caller's mistakes and contention are outcomes.
-func endOpSpan(sp trace.Span, op Operation, transport string, ok bool, err error) {
+func endOpSpan(sp trace.Span, op auth.Operation, transport string, ok bool, err error) {
 	if sp.IsRecording() {
 		sp.SetAttributes(
 			attribute.String(tracing.AttrOp, string(op)),

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"io"
 	"net"
 	"net/http"
@@ -20,12 +22,9 @@ import (
 // the probe tells the two apart. (Before the fix, the first case was held
 // like the control.)
 func TestUnauthenticatedBodyIsNotAwaited(t *testing.T) {
-	e := newEnv(t, openStore(t), nil)
+	e := newEnv(t, locktest.OpenBolt(t), nil)
 	srv := &http.Server{Handler: e.srv.Handler(), ReadTimeout: time.Hour, ReadHeaderTimeout: 10 * time.Second}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testutil.Listen(t)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 

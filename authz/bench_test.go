@@ -9,12 +9,13 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/code"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // BenchmarkGRPCCheckBolt: one allowed write check, Envoy-shaped, over
 // loopback gRPC, reading the bolt store.
 func BenchmarkGRPCCheckBolt(b *testing.B) {
-	s := openBolt(b)
+	s := locktest.OpenBolt(b, locktest.FloorOff)
 	r, err := s.Acquire(context.Background(), "orders/42", time.Hour)
 	if err != nil || !r.OK {
 		b.Fatal(err)
@@ -33,7 +34,7 @@ func BenchmarkGRPCCheckBolt(b *testing.B) {
 
 // BenchmarkCheckBolt: the decision alone, in-process.
 func BenchmarkCheckBolt(b *testing.B) {
-	s := openBolt(b)
+	s := locktest.OpenBolt(b, locktest.FloorOff)
 	r, err := s.Acquire(context.Background(), "orders/42", time.Hour)
 	if err != nil || !r.OK {
 		b.Fatal(err)

@@ -1,7 +1,7 @@
 // Package authz puts fencecheck's decision on the wire: the Envoy ext_authz
 // v3 gRPC server (Server), the Envoy ext_proc v3 server (ExtProc), and the
 // HTTP forward-auth endpoint (HTTPHandler) for proxies without gRPC. All
-// read the same inputs (API.md, "Envoy ext_authz"):
+// read the same inputs (docs/api.md, "Envoy ext_authz"):
 //
 //	input             default             route option (context_extensions / query)
 //	lock key          x-fence-key         fence_key: a literal, or "orders/{2}" over path segments
@@ -15,6 +15,7 @@
 //	route name        ""                  fence_route (names a route table entry; else audit and logs only)
 //	write barrier     off                 fence_barrier: on | off (ext_proc only)
 //	barrier maxWrite  30s                 fence_max_write: a Go duration
+//	barrier maxWait   check.timeout       fence_max_wait: a Go duration (with fence_barrier only)
 //
 // With a route table (Options.Routes, config routes:), a request's route
 // is, in order: the entry a trusted caller's fence_route names; a trusted

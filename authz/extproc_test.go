@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -23,6 +22,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -36,10 +37,7 @@ func serveExtProc(t testing.TB, c *fencecheck.Checker) extprocv3.ExternalProcess
 // serveExtProcWith is serveExtProc with the transports' options.
 func serveExtProcWith(t testing.TB, c *fencecheck.Checker, o Options) extprocv3.ExternalProcessorClient {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := testutil.Listen(t)
 	g := grpc.NewServer()
 	NewServer(c, o).Register(g)
 	NewExtProc(c, o).Register(g)
@@ -146,12 +144,12 @@ func immediateOf(t testing.TB, resp *extprocv3.ProcessingResponse) (int, map[str
 // header mutations and complete on response headers; each denial is an
 // ImmediateResponse with ext_authz's status, headers and body.
 func TestExtProcDecisions(t *testing.T) {
-	s := openBolt(t)
-	old := acquire(t, s, "orders/1", time.Minute)
-	release(t, s, old.LockID)
-	cur := acquire(t, s, "orders/1", time.Minute)
-	gone := acquire(t, s, "orders/2", time.Minute)
-	release(t, s, gone.LockID)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	old := locktest.Acquire(t, s, "orders/1", time.Minute)
+	locktest.Release(t, s, old.LockID)
+	cur := locktest.Acquire(t, s, "orders/1", time.Minute)
+	gone := locktest.Acquire(t, s, "orders/2", time.Minute)
+	locktest.Release(t, s, gone.LockID)
 	otherID, _ := lockstore.NewLockID()
 	c := serveExtProc(t, fencecheck.New(s, fencecheck.Options{}))
 
@@ -222,7 +220,7 @@ func TestExtProcDecisions(t *testing.T) {
 // extProcBarrier sets up key "acct" under fence F1 with a checker whose
 // budget is short, so a blocked write is answered "draining" at once.
 func extProcBarrier(t *testing.T) (lockstore.Store, extprocv3.ExternalProcessorClient, *prometheus.Registry) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	reg := prometheus.NewRegistry()
 	return s, serveExtProc(t, fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, Registerer: reg})), reg
 }
@@ -260,11 +258,11 @@ func TestExtProcBarrierTwoStreams(t *testing.T) {
 		t.Run("barrier="+barrier, func(t *testing.T) {
 			s, c, _ := extProcBarrier(t)
 			opts := map[string]string{ExtKey: "acct", ExtBarrier: barrier, ExtMaxWrite: "1m"}
-			l1 := acquire(t, s, "acct", time.Minute)
+			l1 := locktest.Acquire(t, s, "acct", time.Minute)
 			w1 := openStream(t, c, opts)
 			mustAllow(t, w1.roundTrip(write(l1.Fence)))
-			release(t, s, l1.LockID)
-			l2 := acquire(t, s, "acct", time.Minute)
+			locktest.Release(t, s, l1.LockID)
+			l2 := locktest.Acquire(t, s, "acct", time.Minute)
 
 			resp := openStream(t, c, opts).roundTrip(write(l2.Fence))
 			if barrier == "off" {
@@ -287,7 +285,7 @@ func TestExtProcStreamEndsWithoutResponse(t *testing.T) {
 	for _, how := range []string{"cancel", "close", "504", "408", "500", "413"} {
 		t.Run(how, func(t *testing.T) {
 			s, c, reg := extProcBarrier(t)
-			l1 := acquire(t, s, "acct", time.Minute)
+			l1 := locktest.Acquire(t, s, "acct", time.Minute)
 			w1 := openStream(t, c, barrierOpts)
 			mustAllow(t, w1.roundTrip(write(l1.Fence)))
 			switch how {
@@ -300,8 +298,8 @@ func TestExtProcStreamEndsWithoutResponse(t *testing.T) {
 				w1.roundTrip(envoyResponseHeaders(code))
 			}
 			waitMetric(t, reg, "fencegate_barrier_abandoned_total", 1)
-			release(t, s, l1.LockID)
-			l2 := acquire(t, s, "acct", time.Minute)
+			locktest.Release(t, s, l1.LockID)
+			l2 := locktest.Acquire(t, s, "acct", time.Minute)
 			mustDrain(t, openStream(t, c, barrierOpts).roundTrip(write(l2.Fence)))
 		})
 	}
@@ -310,8 +308,8 @@ func TestExtProcStreamEndsWithoutResponse(t *testing.T) {
 // TestExtProcStoreDown: a closed store fails closed (503 unavailable),
 // with or without the barrier.
 func TestExtProcStoreDown(t *testing.T) {
-	s := openBolt(t)
-	l := acquire(t, s, "acct", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	l := locktest.Acquire(t, s, "acct", time.Minute)
 	_ = s.Close()
 	c := serveExtProc(t, fencecheck.New(s, fencecheck.Options{}))
 	for _, opts := range []map[string]string{barrierOpts, {ExtKey: "acct"}} {
@@ -326,8 +324,8 @@ func TestExtProcStoreDown(t *testing.T) {
 // report completion, so a route asking them for the barrier fails its
 // writes closed (503), never silently unprotected; reads still pass.
 func TestBarrierRefusedWhereItCannotWork(t *testing.T) {
-	s := openBolt(t)
-	l := acquire(t, s, "k", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	l := locktest.Acquire(t, s, "k", time.Minute)
 	ch := fencecheck.New(s, fencecheck.Options{})
 	conn := serveGRPC(t, ch)
 	resp, err := authv3.NewAuthorizationClient(conn).Check(t.Context(), envoyRequest("POST", "/k",
@@ -388,8 +386,8 @@ func waitMetric(t *testing.T, g prometheus.Gatherer, name string, want float64) 
 // forwarded metadata_context namespace "fencegate"; the gRPC initial
 // metadata wins over it.
 func TestExtProcMetadataContextOptions(t *testing.T) {
-	s := openBolt(t)
-	l := acquire(t, s, "orders/7", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	l := locktest.Acquire(t, s, "orders/7", time.Minute)
 	c := serveExtProc(t, fencecheck.New(s, fencecheck.Options{}))
 	ns, _ := structpb.NewStruct(map[string]any{ExtKey: "orders/{2}", ExtPolicy: "newest"})
 	withMeta := func() *extprocv3.ProcessingRequest {
@@ -410,7 +408,7 @@ func TestExtProcMetadataContextOptions(t *testing.T) {
 // request headers (the filter set to skip them, a route override) would
 // pass unchecked; it is answered 503 unavailable.
 func TestExtProcBodyBeforeHeaders(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	c := serveExtProc(t, fencecheck.New(s, fencecheck.Options{}))
 	body := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: []byte("x"), EndOfStream: true}}}

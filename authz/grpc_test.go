@@ -13,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -27,18 +28,18 @@ func headerMap(hs []*corev3.HeaderValueOption) map[string]string {
 // TestGRPCCheck runs every reason and status through a real gRPC server and
 // a real bolt store.
 func TestGRPCCheck(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	ctx := t.Context()
 
 	// orders/1: held with fence 2 (fence 1 was lost to a release).
-	old := acquire(t, s, "orders/1", time.Minute)
-	release(t, s, old.LockID)
-	cur := acquire(t, s, "orders/1", time.Minute)
+	old := locktest.Acquire(t, s, "orders/1", time.Minute)
+	locktest.Release(t, s, old.LockID)
+	cur := locktest.Acquire(t, s, "orders/1", time.Minute)
 	// orders/2: released, nobody holds it; its latest fence is 1.
-	gone := acquire(t, s, "orders/2", time.Minute)
-	release(t, s, gone.LockID)
+	gone := locktest.Acquire(t, s, "orders/2", time.Minute)
+	locktest.Release(t, s, gone.LockID)
 	// orders/42: held; reached through the key template.
-	tpl := acquire(t, s, "orders/42", time.Minute)
+	tpl := locktest.Acquire(t, s, "orders/42", time.Minute)
 
 	otherID, _ := lockstore.NewLockID()
 	tests := []struct {
@@ -169,10 +170,10 @@ func TestGRPCCheck(t *testing.T) {
 // TestGRPCAudit: a denial over gRPC lands in the store's audit log with the
 // Envoy-reported peer, the route name and the key's hash only.
 func TestGRPCAudit(t *testing.T) {
-	s := openBolt(t)
-	old := acquire(t, s, "k", time.Minute)
-	release(t, s, old.LockID)
-	cur := acquire(t, s, "k", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	old := locktest.Acquire(t, s, "k", time.Minute)
+	locktest.Release(t, s, old.LockID)
+	cur := locktest.Acquire(t, s, "k", time.Minute)
 	a := fencecheck.NewAuditor(s, fencecheck.AuditorOptions{})
 	conn := serveGRPC(t, fencecheck.New(s, fencecheck.Options{Audit: a}))
 	resp, err := authv3.NewAuthorizationClient(conn).Check(t.Context(), envoyRequest("POST", "/k?q=1",
@@ -198,8 +199,8 @@ func TestGRPCAudit(t *testing.T) {
 // TestGRPCBackendDown: a closed store answers 503 UNAVAILABLE at once,
 // without waiting for the check's deadline.
 func TestGRPCBackendDown(t *testing.T) {
-	s := openBolt(t)
-	r := acquire(t, s, "k", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	r := locktest.Acquire(t, s, "k", time.Minute)
 	_ = s.Close()
 	// A long deadline, so that "at once" has room on a loaded machine and
 	// a check that waited for the deadline still fails the test.
@@ -227,8 +228,8 @@ func TestGRPCBackendDown(t *testing.T) {
 // check's deadline, not later, and answered 503.
 func TestGRPCBackendHangs(t *testing.T) {
 	const timeout = 120 * time.Millisecond
-	s := openBolt(t)
-	r := acquire(t, s, "k", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	r := locktest.Acquire(t, s, "k", time.Minute)
 	conn := serveGRPC(t, fencecheck.New(hangingStore{s}, fencecheck.Options{Timeout: timeout}))
 	client := authv3.NewAuthorizationClient(conn)
 	// Warm the connection so the measurement is the check alone.
@@ -261,7 +262,7 @@ func assertUnavailable(t *testing.T, resp *authv3.CheckResponse) {
 }
 
 func TestGRPCHealth(t *testing.T) {
-	conn := serveGRPC(t, fencecheck.New(openBolt(t), fencecheck.Options{}))
+	conn := serveGRPC(t, fencecheck.New(locktest.OpenBolt(t, locktest.FloorOff), fencecheck.Options{}))
 	for _, svc := range []string{"", ServiceName} {
 		resp, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
@@ -273,8 +274,8 @@ func TestGRPCHealth(t *testing.T) {
 // TestGRPCHeaderMap: Envoy with encode_raw_headers sends header_map with
 // raw values instead of the headers map.
 func TestGRPCHeaderMap(t *testing.T) {
-	s := openBolt(t)
-	r := acquire(t, s, "k", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	r := locktest.Acquire(t, s, "k", time.Minute)
 	req := envoyRequest("POST", "/k", nil, nil)
 	hr := req.GetAttributes().GetRequest().GetHttp()
 	hr.Headers = nil
@@ -298,11 +299,11 @@ func TestGRPCHeaderMap(t *testing.T) {
 // Envoy's header encodings: header_map lists every copy; the headers map
 // joins them with a comma.
 func TestGRPCDuplicateFenceHeaders(t *testing.T) {
-	s := openBolt(t)
-	old := acquire(t, s, "k", time.Minute)
-	release(t, s, old.LockID)
-	cur := acquire(t, s, "k", time.Minute)
-	joined := acquire(t, s, "k,other", time.Minute) // a key a client could hold
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	old := locktest.Acquire(t, s, "k", time.Minute)
+	locktest.Release(t, s, old.LockID)
+	cur := locktest.Acquire(t, s, "k", time.Minute)
+	joined := locktest.Acquire(t, s, "k,other", time.Minute) // a key a client could hold
 	client := authv3.NewAuthorizationClient(serveGRPC(t, fencecheck.New(s, fencecheck.Options{})))
 
 	rawReq := func(ext map[string]string, hs ...[2]string) *authv3.CheckRequest {

@@ -2,10 +2,7 @@ package authz
 
 import (
 	"context"
-	"net"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -13,20 +10,9 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
 )
-
-// openBolt opens a real embedded store in a temp dir, closed at cleanup.
-func openBolt(t testing.TB) *bolt.Store {
-	t.Helper()
-	s, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db"), FenceFloor: lockstore.FloorOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
 
 // hangingStore is a backend that never answers: Inspect blocks until the
 // check's deadline.
@@ -37,31 +23,11 @@ func (hangingStore) Inspect(ctx context.Context, _ string) (lockstore.KeyState, 
 	return lockstore.KeyState{}, lockstore.ContextError(ctx, "inspect")
 }
 
-// acquire takes a lock on key and returns it.
-func acquire(t *testing.T, s lockstore.Store, key string, ttl time.Duration) lockstore.AcquireResult {
-	t.Helper()
-	r, err := s.Acquire(t.Context(), key, ttl)
-	if err != nil || !r.OK {
-		t.Fatalf("acquire %q: %+v %v", key, r, err)
-	}
-	return r
-}
-
-func release(t *testing.T, s lockstore.Store, lockID string) {
-	t.Helper()
-	if r, err := s.Release(t.Context(), lockID); err != nil || !r.OK {
-		t.Fatalf("release: %+v %v", r, err)
-	}
-}
-
 // serveGRPC runs the ext_authz server over a real grpc.Server on loopback
 // and returns a client connection.
 func serveGRPC(t testing.TB, c *fencecheck.Checker) *grpc.ClientConn {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := testutil.Listen(t)
 	g := grpc.NewServer()
 	NewServer(c, Options{}).Register(g)
 	go func() { _ = g.Serve(lis) }()
@@ -91,7 +57,7 @@ func envoyRequest(method, path string, headers, ext map[string]string) *authv3.C
 	}}
 }
 
-// denialBody is the JSON body of a denial (API.md), as a client reads it.
+// denialBody is the JSON body of a denial (docs/api.md), as a client reads it.
 type denialBody struct {
 	Error      string `json:"error"`
 	Key        string `json:"key"`

@@ -75,7 +75,7 @@ const (
 //
 // Allowed: 200 with x-fence-verified (a checked write) and
 // x-fence-decision-id. Denied: the reason's status, x-fence-reason,
-// x-fence-decision-id and the JSON body of API.md.
+// x-fence-decision-id and the JSON body of docs/api.md.
 type HTTPHandler struct {
 	d decider
 }
@@ -140,7 +140,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if trustedQuery {
 		q := r.URL.Query()
 		for name, dst := range map[string]*string{ExtKey: &ro.key, ExtHeader: &ro.header, ExtPolicy: &ro.policy,
-			ExtMode: &ro.mode, ExtMethods: &ro.methods, ExtRoute: &ro.name, ExtBarrier: &ro.barrier, ExtMaxWrite: &ro.maxWrite, ExtProof: &ro.proof} {
+			ExtMode: &ro.mode, ExtMethods: &ro.methods, ExtRoute: &ro.name, ExtBarrier: &ro.barrier, ExtMaxWrite: &ro.maxWrite, ExtProof: &ro.proof, ExtMaxWait: &ro.maxWait} {
 			if val := q.Get(name); val != "" {
 				*dst = val
 			}

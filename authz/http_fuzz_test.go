@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // forwardAuthSeeds are auth requests as the supported proxies send them
@@ -101,7 +102,7 @@ func FuzzForwardAuthRequest(f *testing.F) {
 	for _, s := range forwardAuthSeeds {
 		f.Add(s[0], s[1], s[2])
 	}
-	s := openBolt(f) // empty: no fence was ever issued
+	s := locktest.OpenBolt(f, locktest.FloorOff) // empty: no fence was ever issued
 	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{Logger: quiet}), Options{Logger: quiet})
 	f.Fuzz(func(t *testing.T, method, target, headers string) {
 		r, ok := forwardAuthRequest(method, target, headers)

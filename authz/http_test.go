@@ -12,16 +12,18 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
 // TestHTTPConventions: the same decisions through each proxy's way of
 // naming the original request, over a real HTTP server and bolt store.
 func TestHTTPConventions(t *testing.T) {
-	s := openBolt(t)
-	old := acquire(t, s, "orders/7", time.Minute)
-	release(t, s, old.LockID)
-	cur := acquire(t, s, "orders/7", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	old := locktest.Acquire(t, s, "orders/7", time.Minute)
+	locktest.Release(t, s, old.LockID)
+	cur := locktest.Acquire(t, s, "orders/7", time.Minute)
 
 	srv := httptest.NewServer(NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{}))
 	defer srv.Close()
@@ -117,7 +119,7 @@ func TestHTTPConventions(t *testing.T) {
 // http_service the query is the client's own and must not switch the
 // check off.
 func TestHTTPQueryOptions(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{})
 
 	// nginx style: the proxy wrote the query; policy off is honoured.
@@ -173,10 +175,10 @@ func TestHTTPQueryOptions(t *testing.T) {
 // TestHTTPNginxMapping: with x-fence-auth-request: nginx every denial is a
 // 403 carrying the real status and body in headers.
 func TestHTTPNginxMapping(t *testing.T) {
-	s := openBolt(t)
-	old := acquire(t, s, "k", time.Minute)
-	release(t, s, old.LockID)
-	acquire(t, s, "k", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	old := locktest.Acquire(t, s, "k", time.Minute)
+	locktest.Release(t, s, old.LockID)
+	locktest.Acquire(t, s, "k", time.Minute)
 	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{})
 	for _, tc := range []struct {
 		key, fence string
@@ -216,8 +218,8 @@ func TestHTTPNginxMapping(t *testing.T) {
 
 // TestHTTPBackendDown: a closed store is 503 with reason unavailable.
 func TestHTTPBackendDown(t *testing.T) {
-	s := openBolt(t)
-	r0 := acquire(t, s, "k", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	r0 := locktest.Acquire(t, s, "k", time.Minute)
 	_ = s.Close()
 	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{})
 	r := httptest.NewRequest("POST", HTTPPath+"/k", nil)
@@ -233,10 +235,10 @@ func TestHTTPBackendDown(t *testing.T) {
 // TestHTTPDryRun: a would-deny passes with x-fence-would-deny and without
 // x-fence-verified, and is audited with mode dry-run.
 func TestHTTPDryRun(t *testing.T) {
-	s := openBolt(t)
-	old := acquire(t, s, "k", time.Minute)
-	release(t, s, old.LockID)
-	acquire(t, s, "k", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	old := locktest.Acquire(t, s, "k", time.Minute)
+	locktest.Release(t, s, old.LockID)
+	locktest.Acquire(t, s, "k", time.Minute)
 	a := fencecheck.NewAuditor(s, fencecheck.AuditorOptions{})
 	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{Audit: a}), Options{})
 	r := httptest.NewRequest("POST", HTTPPath+"/k", nil)
@@ -263,9 +265,9 @@ func TestHTTPDryRun(t *testing.T) {
 // for a read: the method is unknown, so it is checked as a write, and the
 // proxy config is named at warn.
 func TestHTTPMissingMethodHeader(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	var logs bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := testutil.Logger(&logs, slog.LevelWarn)
 	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{Logger: log})
 	for _, uriHeader := range []string{"X-Original-URI", "X-Forwarded-Uri"} {
 		for _, query := range []string{"", "?fence_methods=POST,PUT,DELETE", "?fence_methods=GET"} {
@@ -304,8 +306,8 @@ func TestHTTPMissingMethodHeader(t *testing.T) {
 // with the request itself (Envoy, whose headers_to_add override the
 // client's) the headers stay the route's options.
 func TestHTTPForwardedRouteOptions(t *testing.T) {
-	s := openBolt(t)
-	cur := acquire(t, s, "orders/7", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	cur := locktest.Acquire(t, s, "orders/7", time.Minute)
 	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{})
 	forwarded := func(query string, hdr map[string]string) *http.Request {
 		r := httptest.NewRequest("GET", HTTPPath+query, nil)
@@ -362,8 +364,8 @@ func TestHTTPForwardedRouteOptions(t *testing.T) {
 // told from the client's, so a write fails closed (503) instead of falling
 // back to the defaults; a read still passes.
 func TestHTTPForwardedClientQuery(t *testing.T) {
-	s := openBolt(t)
-	cur := acquire(t, s, "payments/42", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	cur := locktest.Acquire(t, s, "payments/42", time.Minute)
 	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{})
 	check := func(method, query, uri string) int {
 		r := httptest.NewRequest("GET", HTTPPath+query, nil)
@@ -395,10 +397,10 @@ func TestHTTPForwardedClientQuery(t *testing.T) {
 // TestHTTPDuplicateFenceHeaders: Header.Get reads the first copy, an
 // upstream may read the last: a fence input sent twice is 400 malformed.
 func TestHTTPDuplicateFenceHeaders(t *testing.T) {
-	s := openBolt(t)
-	old := acquire(t, s, "k", time.Minute)
-	release(t, s, old.LockID)
-	cur := acquire(t, s, "k", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	old := locktest.Acquire(t, s, "k", time.Minute)
+	locktest.Release(t, s, old.LockID)
+	cur := locktest.Acquire(t, s, "k", time.Minute)
 	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{})
 	for _, dup := range [][3]string{
 		{HeaderToken, cur.Fence, old.Fence},
@@ -424,7 +426,7 @@ func TestHTTPDuplicateFenceHeaders(t *testing.T) {
 // auth subrequest is always GET, so its own method would let every write
 // pass as a read.
 func TestHTTPNoOriginalRequest(t *testing.T) {
-	h := NewHTTPHandler(fencecheck.New(openBolt(t), fencecheck.Options{}), Options{})
+	h := NewHTTPHandler(fencecheck.New(locktest.OpenBolt(t, locktest.FloorOff), fencecheck.Options{}), Options{})
 	for _, path := range []string{HTTPPath, HTTPPath + "?x=1"} {
 		r := httptest.NewRequest("GET", path, nil)
 		r.Header.Set(HeaderKey, "orders/7")

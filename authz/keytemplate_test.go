@@ -14,6 +14,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -100,9 +101,9 @@ func edges(t *testing.T, c *fencecheck.Checker) map[string]edgeCheck {
 // "malformed" without a backend read, on gRPC and on forward-auth alike,
 // while the canonical spellings still pass.
 func TestEdgeKeyTemplateCanonical(t *testing.T) {
-	bs := openBolt(t)
+	bs := locktest.OpenBolt(t, locktest.FloorOff)
 	s := &countingStore{Store: bs}
-	holder := acquire(t, s, "orders/42", time.Minute)
+	holder := locktest.Acquire(t, s, "orders/42", time.Minute)
 	c := fencecheck.New(s, fencecheck.Options{Logger: quiet})
 
 	tests := []struct {
@@ -124,7 +125,7 @@ func TestEdgeKeyTemplateCanonical(t *testing.T) {
 	held := map[string]string{"orders/42": holder.Fence}
 	for _, tc := range tests {
 		if _, ok := held[tc.splitKey]; !ok && tc.splitKey != "" {
-			held[tc.splitKey] = acquire(t, s, tc.splitKey, time.Minute).Fence
+			held[tc.splitKey] = locktest.Acquire(t, s, tc.splitKey, time.Minute).Fence
 		}
 	}
 	for name, check := range edges(t, c) {
@@ -163,8 +164,8 @@ func TestEdgeKeyTemplateCanonical(t *testing.T) {
 // read, rather than silently leaving PUT unchecked; "+PROPFIND" is a write
 // method by opt-in.
 func TestEdgeFenceMethodsInvalid(t *testing.T) {
-	s := openBolt(t)
-	holder := acquire(t, s, "orders/42", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	holder := locktest.Acquire(t, s, "orders/42", time.Minute)
 	c := fencecheck.New(s, fencecheck.Options{Logger: quiet})
 	h := NewHTTPHandler(c, Options{})
 	client := authv3.NewAuthorizationClient(serveGRPC(t, c))

@@ -3,7 +3,6 @@ package authz_test
 import (
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,8 +10,7 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/deploy/nginx/nginxtest"
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // TestNginxNonCanonicalPaths runs the shipped nginx config (real nginx) in
@@ -22,11 +20,7 @@ import (
 // lock on the key the raw path spells ("orders/orders", "orders/x") must not
 // write /orders/42 with it: such paths are 400 malformed.
 func TestNginxNonCanonicalPaths(t *testing.T) {
-	s, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db"), FenceFloor: lockstore.FloorOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	h := authz.NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), authz.Options{})
 	mux := http.NewServeMux()
 	mux.Handle(authz.HTTPPath, h)

@@ -13,6 +13,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/writeproof"
 )
 
@@ -30,10 +31,10 @@ func testSigner(t *testing.T) *writeproof.Signer {
 // bad-proof on gRPC ext_authz and HTTP forward-auth alike; the holder's
 // proof passes; a proof for another key does not.
 func TestProofRouteBothTransports(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	sg := testSigner(t)
-	cur := acquire(t, s, "orders/7", time.Minute)
-	other := acquire(t, s, "orders/8", time.Minute)
+	cur := locktest.Acquire(t, s, "orders/7", time.Minute)
+	other := locktest.Acquire(t, s, "orders/8", time.Minute)
 	proof, _ := sg.Sign("orders/7", cur.Fence, cur.LockID)
 	proof8, _ := sg.Sign("orders/8", other.Fence, other.LockID)
 	checker := fencecheck.New(s, fencecheck.Options{Proofs: sg.Verifier()})
@@ -112,8 +113,8 @@ func TestProofRouteBothTransports(t *testing.T) {
 // TestHideCurrentFence: with HideCurrentFence, a denial names no current
 // fence; without it, it does (the test proves it can see the difference).
 func TestHideCurrentFence(t *testing.T) {
-	s := openBolt(t)
-	cur := acquire(t, s, "orders/7", time.Minute)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	cur := locktest.Acquire(t, s, "orders/7", time.Minute)
 	for _, hide := range []bool{false, true} {
 		srv := httptest.NewServer(NewHTTPHandler(fencecheck.New(s, fencecheck.Options{HideCurrentFence: hide}), Options{}))
 		r, _ := http.NewRequest("PUT", srv.URL+HTTPPath+"/orders/7", nil)

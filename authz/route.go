@@ -36,17 +36,22 @@ const (
 	// fencecheck.DefaultMaxWrite).
 	ExtMaxWrite = "fence_max_write"
 	ExtProof    = "fence_proof" // none | lockId | signed: what a write must carry besides its fence (fencecheck.ProofMode)
+	// ExtMaxWait is the barrier's maxWait ("2s"; default check.timeout,
+	// what one Envoy ext_proc message timeout affords): how long a newer
+	// fence waits for an older write in flight before it is refused
+	// draining. Only with fence_barrier on.
+	ExtMaxWait = "fence_max_wait"
 )
 
 // routeOptionNames lists every route option, for transports that look each
 // one up by name.
-var routeOptionNames = []string{ExtKey, ExtHeader, ExtPolicy, ExtMode, ExtMethods, ExtRoute, ExtBarrier, ExtMaxWrite, ExtProof}
+var routeOptionNames = []string{ExtKey, ExtHeader, ExtPolicy, ExtMode, ExtMethods, ExtRoute, ExtBarrier, ExtMaxWrite, ExtProof, ExtMaxWait}
 
 // routeOptions are a route's settings, from context_extensions (gRPC) or
 // headers/query (HTTP). Empty fields take the defaults.
 type routeOptions struct {
 	key, header, policy, mode, methods, name string
-	barrier, maxWrite                        string
+	barrier, maxWrite, maxWait               string
 	proof                                    string
 	// err, when set, says the route's options cannot be known (writes fail
 	// closed, like options that do not parse).
@@ -64,6 +69,7 @@ func optionsFromMap(m map[string]string) routeOptions {
 
 		barrier:  m[ExtBarrier],
 		maxWrite: m[ExtMaxWrite],
+		maxWait:  m[ExtMaxWait],
 		proof:    m[ExtProof],
 	}
 }
@@ -72,7 +78,7 @@ func optionsFromMap(m map[string]string) routeOptions {
 // route's name.
 func (ro routeOptions) inline() bool {
 	return ro.key != "" || ro.header != "" || ro.policy != "" || ro.mode != "" || ro.methods != "" ||
-		ro.barrier != "" || ro.maxWrite != "" || ro.proof != ""
+		ro.barrier != "" || ro.maxWrite != "" || ro.maxWait != "" || ro.proof != ""
 }
 
 // compile compiles a caller's options. Options that do not parse give a
@@ -80,9 +86,13 @@ func (ro routeOptions) inline() bool {
 // does not parse, 400 malformed), as they always have.
 func (ro routeOptions) compile() *fencecheck.Route {
 	barrier, maxWrite, berr := parseBarrier(ro.barrier, ro.maxWrite)
+	maxWait, werr := parseMaxWait(ro.maxWait, barrier)
+	if berr == nil {
+		berr = werr
+	}
 	rt, err := fencecheck.CompileRoute(fencecheck.RouteSpec{
 		Name: ro.name, Key: ro.key, FenceHeader: ro.header, Policy: ro.policy, Mode: ro.mode, Methods: ro.methods,
-		Proof: ro.proof, Barrier: barrier, MaxWrite: maxWrite,
+		Proof: ro.proof, Barrier: barrier, MaxWrite: maxWrite, MaxWait: maxWait,
 	})
 	_ = err // carried by rt: its writes fail closed
 	if berr != nil {

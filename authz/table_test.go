@@ -3,6 +3,7 @@ package authz
 import (
 	"context"
 	"fmt"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -107,15 +108,15 @@ func TestTableGovernsWhatCallersSend(t *testing.T) {
 		{"broken: every caller trusted", func(h *routes.Holder) Options { return Options{Routes: h, TrustLoopback: true} }, true},
 	} {
 		t.Run(variant.name, func(t *testing.T) {
-			s := openBolt(t)
+			s := locktest.OpenBolt(t, locktest.FloorOff)
 			c := fencecheck.New(s, fencecheck.Options{Timeout: time.Second})
 			// orders/42's fence is 2 (its second lock), payments/1's is 1:
 			// a fence of one key is never current for the other.
-			release(t, s, acquire(t, s, "orders/42", time.Minute).LockID)
-			orders := acquire(t, s, "orders/42", time.Minute).Fence
-			release(t, s, acquire(t, s, "legacy-lock", time.Minute).LockID)
-			acquire(t, s, "legacy-lock", time.Minute)
-			payments := acquire(t, s, "payments/1", time.Minute).Fence
+			locktest.Release(t, s, locktest.Acquire(t, s, "orders/42", time.Minute).LockID)
+			orders := locktest.Acquire(t, s, "orders/42", time.Minute).Fence
+			locktest.Release(t, s, locktest.Acquire(t, s, "legacy-lock", time.Minute).LockID)
+			locktest.Acquire(t, s, "legacy-lock", time.Minute)
+			payments := locktest.Acquire(t, s, "payments/1", time.Minute).Fence
 			cl := serveGRPCWith(t, c, variant.opts(routes.NewHolder(testTable(t, routes.UnmatchedDeny))))
 			caught := false
 			for _, ck := range checks {
@@ -138,11 +139,11 @@ func TestTableGovernsWhatCallersSend(t *testing.T) {
 // entry (Envoy Gateway); a write no entry matches fails closed (503)
 // unless check.unmatchedWrites is defaults, and a read always passes.
 func TestTableNamedRouteAndUnmatched(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	c := fencecheck.New(s, fencecheck.Options{Timeout: time.Second})
-	release(t, s, acquire(t, s, "legacy-lock", time.Minute).LockID)
-	legacy := acquire(t, s, "legacy-lock", time.Minute).Fence // 2; other's is 1
-	other := acquire(t, s, "other", time.Minute).Fence
+	locktest.Release(t, s, locktest.Acquire(t, s, "legacy-lock", time.Minute).LockID)
+	legacy := locktest.Acquire(t, s, "legacy-lock", time.Minute).Fence // 2; other's is 1
+	other := locktest.Acquire(t, s, "other", time.Minute).Fence
 	trusted := serveGRPCWith(t, c, Options{Routes: routes.NewHolder(testTable(t, routes.UnmatchedDeny)), TrustLoopback: true})
 	untrusted := serveGRPCWith(t, c, Options{Routes: routes.NewHolder(testTable(t, routes.UnmatchedDeny))})
 	defaults := serveGRPCWith(t, c, Options{Routes: routes.NewHolder(testTable(t, routes.UnmatchedDefaults))})
@@ -176,7 +177,7 @@ func TestTableNamedRouteAndUnmatched(t *testing.T) {
 // TestTableSwapsWithoutRestart: the transports read the table through the
 // holder, so a swapped table governs the next request.
 func TestTableSwapsWithoutRestart(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	c := fencecheck.New(s, fencecheck.Options{Timeout: time.Second})
 	h := routes.NewHolder(nil)
 	fwd := NewHTTPHandler(c, Options{Routes: h})
@@ -188,7 +189,7 @@ func TestTableSwapsWithoutRestart(t *testing.T) {
 		fwd.ServeHTTP(w, r)
 		return w.Code
 	}
-	acquire(t, s, "payments/1", time.Minute)
+	locktest.Acquire(t, s, "payments/1", time.Minute)
 	if got := put(); got != http.StatusOK {
 		t.Fatalf("no table: %d", got)
 	}
@@ -218,14 +219,14 @@ func TestInlineRouteCacheIsBounded(t *testing.T) {
 // barrier is kept on ext_proc whoever the caller is, while the same
 // options sent by an untrusted caller without a table are refused.
 func TestTableBarrierOnExtProc(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	c := fencecheck.New(s, fencecheck.Options{Timeout: time.Second})
 	tbl, err := routes.Compile([]config.Route{{Name: "acct", Key: "acct", Barrier: true,
 		Match: config.RouteMatch{Path: config.RoutePath{Type: routes.PathExact, Value: "/acct"}}}}, routes.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := acquire(t, s, "acct", time.Minute)
+	l := locktest.Acquire(t, s, "acct", time.Minute)
 	withTable := openStream(t, serveExtProcWith(t, c, Options{Routes: routes.NewHolder(tbl)}), nil).roundTrip(write(l.Fence))
 	mustAllow(t, withTable)
 	without := openStream(t, serveExtProcWith(t, c, Options{}), barrierOpts).roundTrip(write(l.Fence))

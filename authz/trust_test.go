@@ -3,7 +3,6 @@ package authz
 import (
 	"context"
 	"crypto/tls"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,6 +15,8 @@ import (
 	"github.com/fencegate/fencegate/certwatch"
 	"github.com/fencegate/fencegate/certwatch/certtest"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // TestUntrustedCallerCannotRegisterBarrier (#19 item 8): a caller that is
@@ -35,11 +36,11 @@ func TestUntrustedCallerCannotRegisterBarrier(t *testing.T) {
 		{"broken: every caller trusted, no cap (today)", Options{TrustLoopback: true}, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := openBolt(t)
+			s := locktest.OpenBolt(t, locktest.FloorOff)
 			c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, MaxWriteCap: tc.cap})
 			attacker := serveExtProcWith(t, c, tc.opts)                   // reached over the network, no certificate
 			proxy := serveExtProcWith(t, c, Options{TrustLoopback: true}) // the operator's Envoy
-			l1 := acquire(t, s, "acct", time.Minute)
+			l1 := locktest.Acquire(t, s, "acct", time.Minute)
 
 			hostile := map[string]string{ExtKey: "acct", ExtBarrier: "on", ExtMaxWrite: "24h", ExtProof: "none"}
 			st := openStream(t, attacker, hostile)
@@ -53,8 +54,8 @@ func TestUntrustedCallerCannotRegisterBarrier(t *testing.T) {
 			}
 			st.cancel() // the stream drops: an admitted entry would stay until maxWrite
 
-			release(t, s, l1.LockID)
-			l2 := acquire(t, s, "acct", time.Minute)
+			locktest.Release(t, s, l1.LockID)
+			l2 := locktest.Acquire(t, s, "acct", time.Minute)
 			next := openStream(t, proxy, barrierOpts).roundTrip(write(l2.Fence))
 			blocked := next.GetRequestHeaders() == nil
 			if admitted != tc.broken || blocked != tc.broken {
@@ -78,10 +79,7 @@ func mtlsAuthz(t *testing.T, c *fencecheck.Checker, ca *certtest.CA) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := testutil.Listen(t)
 	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(w.ServerConfig(&tls.Config{MinVersion: tls.VersionTLS12}))))
 	NewServer(c, Options{}).Register(g)
 	NewExtProc(c, Options{}).Register(g)
@@ -113,11 +111,11 @@ func dialTLS(t *testing.T, addr string, serverCA *certtest.CA, client *certtest.
 // from the CA is answered, and is trusted: its route may ask for the
 // barrier, within the gateway's cap.
 func TestAuthzMTLS(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, MaxWriteCap: fencecheck.DefaultMaxWriteCap})
 	ca := certtest.NewCA(t, "proxies")
 	addr := mtlsAuthz(t, c, ca)
-	l1 := acquire(t, s, "acct", time.Minute)
+	l1 := locktest.Acquire(t, s, "acct", time.Minute)
 
 	envoy := ca.Server(t, "envoy")
 	stranger := certtest.NewCA(t, "elsewhere").Server(t, "envoy")

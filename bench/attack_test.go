@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"net"
 	"net/http"
@@ -29,11 +30,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/client"
-	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lock"
 )
 
 // BenchmarkUnderAttack (issue #19's "done when"): the real `fencegate
@@ -126,7 +126,7 @@ func attackerIP(i int) string { return fmt.Sprintf("127.0.%d.%d", 1+i/64/250, 2+
 type attackTarget struct {
 	proc     *proc
 	upstream string
-	held     lockstore.Held
+	held     lock.Held
 }
 
 // startAttackTarget runs bin serve on a bolt store with the HTTP, gRPC,
@@ -139,7 +139,7 @@ func startAttackTarget(tb testing.TB, bin string) *attackTarget {
 		w.WriteHeader(http.StatusOK)
 	}))
 	tb.Cleanup(up.Close)
-	sum, checkSum := api.HashToken(benchToken), api.HashToken(benchCheckToken)
+	sum, checkSum := auth.HashToken(benchToken), auth.HashToken(benchCheckToken)
 	dir := tb.TempDir()
 	cfg := filepath.Join(dir, "serve.yaml")
 	debug := ""
@@ -185,7 +185,7 @@ proxy:
 	if err != nil || !res.OK {
 		tb.Fatalf("hold the attack's lock: %v %v", res, err)
 	}
-	return &attackTarget{proc: p, upstream: up.URL, held: lockstore.Held{Key: "bench/attack/held", LockID: res.LockID, Fence: res.Fence}}
+	return &attackTarget{proc: p, upstream: up.URL, held: lock.Held{Key: "bench/attack/held", LockID: res.LockID, Fence: res.Fence}}
 }
 
 // legitTarget is one listener's legitimate client: connect builds a fresh

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"os"
 	"path/filepath"
@@ -20,7 +21,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/lockstore"
 	redisstore "github.com/fencegate/fencegate/lockstore/redis"
@@ -121,7 +121,7 @@ func startFencegateServe(tb testing.TB, store *redisstore.Store) *proc {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sum := api.HashToken(benchToken)
+	sum := auth.HashToken(benchToken)
 	debug := ""
 	if *serveDebugAddr != "" {
 		debug = "debug:\n  addr: " + *serveDebugAddr + "\n"

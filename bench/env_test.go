@@ -3,12 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -18,6 +18,8 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 	pgstore "github.com/fencegate/fencegate/lockstore/postgres"
@@ -66,12 +68,7 @@ func openBolt(tb testing.TB) lockstore.Store { return openBoltFloor(tb, lockstor
 // openBoltFloor is openBolt with the given fence floor.
 func openBoltFloor(tb testing.TB, floor lockstore.FenceFloor) lockstore.Store {
 	tb.Helper()
-	s, err := bolt.Open(tb.Context(), bolt.Config{Path: filepath.Join(tb.TempDir(), "bench.db"), Logger: logger, FenceFloor: floor})
-	if err != nil {
-		tb.Fatalf("open bolt store: %v", err)
-	}
-	tb.Cleanup(func() { _ = s.Close() })
-	return s
+	return locktest.OpenBolt(tb, func(c *bolt.Config) { c.Logger, c.FenceFloor = logger, floor })
 }
 
 // openRedis opens the Redis store on REDIS_URL under a prefix of this run's
@@ -240,9 +237,9 @@ func workerKeys(id string, nw int) []string {
 }
 
 // cycler is the part of a lock API one acquire+release cycle needs; the
-// store, the HTTP client and the gRPC adapter all have it.
+// store (lock.FromStore), the HTTP client and the gRPC adapter all have it.
 type cycler interface {
-	Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error)
+	Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Acquired, error)
 	Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error)
 }
 
@@ -281,15 +278,15 @@ type gateway struct {
 // stopped at cleanup.
 func startGateway(tb testing.TB, store lockstore.Store, nw int) gateway {
 	tb.Helper()
-	auth, err := api.NewAuthenticator([]api.Token{{
-		Name: "bench", SHA256: api.HashToken(benchToken), Prefixes: []string{"bench/"},
+	authn, err := auth.NewAuthenticator([]auth.Token{{
+		Name: "bench", SHA256: auth.HashToken(benchToken), Prefixes: []string{"bench/"},
 	}})
 	if err != nil {
 		tb.Fatalf("authenticator: %v", err)
 	}
 	// Registerer nil: each server keeps its metrics in a private registry
 	// (still counted per request), so two gateways in one process coexist.
-	srv, err := api.New(api.Options{Store: store, Auth: auth, Logger: logger})
+	srv, err := api.New(api.Options{Store: store, Auth: authn, Logger: logger})
 	if err != nil {
 		tb.Fatalf("api.New: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -37,7 +38,7 @@ func floorSuite(tb testing.TB, nw int) []subject {
 		for _, f := range []lockstore.FenceFloor{lockstore.FloorOff, lockstore.FloorClock} {
 			store, redis := st.open(tb, f)
 			id := "floor/" + st.name + "/" + f.String()
-			subs = append(subs, subject{id: id, unit: "cycles/s", op: cycle(store, workerKeys(id, nw)), redis: redis})
+			subs = append(subs, subject{id: id, unit: "cycles/s", op: cycle(lock.FromStore(store), workerKeys(id, nw)), redis: redis})
 		}
 	}
 	return subs

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/bsm/redislock"
+
+	"github.com/fencegate/fencegate/lock"
 )
 
 // BenchmarkRedisPeer: the Redis store's acquire+release cycle against the
@@ -44,6 +46,6 @@ func peerSuite(tb testing.TB, nw int) []subject {
 	}
 	return []subject{
 		{id: "peer/redislock", unit: "cycles/s", op: redislockCycle, redis: store.Client()},
-		{id: "peer/fencegate-redis", unit: "cycles/s", op: cycle(store, workerKeys("peer/fencegate-redis", nw)), redis: store.Client()},
+		{id: "peer/fencegate-redis", unit: "cycles/s", op: cycle(lock.FromStore(store), workerKeys("peer/fencegate-redis", nw)), redis: store.Client()},
 	}
 }

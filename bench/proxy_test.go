@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/cmd/fencegate/fencegatetest"
 	"github.com/fencegate/fencegate/deploy/nginx/nginxtest"
 )
 
@@ -70,21 +70,9 @@ func upstreamHandler(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, "stored\n")
 }
 
-// fencegateBinary builds cmd/fencegate once per process.
-var fencegateBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "fencegate-bench-bin")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "fencegate")
-	_, self, _, _ := runtime.Caller(0)
-	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin, "./cmd/fencegate")
-	build.Dir = filepath.Dir(filepath.Dir(self))
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/fencegate: %v\n%s", err, out)
-	}
-	return bin, nil
-})
+// fencegateBinary is cmd/fencegate, built once per process or by `make`
+// (fencegatetest.Binary).
+var fencegateBinary = fencegatetest.Binary
 
 // proc is a child process the bench started and measures.
 type proc struct {

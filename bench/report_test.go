@@ -169,12 +169,17 @@ type section struct {
 	// floorHead, when set, heads a column of each row's throughput ratio
 	// to its row.floor (a second baseline: the bare transport).
 	floorHead string
+	// luaHead, when set, heads a column of each row's throughput ratio to
+	// its row.lua (the hand-written Lua floor, luafloor_test.go).
+	luaHead string
 }
 
 type row struct {
 	id, baseline string
 	// floor is a second baseline (section.floorHead); empty: none.
 	floor string
+	// lua is a third baseline (section.luaHead); empty: none.
+	lua string
 	// cpuTarget is issue #12's bound on server + Redis CPU per call
 	// (section.servers); zero: none.
 	cpuTarget time.Duration
@@ -187,15 +192,18 @@ var sections = []section{
 		unit:  "cycles/s",
 		note: "One cycle = acquire + release (two requests over the gateway) of a key only that worker uses. Ratio < 1: the path is slower than calling the store directly (target: HTTP ≥ 0.5×, gRPC ≥ 0.6×; every store ≥ 2,000 cycles/s). " +
 			"gateway/transport/{http,grpc}: the same client against a server answering canned replies (no store, no fencegate logic) on the same listener settings — what the transport alone reaches; run once per round, in the Redis block, each right before fencegate over it, and divided by the Redis store in-process. " +
-			"÷ bare transport (Redis rows, measured next to the floors): fencegate's cycles/s over that round's transport floor, how much of what the transport allows fencegate keeps. CPU µs/op: this process (clients and servers together).",
+			"÷ bare transport (Redis rows, measured next to the floors): fencegate's cycles/s over that round's transport floor, how much of what the transport allows fencegate keeps. " +
+			"gateway/redis/lua-floor: a hand-written Lua acquire and release with SyncGuard's key layout, one EVALSHA per call through go-redis from this process, run right before gateway/redis/http; ÷ Lua floor: the HTTP lock API's cycles/s over it (issue #21 target: ≥ 0.45×). CPU µs/op: this process (clients and servers together).",
 		floorHead: "cycles/s ÷ bare transport",
+		luaHead:   "cycles/s ÷ Lua floor",
 		rows: []row{
 			{id: "gateway/bolt/in-process", baseline: "gateway/bolt/in-process"},
 			{id: "gateway/bolt/http", baseline: "gateway/bolt/in-process"},
 			{id: "gateway/bolt/grpc", baseline: "gateway/bolt/in-process"},
 			{id: "gateway/redis/in-process", baseline: "gateway/redis/in-process"},
 			{id: "gateway/transport/http", baseline: "gateway/redis/in-process"},
-			{id: "gateway/redis/http", baseline: "gateway/redis/in-process", floor: "gateway/transport/http"},
+			{id: "gateway/redis/lua-floor", baseline: "gateway/redis/in-process"},
+			{id: "gateway/redis/http", baseline: "gateway/redis/in-process", floor: "gateway/transport/http", lua: "gateway/redis/lua-floor"},
 			{id: "gateway/transport/grpc", baseline: "gateway/redis/in-process"},
 			{id: "gateway/redis/grpc", baseline: "gateway/redis/in-process", floor: "gateway/transport/grpc"},
 			{id: "gateway/postgres/in-process", baseline: "gateway/postgres/in-process"},
@@ -355,6 +363,13 @@ func renderSection(w io.Writer, s section, runs map[string][]result) {
 			}
 			cols = append(cols, floor)
 		}
+		if s.luaHead != "" {
+			lua := "—"
+			if r.lua != "" {
+				lua = ratioTo(runs[r.lua], perSec, true)
+			}
+			cols = append(cols, lua)
+		}
 		cols = append(cols, fmt.Sprint(len(sub)))
 		for _, k := range s.extras {
 			cols = append(cols, fmt.Sprintf("%.2f", median(each(sub, func(r result) float64 { return r.Extra[k] }))))
@@ -378,6 +393,9 @@ func renderSection(w io.Writer, s section, runs map[string][]result) {
 	}
 	if s.floorHead != "" {
 		heads = append(heads, s.floorHead)
+	}
+	if s.luaHead != "" {
+		heads = append(heads, s.luaHead)
 	}
 	heads = append(heads, "runs")
 	heads = append(heads, s.extras...)

@@ -30,7 +30,7 @@ func TestSuites(t *testing.T) {
 	}{
 		{"gateway", gatewaySuite, []string{
 			"gateway/bolt/in-process", "gateway/bolt/http", "gateway/bolt/grpc",
-			"gateway/redis/in-process", "gateway/transport/http", "gateway/redis/http", "gateway/transport/grpc", "gateway/redis/grpc",
+			"gateway/redis/in-process", "gateway/transport/http", "gateway/redis/lua-floor", "gateway/redis/http", "gateway/transport/grpc", "gateway/redis/grpc",
 			"gateway/postgres/in-process", "gateway/postgres/http", "gateway/postgres/grpc",
 		}},
 		{"authz", authzSuite, []string{"authz/noop", "authz/fencegate-redis"}},
@@ -245,9 +245,10 @@ func TestRender(t *testing.T) {
 	runs := map[string][]result{
 		// In-process subjects: CPU is this process's. The transport floor
 		// is divided by the Redis store in-process; fencegate over HTTP
-		// by both (0.40 and, to the floor, 0.50).
+		// by both (0.40 and, to the floor, 0.50) and by the Lua floor (0.25).
 		"gateway/redis/in-process": {{PerSec: 10000, P50: us(100), P99: us(200), CPU: us(80), StoreCPU: us(30)}},
 		"gateway/transport/http":   {{PerSec: 8000, P50: us(120), P99: us(250), CPU: us(60)}},
+		"gateway/redis/lua-floor":  {{PerSec: 16000, P50: us(60), P99: us(120), CPU: us(40), StoreCPU: us(20)}},
 		"gateway/redis/http":       {{PerSec: 4000, P50: us(300), P99: us(600), CPU: us(150), StoreCPU: us(30)}},
 		// Three rounds; the load changes between rounds, the per-round
 		// ratio does not: 0.5, 0.5, 0.4. Servers in child processes:
@@ -276,10 +277,11 @@ func TestRender(t *testing.T) {
 	render(&sb, runInfo{Commit: "abc1234", Command: "go test -bench ."}, runs)
 	out := sb.String()
 	for _, want := range []string{
-		"| added CPU µs/op | cycles/s ÷ bare transport | runs |",
-		"| gateway/redis/in-process | 10000 | 100 | 200 | 0 | 80 | 30 | gateway/redis/in-process | 1.00 | 1.00 | 1.00 | +0 | +0 | — | 1 |",
-		"| gateway/transport/http | 8000 | 120 | 250 | 0 | 60 | — | gateway/redis/in-process | 0.80 | 1.20 | 1.25 | +20 | -50 | — | 1 |",
-		"| gateway/redis/http | 4000 | 300 | 600 | 0 | 150 | 30 | gateway/redis/in-process | 0.40 | 3.00 | 3.00 | +200 | +70 | 0.50 | 1 |",
+		"| added CPU µs/op | cycles/s ÷ bare transport | cycles/s ÷ Lua floor | runs |",
+		"| gateway/redis/in-process | 10000 | 100 | 200 | 0 | 80 | 30 | gateway/redis/in-process | 1.00 | 1.00 | 1.00 | +0 | +0 | — | — | 1 |",
+		"| gateway/transport/http | 8000 | 120 | 250 | 0 | 60 | — | gateway/redis/in-process | 0.80 | 1.20 | 1.25 | +20 | -50 | — | — | 1 |",
+		"| gateway/redis/lua-floor | 16000 | 60 | 120 | 0 | 40 | 20 | gateway/redis/in-process | 1.60 | 0.60 | 0.60 | -40 | -50 | — | — | 1 |",
+		"| gateway/redis/http | 4000 | 300 | 600 | 0 | 150 | 30 | gateway/redis/in-process | 0.40 | 3.00 | 3.00 | +200 | +70 | 0.50 | 0.25 | 1 |",
 		"| server CPU µs/op | Redis CPU µs/op | server+Redis CPU µs/op | CPU target µs/op | baseline |",
 		"| authz/noop | 10000 | 100 | 400 | 900 | 30 | — | 30 | — | authz/noop | 1.00 (1.00–1.00) | 1.00 (1.00–1.00) | 1.00 | +0 | +0 | 3 |",
 		// medians: 4000/s, 250 µs, 1200 µs; ratios per round

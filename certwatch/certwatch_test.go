@@ -1,7 +1,6 @@
 package certwatch_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/certwatch"
 	"github.com/fencegate/fencegate/certwatch/certtest"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 const pollEvery = 10 * time.Millisecond
@@ -94,48 +94,14 @@ func run(t *testing.T, w *certwatch.Watcher) {
 	})
 }
 
-// eventually polls cond for up to 5 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(pollEvery)
-	}
-}
-
-// logBuffer collects log output written by the watcher's goroutine.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func quietLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
 func TestRotationIsServedOverTLS(t *testing.T) {
 	ca := certtest.NewCA(t, "test CA")
 	dir := t.TempDir()
 	first := ca.Server(t, "first", "127.0.0.1")
 	certFile, keyFile := first.Write(t, dir)
 
-	var logs logBuffer
-	w, err := certwatch.New(certFile, keyFile, certwatch.Options{Logger: quietLogger(&logs), Interval: pollEvery})
+	var logs testutil.LogBuffer
+	w, err := certwatch.New(certFile, keyFile, certwatch.Options{Logger: testutil.Logger(&logs, slog.LevelDebug), Interval: pollEvery})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +121,7 @@ func TestRotationIsServedOverTLS(t *testing.T) {
 
 	second := ca.Server(t, "second", "127.0.0.1")
 	second.Write(t, dir)
-	eventually(t, "the rotated certificate to be served", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the rotated certificate to be served", func() bool {
 		got, err := served(addr, ca.Pool(), nil)
 		return err == nil && got.SerialNumber.Cmp(second.Cert.SerialNumber) == 0
 	})
@@ -191,7 +157,7 @@ func TestRotationThroughSecretVolumeSymlinkSwap(t *testing.T) {
 		}
 	}
 	w, err := certwatch.New(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"),
-		certwatch.Options{Logger: quietLogger(io.Discard), Interval: pollEvery})
+		certwatch.Options{Logger: testutil.Logger(io.Discard, slog.LevelDebug), Interval: pollEvery})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +166,7 @@ func TestRotationThroughSecretVolumeSymlinkSwap(t *testing.T) {
 
 	second := ca.Server(t, "second", "127.0.0.1")
 	project("..2026_01_02", second)
-	eventually(t, "the swapped certificate to be served", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the swapped certificate to be served", func() bool {
 		got, err := served(addr, ca.Pool(), nil)
 		return err == nil && got.SerialNumber.Cmp(second.Cert.SerialNumber) == 0
 	})
@@ -211,8 +177,8 @@ func TestInvalidReplacementKeepsLastGoodPair(t *testing.T) {
 	dir := t.TempDir()
 	good := ca.Server(t, "good", "127.0.0.1")
 	certFile, keyFile := good.Write(t, dir)
-	var logs logBuffer
-	w, err := certwatch.New(certFile, keyFile, certwatch.Options{Logger: quietLogger(&logs), Interval: time.Hour})
+	var logs testutil.LogBuffer
+	w, err := certwatch.New(certFile, keyFile, certwatch.Options{Logger: testutil.Logger(&logs, slog.LevelDebug), Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +247,7 @@ func TestWaitForFiles(t *testing.T) {
 	}
 
 	w, err := certwatch.New(certFile, keyFile, certwatch.Options{
-		Logger: quietLogger(io.Discard), Interval: pollEvery, WaitForFiles: true,
+		Logger: testutil.Logger(io.Discard, slog.LevelDebug), Interval: pollEvery, WaitForFiles: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -304,7 +270,7 @@ func TestWaitForFiles(t *testing.T) {
 
 	issued := ca.Server(t, "late", "127.0.0.1")
 	issued.Write(t, dir)
-	eventually(t, "Ready after the files appear", w.Ready)
+	testutil.WaitFor(t, 5*time.Second, "Ready after the files appear", w.Ready)
 	got, err := served(addr, ca.Pool(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -323,7 +289,7 @@ func TestClientCAsRotate(t *testing.T) {
 	certtest.WriteFile(t, caFile, oldCA.PEM)
 
 	w, err := certwatch.New(certFile, keyFile, certwatch.Options{
-		Logger: quietLogger(io.Discard), Interval: pollEvery, ClientCAFile: caFile,
+		Logger: testutil.Logger(io.Discard, slog.LevelDebug), Interval: pollEvery, ClientCAFile: caFile,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -352,7 +318,7 @@ func TestClientCAsRotate(t *testing.T) {
 	}
 
 	certtest.WriteFile(t, caFile, newCA.PEM)
-	eventually(t, "the new client CA to be enforced", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the new client CA to be enforced", func() bool {
 		_, errNew := served(addr, serverCA.Pool(), newClient)
 		_, errOld := served(addr, serverCA.Pool(), oldClient)
 		return errNew == nil && errOld != nil

@@ -1,7 +1,6 @@
 package certwatch_test
 
 import (
-	"io"
 	"path/filepath"
 	"testing"
 
@@ -9,13 +8,14 @@ import (
 	"github.com/fencegate/fencegate/certwatch/certtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"log/slog"
 )
 
 func TestExpiryCollector(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	w, err := certwatch.New(certFile, keyFile, certwatch.Options{
-		Logger: quietLogger(io.Discard), Interval: pollEvery, WaitForFiles: true,
+		Logger: slog.New(slog.DiscardHandler), Interval: pollEvery, WaitForFiles: true,
 	})
 	if err != nil {
 		t.Fatal(err)

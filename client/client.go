@@ -1,18 +1,18 @@
 // Package client is fencegate's Go client for the lock API, over HTTP/JSON
 // (New, *Client) or gRPC (NewGRPC, *GRPCClient).
 //
-// Both implement lockstore.Locker and Locks, with the same options, the
+// Both implement lock.Locker and Locks, with the same options, the
 // same results and the same error codes, so the same Lock helper (retries,
 // backoff, auto-extend) runs over either transport as in-process:
 //
 //	c, _ := client.New("http://127.0.0.1:8080", client.WithToken(tok))
 //	// or: c, _ := client.NewGRPC("127.0.0.1:9090", client.WithToken(tok)); defer c.Close()
-//	err := c.Lock(ctx, "orders/42", func(ctx context.Context, h lockstore.Held) error {
+//	err := c.Lock(ctx, "orders/42", func(ctx context.Context, h lock.Held) error {
 //		// ctx is cancelled the moment the lock is lost.
 //		req, _ := http.NewRequestWithContext(client.WithFence(ctx, h), "PUT", url, body)
 //		_, err := fenced.Do(req) // fenced uses client.NewTransport
 //		return err
-//	}, lockstore.WithAutoExtend())
+//	}, lock.WithAutoExtend())
 //
 // System failures come back as *lockstore.Error with the server's code, so
 // lockstore.CodeOf works on them and gives the same code whichever
@@ -38,23 +38,24 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/api/wire"
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
 // Locks is the lock API as both clients offer it: what *Client and
 // *GRPCClient have in common, for code that works over either.
 type Locks interface {
-	lockstore.Locker
+	lock.Locker
 	// AcquireWait asks the gateway to retry on contention for up to wait.
-	AcquireWait(ctx context.Context, key string, ttl, wait time.Duration) (lockstore.AcquireResult, error)
+	AcquireWait(ctx context.Context, key string, ttl, wait time.Duration) (lock.Acquired, error)
 	// IsLocked reports whether key has a live lock.
 	IsLocked(ctx context.Context, key string) (bool, error)
 	// LookupKey returns the sanitised live lock on key, or nil.
 	LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error)
 	// LookupLockID returns the sanitised live lock lockID holds, or nil.
 	LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error)
-	// Lock runs fn while holding the lock on key (lockstore.Lock).
-	Lock(ctx context.Context, key string, fn func(context.Context, lockstore.Held) error, opts ...lockstore.LockOption) error
+	// Lock runs fn while holding the lock on key (lock.Lock).
+	Lock(ctx context.Context, key string, fn func(context.Context, lock.Held) error, opts ...lock.LockOption) error
 }
 
 // Client talks to one fencegate gateway over HTTP/JSON. It is safe for
@@ -124,26 +125,26 @@ func (c *Client) Token() string { return c.opts.token }
 
 // Acquire tries once to take the lock on key for ttl (0 means the server's
 // default, 30 s).
-func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Acquired, error) {
 	return c.AcquireWait(ctx, key, ttl, 0)
 }
 
 // AcquireWait asks the server to retry on contention for up to wait, with
 // the spec's backoff and jitter, before answering "locked".
-func (c *Client) AcquireWait(ctx context.Context, key string, ttl, wait time.Duration) (lockstore.AcquireResult, error) {
+func (c *Client) AcquireWait(ctx context.Context, key string, ttl, wait time.Duration) (lock.Acquired, error) {
 	ttlMs, waitMs, err := acquireParams(ttl, wait)
 	if err != nil {
-		return lockstore.AcquireResult{}, err
+		return lock.Acquired{}, err
 	}
 	var out wire.AcquireReply
 	status, err := c.do(ctx, wait, "acquire", http.MethodPost, wire.PathAcquire, wire.AcquireRequest{Key: key, TTLMs: ttlMs, WaitMs: waitMs}, &out, http.StatusConflict)
 	if err != nil {
-		return lockstore.AcquireResult{}, err
+		return lock.Acquired{}, err
 	}
 	if status == http.StatusConflict {
-		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
+		return lock.Acquired{AcquireResult: lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}}, nil
 	}
-	return lockstore.AcquireResult{OK: out.OK, LockID: out.LockID, Fence: out.Fence, ExpiresAtMs: out.ExpiresAtMs, Proof: out.Proof}, nil
+	return lock.Acquired{AcquireResult: lockstore.AcquireResult{OK: out.OK, LockID: out.LockID, Fence: out.Fence, ExpiresAtMs: out.ExpiresAtMs}, Proof: out.Proof}, nil
 }
 
 // Release drops the lock lockID holds; OK is false if it was already gone.
@@ -233,10 +234,10 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]lockstore.AuditEven
 	return out.Events, err
 }
 
-// Lock runs fn while holding the lock on key: lockstore.Lock over this
+// Lock runs fn while holding the lock on key: lock.Lock over this
 // client, with the same options (TTL, retry, auto-extend, release errors).
-func (c *Client) Lock(ctx context.Context, key string, fn func(context.Context, lockstore.Held) error, opts ...lockstore.LockOption) error {
-	return lockstore.Lock(ctx, c, key, fn, opts...)
+func (c *Client) Lock(ctx context.Context, key string, fn func(context.Context, lock.Held) error, opts ...lock.LockOption) error {
+	return lock.Lock(ctx, c, key, fn, opts...)
 }
 
 // maxResponse bounds what we read from a server (audit pages are the largest).

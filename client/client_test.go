@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -249,7 +250,7 @@ func TestWithTimeoutLeavesRoomForTheWait(t *testing.T) {
 	})
 }
 
-// TestLockOverTheNetworkOutlivesItsTTL: lockstore.Lock with auto-extend,
+// TestLockOverTheNetworkOutlivesItsTTL: lock.Lock with auto-extend,
 // run through the client, keeps a 1.5 s lock for 4 s (so at least two
 // extends were needed), and nobody else can take it meanwhile. The TTL
 // leaves an extend 750 ms to land, ample on a loaded machine.
@@ -260,7 +261,7 @@ func TestLockOverTheNetworkOutlivesItsTTL(t *testing.T) {
 		other := k.client(t, k.addr(g), token)
 		ctx := context.Background()
 		var fence string
-		err := c.Lock(ctx, "orders/3", func(ctx context.Context, h lockstore.Held) error {
+		err := c.Lock(ctx, "orders/3", func(ctx context.Context, h lock.Held) error {
 			fence = h.Fence
 			deadline := time.Now().Add(4 * time.Second)
 			for time.Now().Before(deadline) {
@@ -277,7 +278,7 @@ func TestLockOverTheNetworkOutlivesItsTTL(t *testing.T) {
 				time.Sleep(200 * time.Millisecond)
 			}
 			return nil
-		}, lockstore.WithTTL(1500*time.Millisecond), lockstore.WithAutoExtend())
+		}, lock.WithTTL(1500*time.Millisecond), lock.WithAutoExtend())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,7 +300,7 @@ func TestLockLostCancelsTheWork(t *testing.T) {
 		c := k.client(t, k.addr(g), token)
 		other := k.client(t, k.addr(g), token)
 		start := time.Now()
-		err := c.Lock(context.Background(), "orders/4", func(ctx context.Context, h lockstore.Held) error {
+		err := c.Lock(context.Background(), "orders/4", func(ctx context.Context, h lock.Held) error {
 			if r, err := other.Release(context.Background(), h.LockID); err != nil || !r.OK {
 				return errors.Join(errors.New("the other client could not release"), err)
 			}
@@ -309,8 +310,8 @@ func TestLockLostCancelsTheWork(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				return errors.New("still running 10 s after the lock was lost")
 			}
-		}, lockstore.WithTTL(time.Second), lockstore.WithAutoExtend())
-		if !errors.Is(err, lockstore.ErrLockLost) {
+		}, lock.WithTTL(time.Second), lock.WithAutoExtend())
+		if !errors.Is(err, lock.ErrLockLost) {
 			t.Fatalf("err = %v, want ErrLockLost", err)
 		}
 		// The first extend, at half the TTL, finds the lock gone; the bound
@@ -332,10 +333,10 @@ func TestLockRetriesOnContention(t *testing.T) {
 			t.Fatal(r, err)
 		}
 		ran := false
-		err := c.Lock(context.Background(), "orders/7", func(context.Context, lockstore.Held) error {
+		err := c.Lock(context.Background(), "orders/7", func(context.Context, lock.Held) error {
 			ran = true
 			return nil
-		}, lockstore.WithRetry(lockstore.RetryPolicy{MaxRetries: 3, RetryDelay: 10 * time.Millisecond, Timeout: 5 * time.Second}))
+		}, lock.WithRetry(lock.RetryPolicy{MaxRetries: 3, RetryDelay: 10 * time.Millisecond, Timeout: 5 * time.Second}))
 		if ran || lockstore.CodeOf(err) != lockstore.AcquisitionTimeout {
 			t.Fatalf("Lock on a held key: ran=%v err=%v, want AcquisitionTimeout", ran, err)
 		}

@@ -1,23 +1,23 @@
 package client_test
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
 	"github.com/fencegate/fencegate/writeproof"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -47,14 +47,10 @@ func gateway(t *testing.T) *gatewayEnv { return gatewayWith(t, gatewayConfig{}) 
 
 func gatewayWith(t *testing.T, cfg gatewayConfig) *gatewayEnv {
 	t.Helper()
-	store, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "fg.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
-	auth, err := api.NewAuthenticator([]api.Token{
-		{Name: "all", SHA256: api.HashToken(token), Operations: []string{"*"}},
-		{Name: "orders-only", SHA256: api.HashToken("orders"), Prefixes: []string{"orders/"}},
+	store := locktest.OpenBolt(t)
+	authn, err := auth.NewAuthenticator([]auth.Token{
+		{Name: "all", SHA256: auth.HashToken(token), Operations: []string{"*"}},
+		{Name: "orders-only", SHA256: auth.HashToken("orders"), Prefixes: []string{"orders/"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +59,7 @@ func gatewayWith(t *testing.T, cfg gatewayConfig) *gatewayEnv {
 	if cfg.wrap != nil {
 		served = cfg.wrap(store)
 	}
-	srv, err := api.New(api.Options{Store: served, Audit: store, Auth: auth, Proofs: cfg.proofs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := api.New(api.Options{Store: served, Audit: store, Auth: authn, Proofs: cfg.proofs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +80,7 @@ func gatewayWith(t *testing.T, cfg gatewayConfig) *gatewayEnv {
 	}
 	gs := grpc.NewServer(gopts...)
 	srv.RegisterGRPC(gs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := testutil.Listen(t)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -172,10 +165,7 @@ func (k kind) client(t *testing.T, addr, tok string, opts ...client.Option) clie
 // that hangs.
 func silentListener(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := testutil.Listen(t)
 	var (
 		mu    sync.Mutex
 		conns []net.Conn

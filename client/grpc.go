@@ -9,6 +9,7 @@ import (
 
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/api/wire"
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -87,27 +88,27 @@ func (c *GRPCClient) Close() error {
 
 // Acquire tries once to take the lock on key for ttl (0 means the server's
 // default, 30 s).
-func (c *GRPCClient) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
+func (c *GRPCClient) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Acquired, error) {
 	return c.AcquireWait(ctx, key, ttl, 0)
 }
 
 // AcquireWait asks the server to retry on contention for up to wait, with
 // the spec's backoff and jitter, before answering "locked".
-func (c *GRPCClient) AcquireWait(ctx context.Context, key string, ttl, wait time.Duration) (lockstore.AcquireResult, error) {
+func (c *GRPCClient) AcquireWait(ctx context.Context, key string, ttl, wait time.Duration) (lock.Acquired, error) {
 	ttlMs, waitMs, err := acquireParams(ttl, wait)
 	if err != nil {
-		return lockstore.AcquireResult{}, err
+		return lock.Acquired{}, err
 	}
 	ctx, cancel := c.opts.callContext(ctx, wait)
 	defer cancel()
 	r, err := c.locks.Acquire(ctx, &fencegatev1.AcquireRequest{Key: key, TtlMs: ttlMs, WaitMs: waitMs})
 	if err != nil {
-		return lockstore.AcquireResult{}, c.grpcError(ctx, "acquire", err)
+		return lock.Acquired{}, c.grpcError(ctx, "acquire", err)
 	}
 	if !r.GetOk() {
-		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
+		return lock.Acquired{AcquireResult: lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}}, nil
 	}
-	return lockstore.AcquireResult{OK: true, LockID: r.GetLockId(), Fence: r.GetFence(), ExpiresAtMs: r.GetExpiresAtMs(), Proof: r.GetProof()}, nil
+	return lock.Acquired{AcquireResult: lockstore.AcquireResult{OK: true, LockID: r.GetLockId(), Fence: r.GetFence(), ExpiresAtMs: r.GetExpiresAtMs()}, Proof: r.GetProof()}, nil
 }
 
 // Release drops the lock lockID holds; OK is false if it was already gone.
@@ -185,10 +186,10 @@ func (c *GRPCClient) IsLocked(ctx context.Context, key string) (bool, error) {
 	return r.GetLocked(), nil
 }
 
-// Lock runs fn while holding the lock on key: lockstore.Lock over this
+// Lock runs fn while holding the lock on key: lock.Lock over this
 // client, with the same options (TTL, retry, auto-extend, release errors).
-func (c *GRPCClient) Lock(ctx context.Context, key string, fn func(context.Context, lockstore.Held) error, opts ...lockstore.LockOption) error {
-	return lockstore.Lock(ctx, c, key, fn, opts...)
+func (c *GRPCClient) Lock(ctx context.Context, key string, fn func(context.Context, lock.Held) error, opts ...lock.LockOption) error {
+	return lock.Lock(ctx, c, key, fn, opts...)
 }
 
 // grpcError turns a failed call into a *lockstore.Error, as the HTTP

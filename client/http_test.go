@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -65,7 +66,7 @@ func (r *recordingRT) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestTransportStampsFenceHeaders(t *testing.T) {
 	rt := &recordingRT{}
 	tr := client.NewTransport(rt)
-	h := lockstore.Held{Key: "orders/5", LockID: "AAAAAAAAAAAAAAAAAAAAAA", Fence: "000000000000042"}
+	h := lock.Held{Key: "orders/5", LockID: "AAAAAAAAAAAAAAAAAAAAAA", Fence: "000000000000042"}
 
 	send := func(ctx context.Context, tr http.RoundTripper) (*http.Request, http.Header) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://api/orders/5", nil)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/api/wire"
 	"github.com/fencegate/fencegate/client"
-	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/writeproof"
 )
 
@@ -57,7 +57,7 @@ func TestProofThroughClient(t *testing.T) {
 
 		rt := &recordingRT{}
 		edge := &http.Client{Transport: client.NewTransport(rt)}
-		err = c.Lock(t.Context(), key, func(ctx context.Context, h lockstore.Held) error {
+		err = c.Lock(t.Context(), key, func(ctx context.Context, h lock.Held) error {
 			if _, err := v.Verify(h.Proof, key, h.Fence); err != nil {
 				t.Errorf("Held.Proof: %v", err)
 			}

@@ -4,10 +4,10 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lock"
 )
 
-// Header names the edge check reads (API.md, "Envoy ext_authz").
+// Header names the edge check reads (docs/api.md, "Envoy ext_authz").
 const (
 	HeaderKey    = "X-Fence-Key"
 	HeaderToken  = "X-Fence-Token"
@@ -33,13 +33,13 @@ type fenceKey struct{}
 // request made with it. The proof can only write under that fence, so it is
 // safe to send with every write. The lockId is not included; use
 // WithFenceProof for that.
-func WithFence(ctx context.Context, h lockstore.Held) context.Context {
+func WithFence(ctx context.Context, h lock.Held) context.Context {
 	return context.WithValue(ctx, fenceKey{}, Fence{Key: h.Key, Token: h.Fence, Proof: h.Proof})
 }
 
 // WithFenceProof is WithFence plus the lockId, for routes that require
 // ownership proof by lockId (fence_proof=lockId).
-func WithFenceProof(ctx context.Context, h lockstore.Held) context.Context {
+func WithFenceProof(ctx context.Context, h lock.Held) context.Context {
 	return context.WithValue(ctx, fenceKey{}, Fence{Key: h.Key, Token: h.Fence, Proof: h.Proof, LockID: h.LockID})
 }
 

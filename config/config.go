@@ -69,6 +69,21 @@ type Config struct {
 	Debug Debug `yaml:"debug"`
 	// Connections bounds every listener's connections.
 	Connections Connections `yaml:"connections"`
+	// Shutdown is what a SIGTERM or SIGINT does before the listeners
+	// drain.
+	Shutdown Shutdown `yaml:"shutdown"`
+}
+
+// Shutdown configures the lifecycle's draining phase (internal/health).
+type Shutdown struct {
+	// Delay is how long every listener keeps serving after a SIGTERM or
+	// SIGINT while reporting unready (/readyz 503, gRPC health
+	// NOT_SERVING), before it stops accepting and drains: the time a load
+	// balancer polling readiness needs to stop sending. Zero (the
+	// default): drain at once, for a process nothing polls; the Helm chart
+	// waits in a preStop hook instead and sets it to what its consumers
+	// need.
+	Delay Duration `yaml:"delay"`
 }
 
 // Connections are the connection slots of every listener (each listener
@@ -94,6 +109,17 @@ func (c Connections) validate(add func(format string, args ...any)) {
 	}
 	if c.MaxPerListener > 0 && c.MaxPerPeer > c.MaxPerListener {
 		add("connections.maxPerPeer: %d is more than connections.maxPerListener (%d)", c.MaxPerPeer, c.MaxPerListener)
+	}
+}
+
+// MaxShutdownDelay bounds shutdown.delay: a delay is seconds of a load
+// balancer's probe period, and a typo of minutes would hold every
+// restart for as long.
+const MaxShutdownDelay = 5 * time.Minute
+
+func (s Shutdown) validate(add func(format string, args ...any)) {
+	if s.Delay < 0 || s.Delay.Std() > MaxShutdownDelay {
+		add("shutdown.delay: %s must be between 0 and %s", s.Delay.Std(), MaxShutdownDelay)
 	}
 }
 
@@ -180,6 +206,13 @@ type Check struct {
 	// when a table is configured: deny (the default; 503 unavailable) or
 	// defaults (checked as without a table). Reads always pass.
 	UnmatchedWrites string `yaml:"unmatchedWrites"`
+	// MaxWaitCap bounds every barrier route's maxWait, from proxy.routes
+	// (refused at load above it) and from ext_proc callers (their writes
+	// fail closed above it); zero is DefaultMaxWaitCap.
+	MaxWaitCap Duration `yaml:"maxWaitCap"`
+	// BarrierMaxWaiters caps the barrier writes one gateway has waiting at
+	// once; zero is fencecheck.DefaultBarrierMaxWaiters (256).
+	BarrierMaxWaiters int `yaml:"barrierMaxWaiters"`
 }
 
 // Audit configures the audit trail. Zero fields take the defaults of
@@ -317,8 +350,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.Connections.validate(add)
+	c.Shutdown.validate(add)
 
-	// Names, scopes and duplicate secrets are api.NewAuthenticator's to
+	// Names, scopes and duplicate secrets are auth.NewAuthenticator's to
 	// check; the digest's text is checked here, where the operator who
 	// pasted a token instead of its digest is told what to paste.
 	for i, t := range c.Tokens {
@@ -373,6 +407,7 @@ func (c *Config) Validate() error {
 		p = append(p, c.Proxy.problems()...)
 	}
 	p = append(p, c.maxWriteCapProblems()...)
+	p = append(p, c.maxWaitProblems()...)
 	c.validateProof(add)
 
 	if len(p) > 0 {

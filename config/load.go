@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // setting is one option settable by flag and by FENCEGATE_<NAME>.
@@ -50,6 +51,8 @@ var settings = []setting{
 		set: func(c *Config, v string) error { return setInt(&c.Connections.MaxPerListener, v) }},
 	{name: "max-conns-per-peer", usage: "connections one remote IP holds open on one listener (default 64)",
 		set: func(c *Config, v string) error { return setInt(&c.Connections.MaxPerPeer, v) }},
+	{name: "shutdown-delay", usage: "after SIGTERM or SIGINT, how long every listener keeps serving while /readyz answers 503 and gRPC health NOT_SERVING, before draining (config shutdown.delay; default 0s)",
+		set: func(c *Config, v string) error { return setDuration(&c.Shutdown.Delay, v) }},
 	{name: "debug-addr", usage: "net/http/pprof listener, e.g. 127.0.0.1:6060 (default off; a non-loopback address is served with a warning)",
 		set: func(c *Config, v string) error { c.Debug.Addr = v; return nil }},
 }
@@ -60,6 +63,15 @@ func setInt(dst *int, v string) error {
 		return fmt.Errorf("must be an integer, got %q", v)
 	}
 	*dst = n
+	return nil
+}
+
+func setDuration(dst *Duration, v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("must be a duration such as 5s, got %q", v)
+	}
+	*dst = Duration(d)
 	return nil
 }
 

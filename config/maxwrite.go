@@ -40,13 +40,7 @@ func (c *Config) maxWriteCapProblems() []string {
 			mw, src = DefaultProxyMaxWrite, " (the default)"
 		}
 		if mw > limit {
-			where := fmt.Sprintf("routes[%d]", i)
-			if i >= len(c.Routes) {
-				where = fmt.Sprintf("proxy.routes[%d]", i-len(c.Routes))
-			}
-			if r.Name != "" {
-				where += fmt.Sprintf(" (%s)", r.Name)
-			}
+			where := c.tableWhere(i)
 			out = append(out, fmt.Sprintf("%s.maxWrite: %s%s is above check.maxWriteCap %s; lower it, or raise the cap", where, mw, src, limit))
 		}
 	}

@@ -13,8 +13,8 @@ import (
 const (
 	DefaultProxyAddr = "127.0.0.1:8000"
 	// DefaultProxyShutdownTimeout bounds the drain on SIGTERM; it is raised
-	// to the longest barrier route's maxWrite plus a margin, so that an
-	// in-flight barrier write can finish and deregister.
+	// to the longest barrier route's maxWait + maxWrite plus a margin, so
+	// that an in-flight barrier write can finish and deregister.
 	DefaultProxyShutdownTimeout = 20 * time.Second
 	// DefaultProxyMaxWrite is a barrier route's maxWrite when unset
 	// (fencecheck.DefaultMaxWrite).
@@ -33,7 +33,7 @@ type Proxy struct {
 	// trusted proxy only).
 	TrustForwarded bool `yaml:"trustForwarded"`
 	// ShutdownTimeout bounds the drain on SIGTERM (default 20 s, raised to
-	// the longest maxWrite + 5 s).
+	// the longest maxWait + maxWrite + 5 s).
 	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
 	// Routes map path prefixes to upstreams. `fencegate serve` runs the
 	// proxy listener only when there are routes.
@@ -60,9 +60,12 @@ type ProxyRoute struct {
 	// lockId or signed (a write proof from acquire, x-fence-proof).
 	Proof string `yaml:"proof"`
 	// Barrier turns the write barrier on; MaxWrite bounds a barrier
-	// write (default 30 s).
+	// write (default 30 s); MaxWait bounds how long a newer fence waits
+	// for an older write in flight before it is refused draining (default
+	// 5 s).
 	Barrier      bool     `yaml:"barrier"`
 	MaxWrite     Duration `yaml:"maxWrite"`
+	MaxWait      Duration `yaml:"maxWait"`
 	PreserveHost bool     `yaml:"preserveHost"`
 	// Upgrade lets the route's reads switch protocols (WebSocket, h2c);
 	// off by default, never for a fenced write.
@@ -104,7 +107,8 @@ func (c *Config) Drain() time.Duration {
 		if mw <= 0 {
 			mw = DefaultProxyMaxWrite
 		}
-		d = max(d, mw+5*time.Second)
+		// A write may wait at the barrier before its exchange starts.
+		d = max(d, r.EffectiveMaxWait()+mw+5*time.Second)
 	}
 	return d
 }
@@ -192,6 +196,7 @@ func (c *Config) ValidateProxy() error {
 		p = append(p, fmt.Sprintf("check.barrierMaxInFlight: must be between 1 and %d (0: the default, 1024)", maxBarrierInFlight))
 	}
 	c.Connections.validate(func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) })
+	c.Shutdown.validate(func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) })
 	if c.Audit.QueueSize < 0 || c.Audit.MaxEvents < 0 || c.Audit.MaxInputEvents < 0 || c.Audit.MaxAge < 0 {
 		p = append(p, "audit: queueSize, maxEvents, maxInputEvents and maxAge must not be negative")
 	}
@@ -201,6 +206,7 @@ func (c *Config) ValidateProxy() error {
 		p = append(p, "proxy.routes: at least one route is required (proxy.routes, or routes: entries with an upstream)")
 	}
 	p = append(p, c.maxWriteCapProblems()...)
+	p = append(p, c.maxWaitProblems()...)
 	if len(p) > 0 {
 		return p
 	}

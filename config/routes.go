@@ -102,7 +102,7 @@ func (c *Config) RouteTable() []Route {
 		out = append(out, Route{
 			Name: name, Match: RouteMatch{Path: RoutePath{Type: RoutePathPrefix, Value: r.Prefix}},
 			Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader, Policy: r.Policy, Mode: r.Mode,
-			Methods: r.Methods, Proof: r.Proof, Barrier: r.Barrier, MaxWrite: r.MaxWrite,
+			Methods: r.Methods, Proof: r.Proof, Barrier: r.Barrier, MaxWrite: r.MaxWrite, MaxWait: r.MaxWait,
 			Upstream: r.Upstream, PreserveHost: r.PreserveHost, Upgrade: r.Upgrade,
 			BodyIdleTimeout: r.BodyIdleTimeout, BodyTimeout: r.BodyTimeout,
 		})
@@ -192,6 +192,7 @@ func (c *Config) routeProblems() []string {
 func (c *Config) ValidateRoutes() error {
 	p := Problems(c.routeProblems())
 	p = append(p, c.maxWriteCapProblems()...)
+	p = append(p, c.maxWaitProblems()...)
 	if len(p) > 0 {
 		return p
 	}

@@ -2,21 +2,21 @@ package console
 
 import (
 	"errors"
+	"github.com/fencegate/fencegate/auth"
 	"net/http"
 	"net/url"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
 // viewer is who is looking: a token's principal, or nil with auth off.
 type viewer struct {
-	p         *api.Principal
+	p         *auth.Principal
 	sessionID string // set when the principal came from a session cookie
 }
 
-func (v viewer) canLocks() bool   { return v.p == nil || v.p.CanDo(api.OpLookup) }
-func (v viewer) canDenials() bool { return v.p == nil || v.p.CanDo(api.OpAudit) }
+func (v viewer) canLocks() bool   { return v.p == nil || v.p.CanDo(auth.OpLookup) }
+func (v viewer) canDenials() bool { return v.p == nil || v.p.CanDo(auth.OpAudit) }
 func (v viewer) allKeys() bool    { return v.p == nil || v.p.CanUseAllKeys() }
 
 // name is the viewer's token name ("" with auth off), for per-principal
@@ -75,7 +75,7 @@ func (c *Console) resolve(r *http.Request) (viewer, int, error) {
 	} else {
 		return v, http.StatusUnauthorized, errNoCredentials
 	}
-	if !v.p.CanDo(api.OpUI) {
+	if !v.p.CanDo(auth.OpUI) {
 		return v, http.StatusForbidden, errNotUI
 	}
 	return v, 0, nil
@@ -120,7 +120,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.renderLogin(w, http.StatusUnauthorized, "that token is not valid")
 		return
 	}
-	if !p.CanDo(api.OpUI) {
+	if !p.CanDo(auth.OpUI) {
 		c.renderLogin(w, http.StatusForbidden, errNotUI.Error())
 		return
 	}

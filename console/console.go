@@ -3,12 +3,12 @@ package console
 import (
 	"context"
 	"errors"
+	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"net/http"
 	"sync"
 	"time"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -45,14 +45,15 @@ const (
 
 // Options configures a Console.
 type Options struct {
-	// Store is read for the live locks (if it is a lockstore.LockLister)
-	// and a key's current state (Inspect). Required.
-	Store lockstore.Store
+	// Store is read for a key's current state (Inspect), the backend's
+	// name and, when lockstore.As finds a lockstore.LockLister in it, the
+	// live locks. Required.
+	Store Store
 	// Audit is read for denials. Nil shows none.
 	Audit lockstore.AuditLog
 	// Auth checks tokens. Nil means auth is off: the console is open, as
 	// the lock API is.
-	Auth *api.Authenticator
+	Auth *auth.Authenticator
 	// RawKeys shows raw keys. Off, keys are shown as their hashes.
 	RawKeys bool
 	// Recorder holds this gateway's lock operations for the timelines. Nil
@@ -62,13 +63,19 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// Store is what the console reads of the store.
+type Store interface {
+	lockstore.Inspector
+	lockstore.Describer
+}
+
 // Console serves the pages under Path.
 type Console struct {
 	ctx      context.Context
-	store    lockstore.Store
+	store    Store
 	lister   lockstore.LockLister
 	audit    lockstore.AuditLog
-	auth     *api.Authenticator
+	auth     *auth.Authenticator
 	rawKeys  bool
 	rec      *Recorder
 	log      *slog.Logger
@@ -96,14 +103,15 @@ func New(ctx context.Context, o Options) *Console {
 	if c.log == nil {
 		c.log = slog.Default()
 	}
-	c.lister, _ = o.Store.(lockstore.LockLister)
+	c.lister, _ = lockstore.As[lockstore.LockLister](o.Store)
 	c.sessions = newSessions(c.now)
 	return c
 }
 
-// Record wraps the store the lock API serves from, so that this console's
-// timelines show the acquisitions, extensions and releases it served.
-func (c *Console) Record(s lockstore.Store) lockstore.Store { return c.rec.Record(s) }
+// Record wraps the lock operations the lock API serves, so that this
+// console's timelines show the acquisitions, extensions and releases it
+// served (Recorder.Record).
+func (c *Console) Record(l lockstore.Locks) lockstore.Locks { return c.rec.Record(l) }
 
 // Register mounts the console on mux under Path, each route wrapped in mw
 // (the lock API's access-log and recovery middleware; nil for none).

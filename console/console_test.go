@@ -3,17 +3,17 @@ package console
 import (
 	"bufio"
 	"context"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
@@ -21,27 +21,24 @@ import (
 // fixture is a console over a real bolt store, served by httptest.
 type fixture struct {
 	store  *bolt.Store
-	api    lockstore.Store // the store as the lock API sees it (recorded)
+	api    lockstore.Locks // the store as the lock API sees it (recorded)
 	c      *Console
 	srv    *httptest.Server
 	cancel context.CancelFunc
 }
 
-func newFixture(t *testing.T, rawKeys bool, tokens []api.Token) *fixture {
+func newFixture(t *testing.T, rawKeys bool, tokens []auth.Token) *fixture {
 	t.Helper()
-	st, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "c.db"), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	var auth *api.Authenticator
+	st := locktest.OpenBolt(t)
+	var authn *auth.Authenticator
 	if tokens != nil {
-		if auth, err = api.NewAuthenticator(tokens); err != nil {
+		var err error
+		if authn, err = auth.NewAuthenticator(tokens); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := New(ctx, Options{Store: st, Audit: st, Auth: auth, RawKeys: rawKeys, Logger: slog.New(slog.DiscardHandler)})
+	c := New(ctx, Options{Store: st, Audit: st, Auth: authn, RawKeys: rawKeys, Logger: slog.New(slog.DiscardHandler)})
 	mux := http.NewServeMux()
 	c.Register(mux, nil)
 	srv := httptest.NewServer(mux)
@@ -197,11 +194,11 @@ func readEvents(t *testing.T, f *fixture, path string, want ...string) string {
 // TestConsoleTokenScopes: the ui operation opens the console, lookup and audit
 // decide what it shows, and prefixes limit which keys.
 func TestConsoleTokenScopes(t *testing.T) {
-	f := newFixture(t, true, []api.Token{
-		{Name: "ops", SHA256: api.HashToken("t-ops"), Operations: []string{"ui", "lookup", "audit"}},
-		{Name: "orders", SHA256: api.HashToken("t-orders"), Prefixes: []string{"orders/"}, Operations: []string{"ui", "lookup", "audit"}},
-		{Name: "uionly", SHA256: api.HashToken("t-uionly"), Operations: []string{"ui"}},
-		{Name: "noui", SHA256: api.HashToken("t-noui"), Operations: []string{"lookup", "audit"}},
+	f := newFixture(t, true, []auth.Token{
+		{Name: "ops", SHA256: auth.HashToken("t-ops"), Operations: []string{"ui", "lookup", "audit"}},
+		{Name: "orders", SHA256: auth.HashToken("t-orders"), Prefixes: []string{"orders/"}, Operations: []string{"ui", "lookup", "audit"}},
+		{Name: "uionly", SHA256: auth.HashToken("t-uionly"), Operations: []string{"ui"}},
+		{Name: "noui", SHA256: auth.HashToken("t-noui"), Operations: []string{"lookup", "audit"}},
 	})
 	f.acquire(t, "orders/1")
 	f.acquire(t, "billing/1")

@@ -102,58 +102,26 @@ func (r *Recorder) holderOf(h string) (lockOp, bool) {
 	return lockOp{}, false
 }
 
-// Record wraps s so that the lock operations served through it are
-// remembered. The wrapper answers type assertions for
-// lockstore.HeldCounter, lockstore.AuditLog and lockstore.LockLister as s
-// does. Recording is a few field copies under a mutex, on the operation's
-// goroutine; it does no I/O.
-func (r *Recorder) Record(s lockstore.Store) lockstore.Store {
-	rs := &recordingStore{Store: s, rec: r}
-	hc, isCounter := s.(lockstore.HeldCounter)
-	al, isAudit := s.(lockstore.AuditLog)
-	ll, isLister := s.(lockstore.LockLister)
-	switch {
-	case isCounter && isAudit && isLister:
-		return struct {
-			*recordingStore
-			lockstore.HeldCounter
-			lockstore.AuditLog
-			lockstore.LockLister
-		}{rs, hc, al, ll}
-	case isAudit && isLister:
-		return struct {
-			*recordingStore
-			lockstore.AuditLog
-			lockstore.LockLister
-		}{rs, al, ll}
-	case isCounter && isAudit:
-		return struct {
-			*recordingStore
-			lockstore.HeldCounter
-			lockstore.AuditLog
-		}{rs, hc, al}
-	case isCounter:
-		return struct {
-			*recordingStore
-			lockstore.HeldCounter
-		}{rs, hc}
-	case isAudit:
-		return struct {
-			*recordingStore
-			lockstore.AuditLog
-		}{rs, al}
-	}
-	return rs
+// Record wraps the lock operations l so that those served through it are
+// remembered. It wraps only the lock operations; what l wraps (the store's
+// HeldCounter, AuditLog, LockLister, ...) stays reachable through Unwrap
+// with lockstore.As. Recording is a few field copies under a mutex, on the
+// operation's goroutine; it does no I/O.
+func (r *Recorder) Record(l lockstore.Locks) lockstore.Locks {
+	return &recordingLocks{Locks: l, rec: r}
 }
 
-// recordingStore overrides the three mutating operations of a Store.
-type recordingStore struct {
-	lockstore.Store
+// recordingLocks overrides the three mutating lock operations.
+type recordingLocks struct {
+	lockstore.Locks
 	rec *Recorder
 }
 
-func (s *recordingStore) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
-	res, err := s.Store.Acquire(ctx, key, ttl)
+// Unwrap returns the recorded lock operations (lockstore.As).
+func (s *recordingLocks) Unwrap() any { return s.Locks }
+
+func (s *recordingLocks) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
+	res, err := s.Locks.Acquire(ctx, key, ttl)
 	if err == nil && res.OK {
 		nk, nerr := lockstore.NormalizeKey(key)
 		if nerr == nil {
@@ -166,16 +134,16 @@ func (s *recordingStore) Acquire(ctx context.Context, key string, ttl time.Durat
 	return res, err
 }
 
-func (s *recordingStore) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
-	res, err := s.Store.Release(ctx, lockID)
+func (s *recordingLocks) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
+	res, err := s.Locks.Release(ctx, lockID)
 	if err == nil && res.OK {
 		s.follow(opRelease, lockID, 0)
 	}
 	return res, err
 }
 
-func (s *recordingStore) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
-	res, err := s.Store.Extend(ctx, lockID, ttl)
+func (s *recordingLocks) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
+	res, err := s.Locks.Extend(ctx, lockID, ttl)
 	if err == nil && res.OK {
 		s.follow(opExtend, lockID, res.ExpiresAtMs)
 	}
@@ -185,7 +153,7 @@ func (s *recordingStore) Extend(ctx context.Context, lockID string, ttl time.Dur
 // follow records a release or extend of a lock whose acquisition this
 // gateway remembers; others cannot be attributed to a key without a store
 // read, which the hot path does not pay for.
-func (s *recordingStore) follow(kind, lockID string, expiresAtMs int64) {
+func (s *recordingLocks) follow(kind, lockID string, expiresAtMs int64) {
 	h := lockstore.HashKey(lockID)
 	acq, ok := s.rec.holderOf(h)
 	if !ok {

@@ -3,11 +3,10 @@ package console
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"github.com/fencegate/fencegate/auth"
 	"net/http"
 	"sync"
 	"time"
-
-	"github.com/fencegate/fencegate/api"
 )
 
 // Session bounds. A session is a random id the browser holds in a cookie;
@@ -20,7 +19,7 @@ const (
 )
 
 type session struct {
-	p       *api.Principal
+	p       *auth.Principal
 	expires time.Time
 }
 
@@ -38,7 +37,7 @@ func newSessions(now func() time.Time) *sessions {
 
 // create stores a session for p and returns its id. When the table is full
 // the session closest to expiry goes first.
-func (s *sessions) create(p *api.Principal) (string, error) {
+func (s *sessions) create(p *auth.Principal) (string, error) {
 	b := make([]byte, sessionIDBytes)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
@@ -67,7 +66,7 @@ func (s *sessions) create(p *api.Principal) (string, error) {
 }
 
 // get returns the principal of a live session.
-func (s *sessions) get(id string) (*api.Principal, bool) {
+func (s *sessions) get(id string) (*auth.Principal, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.m[id]

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -32,9 +32,9 @@ func (f *fixture) postForm(t *testing.T, path string, form url.Values, hdr ...st
 // that scripts cannot read, other sites cannot send, and only the console
 // receives; logout ends the session on the server.
 func TestConsoleLoginSession(t *testing.T) {
-	f := newFixture(t, false, []api.Token{
-		{Name: "ops", SHA256: api.HashToken("t-ops"), Operations: []string{"*"}},
-		{Name: "worker", SHA256: api.HashToken("t-worker")},
+	f := newFixture(t, false, []auth.Token{
+		{Name: "ops", SHA256: auth.HashToken("t-ops"), Operations: []string{"*"}},
+		{Name: "worker", SHA256: auth.HashToken("t-worker")},
 	})
 	if r := f.postForm(t, "/ui/login", url.Values{"token": {"nope"}}); r.status != http.StatusUnauthorized || r.header.Get("Set-Cookie") != "" {
 		t.Errorf("wrong token: %d, cookie %q", r.status, r.header.Get("Set-Cookie"))
@@ -216,11 +216,27 @@ func TestConsoleTimelineEntries(t *testing.T) {
 // attributes a release to its key, and keeps the optional interfaces.
 func TestConsoleRecorder(t *testing.T) {
 	f := newFixture(t, false, nil)
-	if _, ok := f.api.(lockstore.HeldCounter); !ok {
-		t.Error("the recorded store lost lockstore.HeldCounter")
-	}
-	if _, ok := f.api.(lockstore.AuditLog); !ok {
-		t.Error("the recorded store lost lockstore.AuditLog")
+	// Every optional capability of the bolt store is reachable through the
+	// recorder, and through the recorder over the telemetry decorator (as
+	// serve wires them); the hand-built variants this replaced had no
+	// combination for a lister alone or a lister with a counter, and the
+	// telemetry decorator dropped LockLister and BarrierSweeper.
+	tel := lockstore.WithTelemetry(f.store, lockstore.TelemetryOptions{OnEvent: func(lockstore.LockEvent) {}})
+	defer func() { _ = tel.Close() }()
+	for name, l := range map[string]lockstore.Locks{"recorded": f.api, "recorded telemetry": f.c.Record(tel)} {
+		for iface, ok := range map[string]bool{
+			"HeldCounter":         has[lockstore.HeldCounter](l),
+			"AuditLog":            has[lockstore.AuditLog](l),
+			"LockLister":          has[lockstore.LockLister](l),
+			"BarrierSweeper":      has[lockstore.BarrierSweeper](l),
+			"Pinger":              has[lockstore.Pinger](l),
+			"Describer":           has[lockstore.Describer](l),
+			"Store (the backend)": has[lockstore.Store](l),
+		} {
+			if !ok {
+				t.Errorf("the %s lock operations lost lockstore.%s", name, iface)
+			}
+		}
 	}
 	a := f.acquire(t, "r/1")
 	if r, _ := f.api.Acquire(context.Background(), "r/1", time.Minute); r.OK {
@@ -257,10 +273,10 @@ func TestConsoleRecorder(t *testing.T) {
 // ui-only token took all 64). The old process-wide counter alone is the
 // broken variant: it would open the ninth stream.
 func TestConsoleStreamsPerPrincipal(t *testing.T) {
-	f := newFixture(t, true, []api.Token{
-		{Name: "ops", SHA256: api.HashToken("t-ops"), Operations: []string{"ui", "lookup", "audit"}},
-		{Name: "watcher", SHA256: api.HashToken("t-watch"), Operations: []string{"ui", "lookup"}},
-		{Name: "uionly", SHA256: api.HashToken("t-uionly"), Operations: []string{"ui"}},
+	f := newFixture(t, true, []auth.Token{
+		{Name: "ops", SHA256: auth.HashToken("t-ops"), Operations: []string{"ui", "lookup", "audit"}},
+		{Name: "watcher", SHA256: auth.HashToken("t-watch"), Operations: []string{"ui", "lookup"}},
+		{Name: "uionly", SHA256: auth.HashToken("t-uionly"), Operations: []string{"ui"}},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -292,4 +308,10 @@ func TestConsoleStreamsPerPrincipal(t *testing.T) {
 	if got := open("t-ops"); got != http.StatusOK {
 		t.Errorf("the operator's stream while the watcher holds its share: %d, want 200", got)
 	}
+}
+
+// has reports whether lockstore.As finds a T in v.
+func has[T any](v any) bool {
+	_, ok := lockstore.As[T](v)
+	return ok
 }

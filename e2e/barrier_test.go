@@ -406,10 +406,10 @@ func (wl workload) run(t *testing.T) *workloadStats {
 
 // proxyRoutesConfig writes a config whose proxy routes are given as YAML
 // list items. The check's budget (300 ms) is also how long a barrier write
-// waits for older ones before it is refused 429: longer than the default,
-// so that a loaded machine's slow store read is rarely a (correct, retried)
-// 503, shorter than the upstream's longest hold, so that writers see 429s
-// and retry.
+// waits for older ones before it is refused 429 (route: maxWait 300ms):
+// longer than the default check budget, so that a loaded machine's slow
+// store read is rarely a (correct, retried) 503, shorter than the
+// upstream's longest hold, so that writers see 429s and retry.
 func proxyRoutesConfig(t *testing.T, routes ...string) string {
 	t.Helper()
 	var b strings.Builder
@@ -430,7 +430,10 @@ func proxyRoutesConfig(t *testing.T, routes ...string) string {
 func route(name, upstream string, barrier bool, maxWrite string) string {
 	s := fmt.Sprintf("    - name: %s\n      prefix: /%s\n      upstream: %s\n", name, name, upstream)
 	if barrier {
-		s += "      barrier: true\n"
+		// maxWait as long as the check's budget (proxyRoutesConfig), the
+		// wait these tests were written for: writers see 429s while older
+		// writes are in flight (the proxy's default would wait 5 s).
+		s += "      barrier: true\n      maxWait: 300ms\n"
 		if maxWrite != "" {
 			s += "      maxWrite: " + maxWrite + "\n"
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // TestConsoleInBrowser loads the console in headless Chromium (Debian's
@@ -135,7 +136,7 @@ check: {auditRawKeys: true}
 	}
 	cd := `#locks tbody tr:first-child td.countdown`
 	before := text(cd)
-	waitFor(t, ctx, 10*time.Second, "the countdown to move", func() bool { return text(cd) != before })
+	testutil.WaitFor(t, 10*time.Second, "the countdown to move", func() bool { return text(cd) != before })
 	if got := text("#live"); got != "live" {
 		t.Errorf("live indicator = %q: the event stream did not connect", got)
 	}
@@ -166,7 +167,7 @@ check: {auditRawKeys: true}
 	if decision != "" {
 		sel = fmt.Sprintf(`#denials tbody tr[data-id=%q]`, decision)
 	}
-	waitFor(t, ctx, 15*time.Second, "the stale write's denial on the open page", func() bool {
+	testutil.WaitFor(t, 15*time.Second, "the stale write's denial on the open page", func() bool {
 		n, _ := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, sel)))
 		return n > 0
 	})

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fencegate/fencegate/client"
 	"github.com/fencegate/fencegate/deploy/nginx/nginxtest"
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -98,7 +99,7 @@ func (e *edgeRun) addIssued(key string, r lockstore.AcquireResult) {
 }
 
 // TestEdgeThroughNginx is the reason fencegate exists, shown through a real
-// proxy: 8 workers take locks on 3 keys through the gateway (lockstore.Lock
+// proxy: 8 workers take locks on 3 keys through the gateway (lock.Lock
 // with auto-extend over the Go client) and write through nginx with the
 // fenced RoundTripper, for about 20 s. Some workers deliberately stall past
 // their TTL, as a GC pause or a partition would make them, and then write.
@@ -151,7 +152,7 @@ func runEdgeWorkers(t *testing.T, g *Gateway, edgeURL string, d time.Duration) *
 	locker := &recordingLocker{Client: c, run: run}
 	api := &http.Client{Transport: client.NewTransport(nil), Timeout: 10 * time.Second}
 
-	write := func(ctx context.Context, worker, key string, h lockstore.Held, stalled bool) attempt {
+	write := func(ctx context.Context, worker, key string, h lock.Held, stalled bool) attempt {
 		req, _ := http.NewRequestWithContext(client.WithFence(ctx, h), http.MethodPut, edgeURL+"/"+key, strings.NewReader(`{"v":1}`))
 		req.Header.Set("X-Worker", worker)
 		a := attempt{worker: worker, key: key, fence: h.Fence, sentAt: time.Now(), stalled: stalled}
@@ -190,7 +191,7 @@ func runEdgeWorkers(t *testing.T, g *Gateway, edgeURL string, d time.Duration) *
 						time.Sleep(50 * time.Millisecond)
 						continue
 					}
-					h := lockstore.NewHeld(key, r, sent, edgeTTL)
+					h := lock.NewHeld(key, r, sent, edgeTTL)
 					select {
 					case <-time.After(edgeStall):
 					case <-ctx.Done():
@@ -199,7 +200,7 @@ func runEdgeWorkers(t *testing.T, g *Gateway, edgeURL string, d time.Duration) *
 					write(context.Background(), worker, key, h, true)
 					continue
 				}
-				err := lockstore.Lock(ctx, locker, key, func(ctx context.Context, h lockstore.Held) error {
+				err := lock.Lock(ctx, locker, key, func(ctx context.Context, h lock.Held) error {
 					for range 3 {
 						if ctx.Err() != nil {
 							return ctx.Err()
@@ -210,9 +211,9 @@ func runEdgeWorkers(t *testing.T, g *Gateway, edgeURL string, d time.Duration) *
 						time.Sleep(time.Duration(20+rng.IntN(60)) * time.Millisecond)
 					}
 					return nil
-				}, lockstore.WithTTL(edgeTTL), lockstore.WithAutoExtend(),
-					lockstore.WithRetry(lockstore.RetryPolicy{Timeout: 3 * time.Second}))
-				if errors.Is(err, lockstore.ErrLockLost) {
+				}, lock.WithTTL(edgeTTL), lock.WithAutoExtend(),
+					lock.WithRetry(lock.RetryPolicy{Timeout: 3 * time.Second}))
+				if errors.Is(err, lock.ErrLockLost) {
 					lost.Add(1)
 				}
 			}
@@ -231,10 +232,10 @@ type recordingLocker struct {
 	run *edgeRun
 }
 
-func (l *recordingLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
+func (l *recordingLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Acquired, error) {
 	r, err := l.Client.Acquire(ctx, key, ttl)
 	if err == nil && r.OK {
-		l.run.addIssued(key, r)
+		l.run.addIssued(key, r.AcquireResult)
 	}
 	return r, err
 }

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/deploy/nginx/nginxtest"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // TestEdgeThroughEnvoy runs the same workload as TestEdgeThroughNginx
@@ -51,8 +51,8 @@ func startEnvoy(t *testing.T, bin, authzAddr, appAddr string) string {
 		}
 		return h, p
 	}
-	listen := nginxtest.FreePort(t)
-	admin := nginxtest.FreePort(t)
+	listen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	admin := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	text := string(raw)
 	for from, to := range map[string]string{
 		"port_value: 9901":  "port_value: " + second(hostPort(admin)),

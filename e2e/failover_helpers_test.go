@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -369,10 +370,7 @@ func (pc *proxyConn) close() {
 
 func newTCPProxy(t testing.TB, target string) *tcpProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testutil.Listen(t)
 	p := &tcpProxy{t: t, Addr: ln.Addr().String(), target: target, conns: map[*proxyConn]struct{}{}}
 	p.ln = ln
 	go p.serve(ln)
@@ -551,7 +549,7 @@ func needTool(t testing.TB, name, pkg string) {
 // waitDial waits until addr accepts TCP connections.
 func waitDial(t *testing.T, ctx context.Context, addr string, bound time.Duration) {
 	t.Helper()
-	waitFor(t, ctx, bound, addr+" to accept connections", func() bool {
+	testutil.WaitFor(t, bound, addr+" to accept connections", func() bool {
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err != nil {
 			return false

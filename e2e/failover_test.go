@@ -34,6 +34,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 	bolt "go.etcd.io/bbolt"
@@ -100,7 +101,7 @@ type redisNode struct {
 
 func newRedisNode(t *testing.T, dir string, i int) *redisNode {
 	t.Helper()
-	n := &redisNode{name: fmt.Sprintf("redis%d", i), dir: filepath.Join(dir, fmt.Sprintf("redis%d", i)), port: freePort(t)}
+	n := &redisNode{name: fmt.Sprintf("redis%d", i), dir: filepath.Join(dir, fmt.Sprintf("redis%d", i)), port: testutil.FreePort(t)}
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func waitReplicas(t *testing.T, ctx context.Context, master *redisNode, n int) {
 	t.Helper()
 	c := master.client()
 	defer c.Close()
-	waitFor(t, ctx, 30*time.Second, fmt.Sprintf("%s to have %d replicas online", master.name, n), func() bool {
+	testutil.WaitFor(t, 30*time.Second, fmt.Sprintf("%s to have %d replicas online", master.name, n), func() bool {
 		info, err := c.Info(ctx, "replication").Result()
 		return err == nil && strings.Count(info, "state=online") >= n
 	})
@@ -174,7 +175,7 @@ func startSentinels(t *testing.T, ctx context.Context, dir string, master *redis
 	t.Helper()
 	var addrs []string
 	for i := range n {
-		port := freePort(t)
+		port := testutil.FreePort(t)
 		d := filepath.Join(dir, fmt.Sprintf("sentinel%d", i))
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -204,7 +205,7 @@ sentinel parallel-syncs %s 2
 	// before the master may die.
 	for _, a := range addrs {
 		sc := goredis.NewSentinelClient(&goredis.Options{Addr: a, DialTimeout: time.Second, ReadTimeout: time.Second})
-		waitFor(t, ctx, 30*time.Second, "sentinel "+a+" to know 2 replicas and 2 other sentinels", func() bool {
+		testutil.WaitFor(t, 30*time.Second, "sentinel "+a+" to know 2 replicas and 2 other sentinels", func() bool {
 			m, err := sc.Master(ctx, sentinelMaster).Result()
 			return err == nil && m["num-slaves"] == "2" && m["num-other-sentinels"] == strconv.Itoa(n-1)
 		})
@@ -220,7 +221,7 @@ func waitPromotion(t *testing.T, ctx context.Context, sentinels []string, nodes 
 	sc := goredis.NewSentinelClient(&goredis.Options{Addr: sentinels[0], DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer sc.Close()
 	var promoted *redisNode
-	waitFor(t, ctx, 30*time.Second, "Sentinel to promote a replica", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "Sentinel to promote a replica", func() bool {
 		addr, err := sc.GetMasterAddrByName(ctx, sentinelMaster).Result()
 		if err != nil || len(addr) != 2 || addr[1] == strconv.Itoa(old.front.Port()) {
 			return false
@@ -234,7 +235,7 @@ func waitPromotion(t *testing.T, ctx context.Context, sentinels []string, nodes 
 	})
 	c := promoted.client()
 	defer c.Close()
-	waitFor(t, ctx, 30*time.Second, promoted.name+" to become a master", func() bool {
+	testutil.WaitFor(t, 30*time.Second, promoted.name+" to become a master", func() bool {
 		info, err := c.Info(ctx, "replication").Result()
 		return err == nil && strings.Contains(info, "role:master")
 	})
@@ -453,7 +454,7 @@ func (c *pgCluster) initStandby(t *testing.T, n *pgNode, via *tcpProxy) {
 func waitStreaming(t *testing.T, ctx context.Context, primary *pgNode) {
 	t.Helper()
 	dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", primary.port)
-	waitFor(t, ctx, 30*time.Second, primary.name+" to stream to its standby", func() bool {
+	testutil.WaitFor(t, 30*time.Second, primary.name+" to stream to its standby", func() bool {
 		conn, err := pgx.Connect(ctx, dsn)
 		if err != nil {
 			return false
@@ -518,7 +519,7 @@ func testFailoverPostgres(t *testing.T, fc floorCase, rounds int) {
 	defer cancel()
 	began := time.Now()
 	c := newPGCluster(t)
-	primary, standby := c.node("pg_a", freePort(t)), c.node("pg_b", freePort(t))
+	primary, standby := c.node("pg_a", testutil.FreePort(t)), c.node("pg_b", testutil.FreePort(t))
 	c.initPrimary(t, primary)
 	link := newTCPProxy(t, fmt.Sprintf("127.0.0.1:%d", primary.port))
 	c.initStandby(t, standby, link)
@@ -583,7 +584,7 @@ func testRestartRedis(t *testing.T, fc floorCase, rounds int) {
 	defer cancel()
 	began := time.Now()
 	dir := t.TempDir()
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	start := func() *proc {
 		p := startProc(t, "redis", filepath.Join(dir, "redis.log"), "redis-server",
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)

@@ -11,41 +11,34 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/cmd/fencegate/fencegatetest"
 )
 
-// binary is the fencegate executable under test, built by TestMain.
+// binary is the fencegate executable under test: the one `make test` built
+// once for every package, or built by TestMain (fencegatetest.Binary).
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fencegate-e2e-bin")
+	var err error
+	binary, err = fencegatetest.Binary()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "fencegate")
-	_, self, _, _ := runtime.Caller(0)
-	root := filepath.Dir(filepath.Dir(self))
-	build := exec.Command("go", "build", "-buildvcs=false", "-o", binary, "./cmd/fencegate")
-	build.Dir = root
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: building fencegate:", err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	fencegatetest.Cleanup()
 	os.Exit(code)
 }
 
@@ -59,7 +52,7 @@ type Gateway struct {
 	Metrics   string // a standalone proxy's metrics listener ("" without --metrics-addr)
 
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *testutil.LogBuffer
 	done chan struct{}
 	err  error
 }
@@ -139,7 +132,7 @@ func startServer(t testing.TB, full []string, readyMsg string) *Gateway {
 	cmd := exec.Command(binary, full...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), "FENCEGATE_CONFIG=") // no stray config from the environment
-	logs := &syncBuffer{}
+	logs := &testutil.LogBuffer{}
 	pr, pw := io.Pipe()
 	cmd.Stdout = logs
 	cmd.Stderr = io.MultiWriter(logs, pw)
@@ -318,24 +311,6 @@ func Do(t testing.TB, base string, c Call) Reply {
 	return r
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitReady polls /readyz: the first call to a cold Firestore emulator can
 // take longer than the 2 s readiness budget.
 func waitReady(t testing.TB, base string) {
@@ -350,18 +325,5 @@ func waitReady(t testing.TB, base string) {
 			t.Fatalf("/readyz still %d after 30s: %s", r.Status, r.Body)
 		}
 		time.Sleep(250 * time.Millisecond)
-	}
-}
-
-// waitFor polls cond every 20 ms until it holds, failing the test when the
-// bound passes or ctx ends first.
-func waitFor(t *testing.T, ctx context.Context, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("waited %v for %s", bound, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

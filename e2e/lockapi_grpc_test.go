@@ -18,7 +18,7 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// TestLockAPIGRPC walks API.md's lock table over fencegate.v1.Locks on
+// TestLockAPIGRPC walks docs/api.md's lock table over fencegate.v1.Locks on
 // every store kind: contention and absence are reply fields, bad requests
 // INVALID_ARGUMENT with the LockError code in a google.rpc.ErrorInfo.
 func TestLockAPIGRPC(t *testing.T) {
@@ -231,7 +231,7 @@ func rpcCtx(t testing.TB) context.Context {
 }
 
 // wantGRPCError checks the status code and the google.rpc.ErrorInfo
-// detail carrying the LockError code (API.md, "Lock API over gRPC").
+// detail carrying the LockError code (docs/api.md, "Lock API over gRPC").
 func wantGRPCError(t testing.TB, err error, code codes.Code, lockCode lockstore.Code) {
 	t.Helper()
 	st, ok := status.FromError(err)

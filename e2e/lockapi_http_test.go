@@ -19,16 +19,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// fenceRE is the wire form of a fence (DESIGN.md: 15 digits).
+// fenceRE is the wire form of a fence (docs/design.md, "Fences": 15 digits).
 var fenceRE = regexp.MustCompile(`^[0-9]{15}$`)
 
 // rawKeyRE matches the keys the lock tests use.
 var rawKeyRE = regexp.MustCompile(`(orders|fences|errors|wait|audit)/[0-9a-f]{12}`)
 
-// TestLockAPIHTTP walks every row of API.md's lock table over HTTP, on
+// TestLockAPIHTTP walks every row of docs/api.md's lock table over HTTP, on
 // every store kind, against one gateway per store.
 func TestLockAPIHTTP(t *testing.T) {
 	for _, s := range Stores(t) {
@@ -565,7 +566,7 @@ func wantFields(t testing.TB, what string, r Reply, fields ...string) {
 	}
 }
 
-// wantError checks API.md's error body: {"error":{"code","message"}}.
+// wantError checks docs/api.md's error body: {"error":{"code","message"}}.
 func wantError(t testing.TB, r Reply, code lockstore.Code) {
 	t.Helper()
 	wantFields(t, "error", r, "error")
@@ -607,7 +608,7 @@ type outage struct {
 // startRedis runs a private redis-server on a free loopback port.
 func startRedis(t *testing.T) outage {
 	t.Helper()
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(testutil.FreePort(t))
 	dir := t.TempDir()
 	var kill func()
 	run := func() {
@@ -666,7 +667,7 @@ func startPostgres(t *testing.T) outage {
 	if out, err := asPG(filepath.Join(bin, "initdb"), "-A", "trust", "-U", "postgres", "-D", data).CombinedOutput(); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(testutil.FreePort(t))
 	var kill func()
 	run := func() {
 		// Stopped by SIGQUIT, PostgreSQL's immediate shutdown: the postmaster
@@ -707,7 +708,7 @@ func startFirestoreEmulator(t *testing.T) outage {
 	if _, err := os.Stat(jar); err != nil {
 		t.Fatalf("Firestore emulator jar: %v (set FIRESTORE_JAR; scripts/testenv needs it too)", err)
 	}
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(testutil.FreePort(t))
 	logFile := filepath.Join(t.TempDir(), "emulator.log")
 	f, err := os.Create(logFile)
 	if err != nil {
@@ -789,17 +790,6 @@ func waitTCP(t testing.TB, addr string, timeout time.Duration, logFile string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// freePort asks the kernel for an unused loopback port.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func str(v any) string { s, _ := v.(string); return s }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -282,7 +283,7 @@ func TestLockSubcommands(t *testing.T) {
 // bgRun is a fencegate process running while the test does other things.
 type bgRun struct {
 	cmd            *exec.Cmd
-	stdout, stderr syncBuffer
+	stdout, stderr testutil.LogBuffer
 	done           chan struct{}
 	err            error
 }

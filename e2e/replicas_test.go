@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // gatedHold holds a write that carries X-Hold until release is closed
@@ -144,7 +145,7 @@ func testReplicas(t *testing.T, storeURL string) {
 		}
 		oldDone := make(chan int, 1)
 		go func() { oldDone <- send(hc, proxyURL(0), key, old.Fence, http.Header{"X-Hold": {"1"}}) }()
-		waitFor(t, t.Context(), 30*time.Second, "the old holder's write to reach the upstream", func() bool { return upDet.arrived(key) == 1 })
+		testutil.WaitFor(t, 30*time.Second, "the old holder's write to reach the upstream", func() bool { return upDet.arrived(key) == 1 })
 
 		if r, err := lockAPI(1).Release(ctx, old.LockID); err != nil || !r.OK {
 			t.Fatalf("release: %+v %v", r, err)
@@ -204,7 +205,7 @@ func testReplicas(t *testing.T, storeURL string) {
 		}
 		oldDone := make(chan int, 1)
 		go func() { oldDone <- send(hc, proxyURL(0), key, old.Fence, http.Header{"X-Hold": {"1"}}) }()
-		waitFor(t, t.Context(), 30*time.Second, "the old holder's write to reach the upstream", func() bool { return upOff.arrived(key) == 1 })
+		testutil.WaitFor(t, 30*time.Second, "the old holder's write to reach the upstream", func() bool { return upOff.arrived(key) == 1 })
 		if r, err := lockAPI(1).Release(ctx, old.LockID); err != nil || !r.OK {
 			t.Fatalf("release: %+v %v", r, err)
 		}
@@ -273,7 +274,7 @@ func testReplicas(t *testing.T, storeURL string) {
 			sentLast = time.Now()
 			wg.Add(1)
 			go func() { defer wg.Done(); send(hc, proxyURL(0), key, old.Fence, http.Header{"X-Hold": {"1"}}) }()
-			waitFor(t, t.Context(), 30*time.Second, "the old holder's write to reach the upstream", func() bool { return upKill.arrived(key) == i+1 })
+			testutil.WaitFor(t, 30*time.Second, "the old holder's write to reach the upstream", func() bool { return upKill.arrived(key) == i+1 })
 		}
 		admittedBy := time.Now() // every old write was admitted before this
 		gws[0].Kill(t)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -209,14 +210,13 @@ func TestRouteTableReload(t *testing.T) {
 	if got := istio(orders); got != 200 {
 		t.Fatalf("before any reload: %d", got)
 	}
-	ctx := t.Context()
 
 	// A broken table: a policy that does not parse and two entries no
 	// request tells apart. The old table keeps serving.
 	swap(routesTable + `  - {name: bad, policy: newest}
   - {name: orders2, match: {path: {type: Template, value: "/orders/{int}"}}}
 `)
-	waitFor(t, ctx, 20*time.Second, "the failed reload's log", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the failed reload's log", func() bool {
 		return strings.Contains(g.Logs(), "route table reload failed")
 	})
 	for _, want := range []string{"newest", `routes \"orders\" and \"orders2\"`} {
@@ -235,7 +235,7 @@ func TestRouteTableReload(t *testing.T) {
 	// governs without a restart.
 	fixed := strings.Replace(routesTable, `key: "orders/{2:int}"`, `key: "shipments/{2:int}"`, 1)
 	swap(fixed)
-	waitFor(t, ctx, 20*time.Second, "the file change's reload", func() bool { return istio(shipments) == 200 })
+	testutil.WaitFor(t, 20*time.Second, "the file change's reload", func() bool { return istio(shipments) == 200 })
 	if got := istio(orders); got != 409 {
 		t.Errorf("orders' fence under the new table: %d, want 409", got)
 	}
@@ -254,7 +254,7 @@ func TestRouteTableReload(t *testing.T) {
 	if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, 20*time.Second, "the SIGHUP reload", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the SIGHUP reload", func() bool {
 		return strings.Contains(g.Logs(), `"trigger":"SIGHUP"`) && istio(orders) == 200
 	})
 	if got := routeReloads(t, g, "ok"); got < 2 {

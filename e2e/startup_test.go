@@ -3,7 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
-	"net"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,10 +48,7 @@ tokens:
 	unknownField := filepath.Join(dir, "typo.yaml")
 	writeFile(t, unknownField, "store: "+db+"\nhttp:\n  adress: 127.0.0.1:0\n")
 
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	busy := testutil.Listen(t)
 	t.Cleanup(func() { busy.Close() })
 
 	cases := []struct {
@@ -192,7 +189,7 @@ func runFencegate(t testing.TB, timeout time.Duration, env []string, args ...str
 	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(append(os.Environ(), "FENCEGATE_CONFIG=", "FENCEGATE_TOKEN=", "FENCE_LOCK_ID="), env...)
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.LogBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err := cmd.Run()

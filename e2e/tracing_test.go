@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,6 +25,7 @@ import (
 
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/certwatch/certtest"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // otlpReceiver is an OTLP/gRPC trace collector: the real
@@ -43,10 +43,7 @@ type otlpReceiver struct {
 
 func startOTLPReceiver(t *testing.T) *otlpReceiver {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testutil.Listen(t)
 	r := &otlpReceiver{Addr: l.Addr().String(), arrived: make(chan struct{}, 1)}
 	gs := grpc.NewServer()
 	coltracepb.RegisterTraceServiceServer(gs, r)

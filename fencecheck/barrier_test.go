@@ -165,8 +165,8 @@ func TestBarrierDraining(t *testing.T) {
 	if err != nil || d.Allowed || d.Reason != ReasonDraining || d.Status != 429 {
 		t.Fatalf("want draining 429, got %+v %v", d, err)
 	}
-	if d.RetryAfter != 3 {
-		t.Errorf("RetryAfter = %d, want 3 (2.5 s rounded up)", d.RetryAfter)
+	if d.RetryAfter != 1 {
+		t.Errorf("RetryAfter = %d, want 1 (waited 60 ms, so 1 s, sooner than the deadline's 2.5 s)", d.RetryAfter)
 	}
 	if n, _ := b.counts(); n < 2 {
 		t.Errorf("%d Admit calls: the check should retry within its budget", n)
@@ -179,12 +179,27 @@ func TestBarrierDraining(t *testing.T) {
 	}
 }
 
+// TestBarrierRetryAfterBounds: Retry-After is the time already waited (at
+// least 1 s) or the blocking deadline when sooner, rounded up, within
+// [1, MaxRetryAfter]. The rule before issue #20 item 7 (the deadline alone)
+// answers 5 to a write that waited 150 ms behind a 30 s maxWrite.
 func TestBarrierRetryAfterBounds(t *testing.T) {
-	for in, want := range map[time.Duration]int{
-		0: 1, -time.Second: 1, time.Millisecond: 1, time.Second: 1, 1001 * time.Millisecond: 2, time.Hour: MaxRetryAfter,
+	for _, tc := range []struct {
+		drainIn, waited time.Duration
+		want            int
+	}{
+		{0, 0, 1},
+		{-time.Second, time.Second, 1},
+		{time.Millisecond, 3 * time.Second, 1},
+		{time.Second, 0, 1},
+		{1001 * time.Millisecond, 4 * time.Second, 2},
+		{30 * time.Second, 150 * time.Millisecond, 1},
+		{30 * time.Second, 2500 * time.Millisecond, 3},
+		{30 * time.Second, 5 * time.Second, MaxRetryAfter},
+		{time.Hour, time.Hour, MaxRetryAfter},
 	} {
-		if got := retryAfter(in); got != want {
-			t.Errorf("retryAfter(%v) = %d, want %d", in, got, want)
+		if got := retryAfter(tc.drainIn, tc.waited); got != tc.want {
+			t.Errorf("retryAfter(%v, %v) = %d, want %d", tc.drainIn, tc.waited, got, tc.want)
 		}
 	}
 }
@@ -329,5 +344,64 @@ func TestBarrierFull(t *testing.T) {
 	}
 	if New(b, Options{}).maxInFlight != 0 {
 		t.Error("the zero Options must leave the cap to the store's default")
+	}
+}
+
+// stepStore answers Admit from a script: each step an answer or an error;
+// the last step repeats.
+type stepStore struct {
+	stateStore
+	mu       sync.Mutex
+	steps    []func() (lockstore.WriteAdmitResult, error)
+	admits   int
+	finished int
+}
+
+func (s *stepStore) Admit(context.Context, string, lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.admits++
+	return s.steps[min(s.admits, len(s.steps))-1]()
+}
+
+func (s *stepStore) Finish(context.Context, string, string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.finished++
+	return nil
+}
+
+// TestBarrierWaitRidesOutFailedRechecks: a write already found blocked
+// whose re-checks fail (a busy store's call past its timeout) waits on, up
+// to waitRetries failures in a row, and is admitted when the store answers
+// again; one more failure in a row fails it closed (503), never admitted.
+func TestBarrierWaitRidesOutFailedRechecks(t *testing.T) {
+	st := live(f5, idA)
+	blockedAns := func() (lockstore.WriteAdmitResult, error) { return blocked(st, st.NowMs+30_000), nil }
+	failed := func() (lockstore.WriteAdmitResult, error) {
+		return lockstore.WriteAdmitResult{}, &lockstore.Error{Code: lockstore.NetworkTimeout, Op: "admit"}
+	}
+	admittedAns := func() (lockstore.WriteAdmitResult, error) {
+		return lockstore.WriteAdmitResult{State: st, Admitted: true}, nil
+	}
+	for _, tc := range []struct {
+		name    string
+		steps   []func() (lockstore.WriteAdmitResult, error)
+		allowed bool
+	}{
+		{"failures within the retries, then admitted", []func() (lockstore.WriteAdmitResult, error){blockedAns, blockedAns, failed, failed, blockedAns, failed, admittedAns}, true},
+		{"one failure too many in a row", []func() (lockstore.WriteAdmitResult, error){blockedAns, blockedAns, failed, failed, failed, admittedAns}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &stepStore{steps: tc.steps}
+			d, err := New(s, Options{Timeout: 50 * time.Millisecond}).Check(t.Context(),
+				Request{Key: "k", Write: true, Fence: f5, Barrier: true, MaxWait: 5 * time.Second})
+			if tc.allowed && (err != nil || !d.Allowed || d.WriteID == "") {
+				t.Fatalf("want admitted, got %+v %v", d, err)
+			}
+			if !tc.allowed && (err == nil || d.Allowed || d.Status != 503 || d.WriteID != "") {
+				t.Fatalf("want 503 unavailable, got %+v %v", d, err)
+			}
+		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -65,12 +64,25 @@ type Options struct {
 	// (lockstore.WriteAdmission.MaxInFlight): one more is refused
 	// "too-many-writes". 0 is lockstore.DefaultMaxInFlight (1024).
 	BarrierMaxInFlight int
+	// MaxWaitCap bounds the MaxWait of every barrier Request (proxy routes
+	// and ext_proc callers alike), so that no route can park a connection
+	// at the barrier for long; a Request above it fails closed
+	// (ErrMaxWaitOverCap). 0 is DefaultMaxWaitCap (check.maxWaitCap).
+	MaxWaitCap time.Duration
+	// BarrierMaxWaiters caps the barrier writes this Checker has waiting
+	// at once, over all keys; one more that would wait is refused
+	// "draining" at once (fencegate_barrier_waiters_full_total). Each
+	// waiter holds a client connection (bounded by the listeners'
+	// connection slots) and re-checks the store every 100 ms at most; the
+	// cap bounds that store load whatever the listeners admit. 0 is
+	// DefaultBarrierMaxWaiters.
+	BarrierMaxWaiters int
 }
 
 // Checker decides edge checks against one store. It is safe for concurrent
 // use.
 type Checker struct {
-	store   lockstore.Store
+	store   lockstore.EdgeState
 	timeout time.Duration
 	// finishTimeout bounds Finish's store call.
 	finishTimeout time.Duration
@@ -86,10 +98,22 @@ type Checker struct {
 	routeWarn        *rate.Limiter
 	routeWarnDropped atomic.Int64
 	maxInFlight      int
+	// The barrier's waits: the longest a Request may ask for, the cap on
+	// writes waiting at once and their count, and the per-key wake-ups.
+	maxWaitCap time.Duration
+	maxWaiters int64
+	waiters    atomic.Int64
+	wake       *keyWake
+	// pollMin, pollMax bound the sleeps between a waiter's store re-checks
+	// (the constants; tests lengthen them to tell a wake-up from a poll).
+	pollMin, pollMax time.Duration
+	// broken selects a deliberately broken wait (tests only).
+	broken brokenWait
 }
 
-// New returns a Checker reading s.
-func New(s lockstore.Store, o Options) *Checker {
+// New returns a Checker reading and writing the edge state s (a
+// lockstore.Store is one).
+func New(s lockstore.EdgeState, o Options) *Checker {
 	c := &Checker{
 		store:   s,
 		timeout: o.Timeout,
@@ -106,6 +130,18 @@ func New(s lockstore.Store, o Options) *Checker {
 		finishTimeout: o.FinishTimeout,
 		maxWriteCap:   o.MaxWriteCap,
 		routeWarn:     rate.NewLimiter(1, routeWarnBurst),
+
+		maxWaitCap: o.MaxWaitCap,
+		maxWaiters: int64(o.BarrierMaxWaiters),
+		wake:       newKeyWake(),
+		pollMin:    pollMin,
+		pollMax:    pollMax,
+	}
+	if c.maxWaitCap <= 0 {
+		c.maxWaitCap = DefaultMaxWaitCap
+	}
+	if c.maxWaiters <= 0 {
+		c.maxWaiters = DefaultBarrierMaxWaiters
 	}
 	if c.maxWriteCap <= 0 || c.maxWriteCap > lockstore.MaxWriteLimit {
 		c.maxWriteCap = lockstore.MaxWriteLimit
@@ -212,6 +248,9 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 		}
 		if mw > c.maxWriteCap {
 			err = fmt.Errorf("%w: %s > %s", ErrMaxWriteOverCap, mw, c.maxWriteCap)
+		}
+		if r.MaxWait > c.maxWaitCap {
+			err = fmt.Errorf("%w: %s > %s", ErrMaxWaitOverCap, r.MaxWait, c.maxWaitCap)
 		}
 	}
 	if err != nil {
@@ -410,12 +449,8 @@ func newDecisionID() string {
 }
 
 // refusedInput reports whether err is a backend refusing the request's
-// input: InvalidArgument from input validation (Op "validate", as
-// lockstore.NormalizeKey and every backend's own key checks report it).
-// Other InvalidArguments (a missing Firestore index or database, a
-// misconfigured server) are deployment faults and fail closed as
-// unavailable, loudly.
-func refusedInput(err error) bool {
-	var le *lockstore.Error
-	return errors.As(err, &le) && le.Code == lockstore.InvalidArgument && le.Op == "validate"
-}
+// input (lockstore.IsBadInput: NormalizeKey and every backend's own key
+// checks build it with lockstore.BadInputf). Other InvalidArguments (a
+// missing Firestore index or database, a misconfigured server) are
+// deployment faults and fail closed as unavailable, loudly.
+func refusedInput(err error) bool { return lockstore.IsBadInput(err) }

@@ -1,7 +1,6 @@
 package fencecheck
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -12,8 +11,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -206,9 +206,9 @@ func TestCheckUnavailable(t *testing.T) {
 // error, audited in the input class. A backend InvalidArgument that is not
 // about the input (a missing index) still fails closed as unavailable.
 func TestCheckRefusedKey(t *testing.T) {
-	var logs syncBuffer
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	refusing := &stateStore{err: lockstore.Errorf(lockstore.InvalidArgument, "validate", "keys starting \"id:\" are reserved")}
+	var logs testutil.LogBuffer
+	log := testutil.Logger(&logs, slog.LevelInfo)
+	refusing := &stateStore{err: lockstore.BadInputf("keys starting \"id:\" are reserved")}
 	sink := &memLog{}
 	a := NewAuditor(sink, AuditorOptions{})
 	c := New(refusing, Options{Logger: log, Audit: a})
@@ -224,33 +224,21 @@ func TestCheckRefusedKey(t *testing.T) {
 		t.Fatalf("audit = %+v, want one input-class event", evs)
 	}
 
-	misconfigured := &stateStore{err: lockstore.Errorf(lockstore.InvalidArgument, "inspect", "FAILED_PRECONDITION: index missing")}
-	c = New(misconfigured, Options{Logger: log})
-	d, err = c.Check(context.Background(), Request{Key: "k", Write: true, Fence: f5})
-	if err == nil || d.Allowed || d.Reason != ReasonUnavailable || d.Status != 503 {
-		t.Fatalf("backend fault: decision %+v, err %v; want 503 unavailable with the error", d, err)
+	// The class is the error's property (BadInput), not its Op: a fault
+	// that happens to name the op "validate" still fails closed.
+	for _, fault := range []error{
+		lockstore.Errorf(lockstore.InvalidArgument, "inspect", "FAILED_PRECONDITION: index missing"),
+		lockstore.Errorf(lockstore.InvalidArgument, "validate", "server misconfigured"),
+	} {
+		c = New(&stateStore{err: fault}, Options{Logger: log})
+		d, err = c.Check(context.Background(), Request{Key: "k", Write: true, Fence: f5})
+		if err == nil || d.Allowed || d.Reason != ReasonUnavailable || d.Status != 503 {
+			t.Fatalf("backend fault %v: decision %+v, err %v; want 503 unavailable with the error", fault, d, err)
+		}
 	}
 	if !strings.Contains(logs.String(), "level=WARN") {
 		t.Fatal("a backend fault was not logged at WARN")
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestCheckDeadline(t *testing.T) {
@@ -356,11 +344,11 @@ func TestMetrics(t *testing.T) {
 		{[]string{"deny", "stale", "enforce"}, 1},
 		{[]string{"would-deny", "stale", "dry-run"}, 1},
 	} {
-		if got := testutil.ToFloat64(m.WithLabelValues(tc.labels...)); got != tc.want {
+		if got := promtest.ToFloat64(m.WithLabelValues(tc.labels...)); got != tc.want {
 			t.Errorf("%v = %v, want %v", tc.labels, got, tc.want)
 		}
 	}
-	if n, err := testutil.GatherAndCount(reg, "fencegate_authz_check_duration_seconds"); err != nil || n != 1 {
+	if n, err := promtest.GatherAndCount(reg, "fencegate_authz_check_duration_seconds"); err != nil || n != 1 {
 		t.Fatalf("duration histogram: %d, %v", n, err)
 	}
 }
@@ -416,7 +404,7 @@ func TestMetricsModeLabelBounded(t *testing.T) {
 	if seen == 0 {
 		t.Fatal("no decision series gathered")
 	}
-	if got := testutil.ToFloat64(c.m.decisions.WithLabelValues("allow", "none", "enforce")); got != 4 {
+	if got := promtest.ToFloat64(c.m.decisions.WithLabelValues("allow", "none", "enforce")); got != 4 {
 		t.Errorf("reads counted under mode enforce = %v, want 4 (3 invalid modes and the default)", got)
 	}
 }
@@ -427,8 +415,8 @@ func TestMetricsModeLabelBounded(t *testing.T) {
 // stored 1 MB events). An event built from the raw request is the broken
 // variant: its size is the inputs'.
 func TestCheckBoundsWhatItAudits(t *testing.T) {
-	var logs syncBuffer
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	var logs testutil.LogBuffer
+	log := testutil.Logger(&logs, slog.LevelDebug)
 	sink := &memLog{}
 	a := NewAuditor(sink, AuditorOptions{})
 	c := New(&stateStore{state: lockstore.KeyState{LatestFence: f5}}, Options{Logger: log, Audit: a, AuditRawKeys: true})
@@ -471,8 +459,8 @@ func (c *Checker) eventUnbounded(r Request, d Decision) lockstore.AuditEvent {
 // few KiB, not by the requests' size. Logging every one in full (the old
 // line) is the broken variant: 200 requests would write 20 MB.
 func TestRouteWarningsBounded(t *testing.T) {
-	var logs syncBuffer
-	log := slog.New(slog.NewTextHandler(&logs, nil))
+	var logs testutil.LogBuffer
+	log := testutil.Logger(&logs, nil)
 	c := New(&stateStore{state: lockstore.KeyState{LatestFence: f5}}, Options{Logger: log})
 	bad := Policy(strings.Repeat("x", 100<<10))
 	for range 200 {

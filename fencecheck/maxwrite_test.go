@@ -2,12 +2,10 @@ package fencecheck
 
 import (
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // TestMaxWriteCap: a barrier Request whose MaxWrite is above the
@@ -30,11 +28,7 @@ func TestMaxWriteCap(t *testing.T) {
 		{"broken: no cap (the zero Options) below the store's limit", 0, 24 * time.Hour, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "cap.db"), FenceFloor: lockstore.FloorOff})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
+			s := locktest.OpenBolt(t, locktest.FloorOff)
 			l, err := s.Acquire(t.Context(), "k", time.Minute)
 			if err != nil || !l.OK {
 				t.Fatal(l, err)

@@ -36,6 +36,8 @@ type checkMetrics struct {
 	finishErrors prometheus.Counter
 	barrierWait  prometheus.Histogram
 	barrierFull  prometheus.Counter
+	waiters      prometheus.Gauge
+	waitersFull  prometheus.Counter
 }
 
 func newCheckMetrics(reg prometheus.Registerer) *checkMetrics {
@@ -64,9 +66,18 @@ func newCheckMetrics(reg prometheus.Registerer) *checkMetrics {
 		Help: "Barrier Finish store calls that failed; those entries expire at maxWrite.",
 	}))
 	m.barrierWait = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "fencegate_barrier_wait_seconds",
-		Help:    "Time a barrier write waited for older writes of its key to finish (admitted or refused as draining).",
-		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .15, .25, .5, 1},
+		Name: "fencegate_barrier_wait_seconds",
+		Help: "Time a barrier write waited for older writes of its key to finish (admitted or refused as draining).",
+		// Up to the longest wait a route may ask for (check.maxWaitCap's default).
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .15, .25, .5, 1, 2.5, 5, 10, 30},
+	}))
+	m.waiters = register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencegate_barrier_waiters",
+		Help: "Barrier writes waiting now for older writes of their key to finish (at most check.barrierMaxWaiters).",
+	}))
+	m.waitersFull = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencegate_barrier_waiters_full_total",
+		Help: "Barrier writes refused as draining without waiting: the gateway already had check.barrierMaxWaiters writes waiting.",
 	}))
 	m.barrierFull = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencegate_barrier_full_total",

@@ -23,8 +23,8 @@ type RouteSpec struct {
 	Proof       string // ParseProofMode
 	Barrier     bool
 	MaxWrite    time.Duration // 0: DefaultMaxWrite
-	// MaxWait bounds how long a barrier write waits for an older one; it
-	// is carried for the barrier's wait budget (0: the check's timeout).
+	// MaxWait bounds how long a barrier write waits for an older one (0:
+	// the check's timeout; the checker refuses it above its cap).
 	MaxWait time.Duration
 }
 
@@ -91,6 +91,9 @@ func CompileRoute(s RouteSpec) (*Route, error) {
 	}
 	if s.MaxWrite < 0 || s.MaxWait < 0 {
 		errs = append(errs, errors.New("fencecheck: maxWrite and maxWait must not be negative"))
+	}
+	if s.MaxWait > 0 && !s.Barrier {
+		errs = append(errs, errors.New("fencecheck: maxWait is set without the barrier"))
 	}
 	if len(errs) > 0 {
 		rt.err = fmt.Errorf("%w: %w", ErrRouteOption, errors.Join(errs...))
@@ -204,7 +207,7 @@ func (rt *Route) Request(in Input) (Request, error) {
 		// not silently run without it.
 		req.RouteError = ErrUntrustedBarrier
 	default:
-		req.Barrier, req.MaxWrite = rt.Barrier, rt.MaxWrite
+		req.Barrier, req.MaxWrite, req.MaxWait = rt.Barrier, rt.MaxWrite, rt.MaxWait
 	}
 	// A fence input sent twice is ambiguous: this check reads one copy,
 	// the upstream may read the other. Denied malformed.

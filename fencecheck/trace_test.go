@@ -7,26 +7,12 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/tracing"
 )
-
-// recordSpans installs an SDK provider that keeps every ended span in
-// memory (e2e/tracing_test.go covers the OTLP export from the binary).
-func recordSpans(t *testing.T) *tracetest.InMemoryExporter {
-	t.Helper()
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	prev := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	tracing.Enable()
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()); otel.SetTracerProvider(prev) })
-	return exp
-}
 
 // TestTracingCheckSpan: each check is one fencegate.check span with the
 // decision's attributes; a check that could not decide is an Error span
@@ -34,7 +20,7 @@ func recordSpans(t *testing.T) *tracetest.InMemoryExporter {
 // unparsable policy is not echoed; a check under a span of this process
 // is its internal child. No attribute carries the key, fence or lockId.
 func TestTracingCheckSpan(t *testing.T) {
-	exp := recordSpans(t)
+	exp := testutil.RecordSpans(t)
 	const key = "orders/sekrit-42"
 	secrets := []string{key, f5, f6, idA, "connection refused"}
 	down := &stateStore{err: lockstore.Errorf(lockstore.ServiceUnavailable, "inspect", "connection refused")}

@@ -51,8 +51,9 @@ const (
 	ReasonUnavailable Reason = "unavailable" // 503: backend error or deadline; fail closed
 	// ReasonDraining: the fence is current, but on a barrier route a write
 	// under an older fence of the key has not finished, and did not finish
-	// within the check's budget. 429 with Retry-After: retriable, unlike
-	// 409 (the fence lost) and 503 (fail closed).
+	// within the route's wait budget (Request.MaxWait). 429 with
+	// Retry-After: retriable, unlike 409 (the fence lost) and 503 (fail
+	// closed).
 	ReasonDraining Reason = "draining"
 	// ReasonTooManyWrites: the fence is current and nothing older blocks
 	// it, but on a barrier route the key already has its cap of writes in
@@ -165,6 +166,16 @@ type Request struct {
 	// finished even if Finish never comes (the upstream exchange failed or
 	// the edge died); 0 is DefaultMaxWrite.
 	MaxWrite time.Duration
+	// MaxWait bounds how long a barrier write under a current fence waits
+	// for older writes of its key to finish before it is refused
+	// "draining", counted from the first answer that found it blocked;
+	// 0 is the Checker's Timeout (what an edge whose caller allows one
+	// message timeout, such as Envoy ext_proc, can afford; `fencegate
+	// proxy` passes its own default, proxy.DefaultMaxWait). Above the
+	// Checker's MaxWaitCap the write fails closed (ErrMaxWaitOverCap).
+	// Each store call of the wait keeps its own Timeout; the caller's
+	// context still ends the wait (a client that left).
+	MaxWait time.Duration
 	// RouteError, when non-nil, says the transport found the route's
 	// options unusable (such as the barrier asked of an edge that cannot
 	// report completion). A write fails closed like a route with an
@@ -206,10 +217,17 @@ type Decision struct {
 	// MaxWrite passes). Empty otherwise.
 	WriteID string
 	// RetryAfter is, for a "draining" denial, when to retry in whole
-	// seconds (at least 1): the time until the blocking writes count as
-	// finished even without a response, capped at MaxRetryAfter; for
-	// "too-many-writes", 1.
+	// seconds, rounded up: as long as the write already waited (at least
+	// 1 s), or the time until the blocking writes count as finished even
+	// without a response when that is sooner, at most MaxRetryAfter (see
+	// retryAfter); for "too-many-writes", 1.
 	RetryAfter int
+	// Admitted is, for a write admitted under the barrier, when (by this
+	// process's clock) the store call that admitted it began: its entry
+	// lasts at least until Admitted + MaxWrite by the store's clock, so a
+	// transport that cuts the upstream exchange by then has it over before
+	// a newer fence can be let in. The wait before it is not counted.
+	Admitted time.Time
 
 	// barrierKey is the normalised key the write was admitted under; Finish
 	// removes the entry there.

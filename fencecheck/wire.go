@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// The edge's wire contract (API.md), shared by every transport that puts a
+// The edge's wire contract (docs/api.md), shared by every transport that puts a
 // decision on HTTP: authz (ext_authz, ext_proc, forward-auth) and proxy.
 // Header names are lowercase, as Envoy hands them over; net/http
 // canonicalises them.
@@ -21,7 +21,7 @@ const (
 	HeaderWouldDeny  = "x-fence-would-deny"  // towards upstream in dry-run: the reason enforce would have denied
 )
 
-// denialBody is the JSON body of a denial (API.md). The key is the raw key
+// denialBody is the JSON body of a denial (docs/api.md). The key is the raw key
 // the request named (its header or its path): the caller already holds it,
 // and the body goes back only to that caller. LockIds never appear.
 type denialBody struct {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fenceguard"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/writeproof"
 )
 
@@ -41,19 +42,6 @@ func (s *keyServer) set(sg *writeproof.Signer, failing bool) {
 	s.mu.Lock()
 	s.signer, s.failing = sg, failing
 	s.mu.Unlock()
-}
-
-// clock is a manual clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
 }
 
 func rotationSigner(t *testing.T, keys ...writeproof.Key) *writeproof.Signer {
@@ -96,9 +84,9 @@ func rotationWalk(t *testing.T, o fenceguard.KeySetOptions) error {
 	srv.set(rotationSigner(t, old), false)
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
-	clk := &clock{t: time.Unix(1_800_000_000, 0)}
+	clk := testutil.NewClock(time.Unix(1_800_000_000, 0))
 	ks := fenceguard.NewKeySet(ts.URL, o)
-	fenceguard.SetClock(ks, clk.now)
+	fenceguard.SetClock(ks, clk.Now)
 	ctx := context.Background()
 	verify := func(s *writeproof.Signer) error {
 		_, err := ks.Verify(ctx, sign(t, s, "orders/42", f7), "orders/42", f7)
@@ -119,7 +107,7 @@ func rotationWalk(t *testing.T, o fenceguard.KeySetOptions) error {
 	// Step 1 and 2 at once: the gateway lists the new key and signs with
 	// it. A proof under the new kid makes the KeySet fetch at once.
 	srv.set(rotationSigner(t, next, old), false)
-	clk.add(6 * time.Second)
+	clk.Advance(6 * time.Second)
 	if err := verify(nextOnly); err != nil {
 		return fmt.Errorf("a proof signed by the rotated-in key: %v", err)
 	}
@@ -131,9 +119,9 @@ func rotationWalk(t *testing.T, o fenceguard.KeySetOptions) error {
 	}
 	// Made-up key ids cannot make it hammer the gateway: within
 	// MinRefresh, at most one fetch whatever arrives.
-	clk.add(6 * time.Second)
+	clk.Advance(6 * time.Second)
 	for i := range 50 {
-		clk.add(time.Millisecond) // a stream of them, 50 ms in all
+		clk.Advance(time.Millisecond) // a stream of them, 50 ms in all
 		s := rotationSigner(t, writeproof.Key{KID: "bogus" + string(rune('a'+i%26)), Seed: seed(3)})
 		if err := verify(s); !errors.Is(err, writeproof.ErrUnknownKey) {
 			return fmt.Errorf("proof under an unknown kid: %v, want ErrUnknownKey", err)
@@ -148,13 +136,13 @@ func rotationWalk(t *testing.T, o fenceguard.KeySetOptions) error {
 	if err := verify(oldOnly); err != nil {
 		return fmt.Errorf("within MaxAge the dropped key still verifies: %v", err)
 	}
-	clk.add(time.Minute)
+	clk.Advance(time.Minute)
 	if err := verify(oldOnly); !errors.Is(err, writeproof.ErrUnknownKey) {
 		return fmt.Errorf("past MaxAge, a proof signed by the dropped key: %v, want ErrUnknownKey", err)
 	}
 	// The gateway is down: the keys fetched go on verifying.
 	srv.set(nextOnly, true)
-	clk.add(2 * time.Minute)
+	clk.Advance(2 * time.Minute)
 	if err := verify(nextOnly); err != nil {
 		return fmt.Errorf("gateway down, cached keys: %v", err)
 	}
@@ -170,9 +158,9 @@ func TestKeySetUnavailable(t *testing.T) {
 	srv.set(gw, true)
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
-	clk := &clock{t: time.Unix(1_800_000_000, 0)}
+	clk := testutil.NewClock(time.Unix(1_800_000_000, 0))
 	ks := fenceguard.NewKeySet(ts.URL, fenceguard.KeySetOptions{})
-	fenceguard.SetClock(ks, clk.now)
+	fenceguard.SetClock(ks, clk.Now)
 	g := fenceguard.New(fenceguard.Options{Key: orderKey, Proofs: ks})
 	hdr := http.Header{}
 	hdr.Set("x-fence-verified", f7)
@@ -187,7 +175,7 @@ func TestKeySetUnavailable(t *testing.T) {
 		t.Fatalf("%d fetches for 20 requests within a second, want 1", n)
 	}
 	srv.set(gw, false)
-	clk.add(1500 * time.Millisecond)
+	clk.Advance(1500 * time.Millisecond)
 	if w, _, ran := serve(g, "/orders/42", hdr); !ran {
 		t.Fatalf("keys back: %d %s", w.Code, w.Body)
 	}

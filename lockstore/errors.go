@@ -11,7 +11,7 @@ import (
 // error's text.
 type Code string
 
-// The error codes of the lock contract (DESIGN.md). Contention is not an
+// The error codes of the lock contract (docs/design.md). Contention is not an
 // error: it is an AcquireResult with Reason "locked".
 const (
 	ServiceUnavailable Code = "ServiceUnavailable" // backend unreachable, connection refused/reset, transaction conflict
@@ -34,12 +34,19 @@ var Codes = []Code{ServiceUnavailable, AuthFailed, InvalidArgument, RateLimited,
 // onReleaseError callback). Error() never prints them raw: it prints their
 // hashKey values, so an error that reaches a log line leaks no secret.
 type Error struct {
-	Code   Code
-	Op     string // the operation, e.g. "acquire"
-	Msg    string // what went wrong, free of raw keys and lockIds
-	Key    string // raw user key, if known; never printed
-	LockID string // raw lockId, if known; never printed
-	Err    error  // the underlying cause, if any
+	Code Code
+	// BadInput marks an InvalidArgument that refuses the caller's own input
+	// (a key, lockId, TTL, write id or maxWrite that fails validation, or a
+	// key the backend cannot store), set only by BadInputf. Other
+	// InvalidArguments (a missing Firestore index, a misconfigured server,
+	// a bad option) are deployment or programming faults: the edge answers
+	// bad input 400 and fails closed (503) on the rest. See IsBadInput.
+	BadInput bool
+	Op       string // the operation, e.g. "acquire"
+	Msg      string // what went wrong, free of raw keys and lockIds
+	Key      string // raw user key, if known; never printed
+	LockID   string // raw lockId, if known; never printed
+	Err      error  // the underlying cause, if any
 }
 
 func (e *Error) Error() string {
@@ -83,6 +90,20 @@ func (e *Error) Is(target error) bool {
 // contain raw keys or lockIds; put those in the Key/LockID fields instead.
 func Errorf(code Code, op, format string, args ...any) *Error {
 	return &Error{Code: code, Op: op, Msg: fmt.Sprintf(format, args...)}
+}
+
+// BadInputf builds the InvalidArgument that refuses a caller's input
+// (BadInput set, Op "validate"). The message must not contain raw keys or
+// lockIds.
+func BadInputf(format string, args ...any) *Error {
+	return &Error{Code: InvalidArgument, BadInput: true, Op: "validate", Msg: fmt.Sprintf(format, args...)}
+}
+
+// IsBadInput reports whether err's chain holds an *Error refusing the
+// caller's input (BadInputf): the request is wrong, the store is not.
+func IsBadInput(err error) bool {
+	var le *Error
+	return errors.As(err, &le) && le.Code == InvalidArgument && le.BadInput
 }
 
 // CodeOf returns the Code of err: the code of the first *Error in its chain,
@@ -150,11 +171,11 @@ func MapError(ctx context.Context, op string, err error, driver func(error) *Err
 	return e
 }
 
-// WithContext attaches the raw key and lockId an operation concerned to the
+// WithKeyLockID attaches the raw key and lockId an operation concerned to the
 // first *Error in err's chain (fields already set are kept), for callers
 // such as an onReleaseError callback; Error() still prints only their
 // hashes. Any other error is returned unchanged.
-func WithContext(err error, key, lockID string) error {
+func WithKeyLockID(err error, key, lockID string) error {
 	var le *Error
 	if !errors.As(err, &le) {
 		return err

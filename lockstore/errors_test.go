@@ -15,7 +15,7 @@ func TestErrorNeverPrintsSecrets(t *testing.T) {
 	var errs []error
 	errs = append(errs,
 		&Error{Code: ServiceUnavailable, Op: "acquire", Msg: "down", Key: key, LockID: id, Err: errors.New("dial tcp: refused")},
-		WithContext(fmt.Errorf("wrapped: %w", &Error{Code: Internal, Op: "release"}), key, id),
+		WithKeyLockID(fmt.Errorf("wrapped: %w", &Error{Code: Internal, Op: "release"}), key, id),
 		ValidateLockID(id+"!"),
 		ValidateLockID(id[:21]+"+"),
 	)
@@ -23,8 +23,9 @@ func TestErrorNeverPrintsSecrets(t *testing.T) {
 	errs = append(errs, err)
 	_, err = MakeStorageKey(strings.Repeat("p", 2000), key, RedisKeyLimit, RedisKeyReserve)
 	errs = append(errs, err)
-	_, err = AcquireWithRetry(context.Background(), contended{}, key, time.Second, RetryPolicy{MaxRetries: NoRetries})
-	errs = append(errs, err)
+	// As package lock's AcquireWithRetry builds it (its own test checks it
+	// does).
+	errs = append(errs, &Error{Code: AcquisitionTimeout, Op: "acquire", Key: key, Msg: "not acquired"})
 	for i, e := range errs {
 		if e == nil {
 			t.Fatalf("case %d: no error", i)
@@ -45,17 +46,6 @@ func TestErrorNeverPrintsSecrets(t *testing.T) {
 	}
 }
 
-// contended is a Locker whose key is always held.
-type contended struct{}
-
-func (contended) Acquire(context.Context, string, time.Duration) (AcquireResult, error) {
-	return AcquireResult{Reason: ReasonLocked}, nil
-}
-func (contended) Release(context.Context, string) (ReleaseResult, error) { return ReleaseResult{}, nil }
-func (contended) Extend(context.Context, string, time.Duration) (ExtendResult, error) {
-	return ExtendResult{}, nil
-}
-
 func TestCodeOf(t *testing.T) {
 	base := &Error{Code: RateLimited, Op: "acquire"}
 	tests := []struct {
@@ -74,7 +64,6 @@ func TestCodeOf(t *testing.T) {
 		{"wrapped canceled", fmt.Errorf("redis: %w", context.Canceled), Aborted},
 		{"wrapped deadline", fmt.Errorf("pgx: %w", context.DeadlineExceeded), NetworkTimeout},
 		{"plain", errors.New("boom"), Internal},
-		{"lost lock", &LockLostError{Reason: LostExtendError, Err: base}, RateLimited},
 	}
 	for _, tt := range tests {
 		if got := CodeOf(tt.err); got != tt.want {
@@ -128,21 +117,21 @@ func TestCodesComplete(t *testing.T) {
 	}
 }
 
-func TestWithContext(t *testing.T) {
+func TestWithKeyLockID(t *testing.T) {
 	inner := &Error{Code: ServiceUnavailable, Op: "release", LockID: "kept-lock-id-000000000"}
-	err := WithContext(fmt.Errorf("op: %w", inner), "k", "other-lock-id-00000000")
+	err := WithKeyLockID(fmt.Errorf("op: %w", inner), "k", "other-lock-id-00000000")
 	var le *Error
 	if !errors.As(err, &le) || le.Key != "k" || le.LockID != "kept-lock-id-000000000" || le.Code != ServiceUnavailable {
-		t.Fatalf("WithContext = %#v", le)
+		t.Fatalf("WithKeyLockID = %#v", le)
 	}
 	if inner.Key != "" {
-		t.Fatal("WithContext changed the original error")
+		t.Fatal("WithKeyLockID changed the original error")
 	}
 	plain := errors.New("plain")
-	if WithContext(plain, "k", "") != plain {
+	if WithKeyLockID(plain, "k", "") != plain {
 		t.Fatal("a non-lockstore error must come back unchanged")
 	}
-	if WithContext(nil, "k", "") != nil {
+	if WithKeyLockID(nil, "k", "") != nil {
 		t.Fatal("nil must stay nil")
 	}
 }
@@ -182,5 +171,40 @@ func TestMapError(t *testing.T) {
 	var le *Error
 	if !errors.As(err, &le) || le.Code != ServiceUnavailable || le.Op != "release" || !errors.Is(err, cause) {
 		t.Errorf("MapError(live ctx) = %+v, want the driver's error with Op release", err)
+	}
+}
+
+// TestIsBadInput: every validator's refusal carries the property, through
+// wrapping and WithKeyLockID; an InvalidArgument built otherwise (a deployment
+// fault, whatever its Op) and other codes do not.
+func TestIsBadInput(t *testing.T) {
+	_, keyErr := NormalizeKey("")
+	_, ttlErr := ValidateTTL(-time.Second)
+	_, maxErr := WriteAdmission{Fence: "000000000000001", WriteID: "AAAAAAAAAAAAAAAAAAAAAA"}.Validate()
+	for name, err := range map[string]error{
+		"key":      keyErr,
+		"lockId":   ValidateLockID("short"),
+		"ttl":      ttlErr,
+		"writeId":  ValidateWriteID("?"),
+		"maxWrite": maxErr,
+		"wrapped":  fmt.Errorf("outer: %w", BadInputf("x")),
+		"context":  WithKeyLockID(BadInputf("x"), "k", ""),
+	} {
+		if !IsBadInput(err) {
+			t.Errorf("%s: IsBadInput(%v) = false", name, err)
+		}
+	}
+	for name, err := range map[string]error{
+		"nil":          nil,
+		"fault":        Errorf(InvalidArgument, "inspect", "index missing"),
+		"validate-op":  Errorf(InvalidArgument, "validate", "not built by BadInputf"),
+		"other code":   &Error{Code: ServiceUnavailable, BadInput: true},
+		"plain":        errors.New("x"),
+		"sweep limit":  ValidateSweepLimit(0),
+		"context done": context.Canceled,
+	} {
+		if IsBadInput(err) {
+			t.Errorf("%s: IsBadInput(%v) = true", name, err)
+		}
 	}
 }

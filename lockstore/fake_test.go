@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// memStore is a small in-memory Store for testing the helpers (Lock,
-// KeepAlive, AcquireWithRetry, WithTelemetry) — not a backend: it has no
+// memStore is a small in-memory Store for testing the helpers
+// (WithTelemetry, As) — not a backend: it has no
 // fence persistence and one clock, time.Now (a fake clock inside
 // synctest bubbles). Hooks let a test script failures.
 type memStore struct {
@@ -258,32 +258,6 @@ func (m *memStore) Close() error {
 	defer m.mu.Unlock()
 	m.closed++
 	return nil
-}
-
-// holder returns the lockId holding key now, or "".
-func (m *memStore) holder(key string) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if l, ok := m.locks[key]; ok && IsLive(l.expiresAtMs, nowMs()) {
-		return l.lockID
-	}
-	return ""
-}
-
-// drop deletes key's lock, as an expiry or a takeover would.
-func (m *memStore) drop(key string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if l, ok := m.locks[key]; ok {
-		delete(m.byID, l.lockID)
-		delete(m.locks, key)
-	}
-}
-
-func (m *memStore) counts() (acquires, extends, releases int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.acquires), len(m.extends), len(m.releases)
 }
 
 // auditMemStore adds the optional interfaces.

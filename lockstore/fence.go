@@ -7,7 +7,7 @@ import (
 	"strconv"
 )
 
-// Fence limits (ADR-004 with DESIGN.md's ruling): fences are 15-digit
+// Fence limits (docs/design.md, "Fences"): fences are 15-digit
 // zero-padded decimal strings, so string order is numeric order and every
 // value is exact in a Lua double.
 const (

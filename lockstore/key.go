@@ -16,14 +16,14 @@ const MaxKeyLengthBytes = 512
 // NFC-equivalent keys name one lock.
 func NormalizeKey(key string) (string, error) {
 	if key == "" {
-		return "", &Error{Code: InvalidArgument, Op: "validate", Msg: "key must not be empty"}
+		return "", BadInputf("key must not be empty")
 	}
 	if !utf8.ValidString(key) {
-		return "", &Error{Code: InvalidArgument, Op: "validate", Msg: "key must be valid UTF-8"}
+		return "", BadInputf("key must be valid UTF-8")
 	}
 	n := norm.NFC.String(key)
 	if len(n) > MaxKeyLengthBytes {
-		return "", Errorf(InvalidArgument, "validate",
+		return "", BadInputf(
 			"key is %d bytes after NFC normalisation; the limit is %d", len(n), MaxKeyLengthBytes)
 	}
 	return n, nil

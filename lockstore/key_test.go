@@ -12,7 +12,7 @@ import (
 
 func TestHashKeyVectors(t *testing.T) {
 	tests := []struct{ in, want string }{
-		// The pinned SyncGuard vector (DESIGN.md).
+		// The pinned SyncGuard vector (docs/design.md, "Hashes, lockIds and errors").
 		{"resource:123", "e90a28c676a29a3291e2874a"},
 		// Empty input: all three accumulators stay 0.
 		{"", "000000000000000000000000"},

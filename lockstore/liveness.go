@@ -3,7 +3,7 @@ package lockstore
 import "time"
 
 // TimeToleranceMs is the fixed clock tolerance of the liveness predicate
-// (ADR-005). It is not configurable: every backend must agree on liveness.
+// (docs/design.md, "Constants and liveness"). It is not configurable: every backend must agree on liveness.
 const TimeToleranceMs = 1000
 
 // DefaultTTL is the lock TTL when a caller gives none.
@@ -20,10 +20,10 @@ func IsLive(expiresAtMs, nowMs int64) bool {
 // returns it in milliseconds.
 func ValidateTTL(ttl time.Duration) (int64, error) {
 	if ttl <= 0 {
-		return 0, Errorf(InvalidArgument, "validate", "ttl must be positive, got %s", ttl)
+		return 0, BadInputf("ttl must be positive, got %s", ttl)
 	}
 	if ttl%time.Millisecond != 0 {
-		return 0, Errorf(InvalidArgument, "validate", "ttl must be a whole number of milliseconds, got %s", ttl)
+		return 0, BadInputf("ttl must be a whole number of milliseconds, got %s", ttl)
 	}
 	return ttl.Milliseconds(), nil
 }

@@ -24,12 +24,12 @@ func NewLockID() (string, error) {
 // The error never echoes the input (it may be a real lockId with a typo).
 func ValidateLockID(id string) error {
 	if len(id) != LockIDLength {
-		return Errorf(InvalidArgument, "validate", "lockId must be %d base64url characters, got %d bytes", LockIDLength, len(id))
+		return BadInputf("lockId must be %d base64url characters, got %d bytes", LockIDLength, len(id))
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return Errorf(InvalidArgument, "validate", "lockId must be base64url ([A-Za-z0-9_-]); byte %d is not", i)
+			return BadInputf("lockId must be base64url ([A-Za-z0-9_-]); byte %d is not", i)
 		}
 	}
 	return nil

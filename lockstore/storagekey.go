@@ -9,7 +9,7 @@ import (
 )
 
 // Storage-key limits per backend, in UTF-8 bytes, and the bytes each backend
-// reserves for suffixes it adds itself (DESIGN.md).
+// reserves for suffixes it adds itself (docs/design.md, "Storage keys").
 const (
 	RedisKeyLimit     = 1000
 	RedisKeyReserve   = 26

@@ -2,6 +2,7 @@ package lockstore
 
 import (
 	"context"
+	"io"
 	"time"
 )
 
@@ -39,10 +40,6 @@ type AcquireResult struct {
 	LockID      string // the holder's secret handle; never log it
 	Fence       string // 15 digits, strictly greater than every earlier fence of the key
 	ExpiresAtMs int64  // authoritative expiry, from the backend's time authority
-	// Proof is a signed write proof for Fence (fencegate's writeproof
-	// package), set by the gateway's lock API when it has proof keys;
-	// backends leave it empty. It can write under Fence and nothing else.
-	Proof string
 }
 
 // ReleaseResult is the outcome of a release. OK is false when the lock was
@@ -103,8 +100,22 @@ type KeyState struct {
 	NowMs int64
 }
 
-// Locker is the part of the contract the Lock helper needs. Both a Store and
-// fencegate's network client implement it.
+// The contract is cut by role: each consumer takes the narrowest role it
+// uses, and each wrapper wraps only the role it changes. Store is all of
+// them, what every backend implements; the optional capabilities
+// (AuditLog, HeldCounter, LockLister, BarrierSweeper, ReplicationReporter)
+// are found with As, through any wrapper.
+//
+//	role          methods                              taken by
+//	Locker        Acquire, Release, Extend             the lock helper, AcquireWithRetry
+//	Locks         Locker + IsLocked, LookupKey, ...    the lock API (api), its wrappers
+//	Inspector     Inspect                              the console's key page
+//	EdgeState     Inspector + WriteBarrier (Admit, ...) the edge check (fencecheck)
+//	Pinger        Ping                                 readiness
+//	Describer     Capabilities                         metrics labels, logs
+
+// Locker is the lock operations that change a lock: SyncGuard's acquire,
+// release and extend. A Store and fencegate's network client implement it.
 type Locker interface {
 	// Acquire tries once to take the lock on key for ttl. Contention is
 	// AcquireResult{OK: false, Reason: "locked"}, not an error.
@@ -116,31 +127,56 @@ type Locker interface {
 	Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error)
 }
 
-// Store is a lock backend. Every operation is a single attempt (retries live
-// in the Lock helper), validates its input before any I/O, maps context
-// cancellation to Aborted and an expired deadline to NetworkTimeout, and
-// returns *Error for system failures.
-type Store interface {
+// Locks is every lock operation of SyncGuard's interface: Locker and the
+// read-only ones. It is what the lock API serves.
+type Locks interface {
 	Locker
-	// WriteBarrier registers and finishes in-flight writes (barrier.go).
-	WriteBarrier
-
 	// IsLocked reports whether key has a live lock. It is read-only.
 	IsLocked(ctx context.Context, key string) (bool, error)
 	// LookupKey returns the sanitised live lock on key, or nil.
 	LookupKey(ctx context.Context, key string) (*LockInfo, error)
 	// LookupLockID returns the sanitised live lock lockID holds, or nil.
 	LookupLockID(ctx context.Context, lockID string) (*LockInfo, error)
+}
+
+// Inspector reads a key's state for the edge (and the console).
+type Inspector interface {
 	// Inspect reads, in one backend call and atomically where the backend
 	// allows, the live lock on key and the latest fence ever issued for it.
 	Inspect(ctx context.Context, key string) (KeyState, error)
+}
 
-	// Capabilities describes the backend.
-	Capabilities() Capabilities
-	// Ping checks that the backend is reachable (for readiness probes).
+// EdgeState is what the edge check reads and writes for each request: the
+// key's state, and the write barrier's entries. It is all fencecheck uses
+// of a store.
+type EdgeState interface {
+	Inspector
+	// WriteBarrier registers and finishes in-flight writes (barrier.go).
+	WriteBarrier
+}
+
+// Pinger checks that a backend is reachable (for readiness probes).
+type Pinger interface {
 	Ping(ctx context.Context) error
-	// Close releases the backend's resources. Locks are not released.
-	Close() error
+}
+
+// Describer describes a backend (its name, whose clock decides expiry).
+type Describer interface {
+	Capabilities() Capabilities
+}
+
+// Store is a lock backend: every role. Every operation is a single attempt
+// (retries live in the caller's lock helper), validates its input before
+// any I/O (the Precheck functions), maps context cancellation to Aborted and
+// an expired deadline to NetworkTimeout, and returns *Error for system
+// failures. Close releases the backend's resources (locks are not
+// released); it is idempotent.
+type Store interface {
+	Locks
+	EdgeState
+	Describer
+	Pinger
+	io.Closer
 }
 
 // HeldCounter is implemented by stores that can count live locks cheaply

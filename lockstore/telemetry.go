@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// LockEvent is one observed lock operation (ADR-007). It identifies the key
+// LockEvent is one observed lock operation (docs/design.md, "Telemetry is opt-in"). It identifies the key
 // and lockId by their hashes; the raw values only when
 // TelemetryOptions.IncludeRaw allows.
 type LockEvent struct {
@@ -48,7 +48,7 @@ type TelemetryOptions struct {
 	// OnEvent receives every event, on one goroutine owned by the
 	// decorator, never on the operation's. It may be slow (events queue,
 	// then are dropped and counted) and may panic (recovered and logged).
-	// nil disables telemetry: WithTelemetry returns the store unchanged.
+	// nil disables telemetry: the decorator passes calls through.
 	OnEvent func(LockEvent)
 	// IncludeRaw decides per event whether the raw key and lockId go into
 	// it; it sees the event with hashes only. nil means never. Keys that
@@ -62,7 +62,7 @@ type TelemetryOptions struct {
 	Logger *slog.Logger
 }
 
-// TelemetryStats is implemented by stores WithTelemetry returns.
+// TelemetryStats is implemented by the decorator WithTelemetry returns.
 type TelemetryStats interface {
 	// DroppedEvents counts events lost because the queue was full or the
 	// store closed.
@@ -72,71 +72,46 @@ type TelemetryStats interface {
 // rawDenylist are substrings of keys that are never emitted raw.
 var rawDenylist = []string{"token", "secret", "password", "credential", "apikey", "api_key"}
 
-// WithTelemetry wraps s so that each acquire, release, extend, isLocked and
-// lookup emits a LockEvent to opts.OnEvent. Hashes are computed, and the
-// callback is run, on the decorator's single worker goroutine; the
-// operation only enqueues (never blocking: a full queue drops the event and
-// counts it, see TelemetryStats).
+// WithTelemetry wraps the lock operations l so that each acquire, release,
+// extend, isLocked and lookup emits a LockEvent to opts.OnEvent. Hashes are
+// computed, and the callback is run, on the decorator's single worker
+// goroutine; the operation only enqueues (never blocking: a full queue
+// drops the event and counts it, see TelemetryStats). With a nil OnEvent
+// the decorator passes every call through and emits nothing.
 //
-// The returned store implements AuditLog and HeldCounter exactly when s
-// does, so type assertions on it answer as they would on s. Close stops the
-// worker after it has delivered the events already queued, then closes s.
+// It wraps only the role it changes (Locks); what l wraps stays reachable
+// through Unwrap and As (the store's AuditLog, HeldCounter, Pinger, ...).
+// Close stops the worker after it has delivered the events already queued;
+// it does not close what l wraps (its owner does).
 //
-// It is SyncGuard's opt-in withTelemetry (interface.md, ADR-007). The
-// gateway wraps its store with it to time each store call per backend
-// (api.StoreMetrics); the lock API's own metrics count requests, which
-// include refusals no store call sees (401, 403, 400) and waits that span
-// many store calls (waitMs).
-func WithTelemetry(s Store, opts TelemetryOptions) Store {
-	if opts.OnEvent == nil {
-		return s
-	}
+// It is SyncGuard's opt-in withTelemetry (docs/design.md, "Telemetry is opt-in"). The
+// gateway wraps its store's lock operations with it to time each store
+// call per backend (api.StoreMetrics); the lock API's own metrics count
+// requests, which include refusals no store call sees (401, 403, 400) and
+// waits that span many store calls (waitMs).
+func WithTelemetry(l Locks, opts TelemetryOptions) *Telemetry {
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = DefaultTelemetryQueue
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	t := &telemetryStore{inner: s, opts: opts, queue: make(chan pendingEvent, opts.QueueSize), exited: make(chan struct{})}
-	go t.work()
-	al, isAudit := s.(AuditLog)
-	hc, isCounter := s.(HeldCounter)
-	switch {
-	case isAudit && isCounter:
-		return &telemetryAuditCounterStore{t, al, hc}
-	case isAudit:
-		return &telemetryAuditStore{t, al}
-	case isCounter:
-		return &telemetryCounterStore{t, hc}
+	t := &Telemetry{inner: l, opts: opts, exited: make(chan struct{})}
+	if opts.OnEvent == nil {
+		t.closed = true // nothing to deliver: emit drops without counting
+		close(t.exited)
+		return t
 	}
+	t.queue = make(chan pendingEvent, opts.QueueSize)
+	go t.work()
 	return t
 }
 
-// The variants that pass the inner store's optional interfaces through.
-type (
-	telemetryAuditStore struct {
-		*telemetryStore
-		AuditLog
-	}
-	telemetryCounterStore struct {
-		*telemetryStore
-		HeldCounter
-	}
-	telemetryAuditCounterStore struct {
-		*telemetryStore
-		AuditLog
-		HeldCounter
-	}
-)
-
 // Interface guards.
 var (
-	_ Store          = (*telemetryStore)(nil)
-	_ TelemetryStats = (*telemetryStore)(nil)
-	_ AuditLog       = (*telemetryAuditStore)(nil)
-	_ HeldCounter    = (*telemetryCounterStore)(nil)
-	_ AuditLog       = (*telemetryAuditCounterStore)(nil)
-	_ HeldCounter    = (*telemetryAuditCounterStore)(nil)
+	_ Locks          = (*Telemetry)(nil)
+	_ TelemetryStats = (*Telemetry)(nil)
+	_ Unwrapper      = (*Telemetry)(nil)
 )
 
 // pendingEvent is what the operation path enqueues: raw inputs, no hashing.
@@ -150,8 +125,9 @@ type pendingEvent struct {
 	duration time.Duration
 }
 
-type telemetryStore struct {
-	inner   Store
+// Telemetry is the telemetry decorator of a Locks (WithTelemetry).
+type Telemetry struct {
+	inner   Locks
 	opts    TelemetryOptions
 	mu      sync.RWMutex // guards sends against Close closing the queue
 	closed  bool
@@ -161,13 +137,16 @@ type telemetryStore struct {
 	once    sync.Once
 }
 
-// Unwrap returns the decorated store.
-func (t *telemetryStore) Unwrap() Store { return t.inner }
+// Unwrap returns the decorated lock operations.
+func (t *Telemetry) Unwrap() any { return t.inner }
 
 // DroppedEvents implements TelemetryStats.
-func (t *telemetryStore) DroppedEvents() uint64 { return t.dropped.Load() }
+func (t *Telemetry) DroppedEvents() uint64 { return t.dropped.Load() }
 
-func (t *telemetryStore) emit(e pendingEvent) {
+func (t *Telemetry) emit(e pendingEvent) {
+	if t.opts.OnEvent == nil {
+		return
+	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if t.closed {
@@ -181,14 +160,14 @@ func (t *telemetryStore) emit(e pendingEvent) {
 	}
 }
 
-func (t *telemetryStore) work() {
+func (t *Telemetry) work() {
 	defer close(t.exited)
 	for e := range t.queue {
 		t.deliver(e)
 	}
 }
 
-func (t *telemetryStore) deliver(p pendingEvent) {
+func (t *Telemetry) deliver(p pendingEvent) {
 	defer func() {
 		if r := recover(); r != nil {
 			t.opts.Logger.Warn("telemetry callback panicked", "type", p.typ, "panic", r)
@@ -217,7 +196,7 @@ func (t *telemetryStore) deliver(p pendingEvent) {
 }
 
 // includeRaw asks the predicate, redacting if it panics.
-func (t *telemetryStore) includeRaw(e LockEvent) (ok bool) {
+func (t *Telemetry) includeRaw(e LockEvent) (ok bool) {
 	defer func() {
 		if recover() != nil {
 			ok = false
@@ -236,7 +215,7 @@ func secretLooking(key string) bool {
 	return false
 }
 
-func (t *telemetryStore) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
+func (t *Telemetry) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
 	start := time.Now()
 	r, err := t.inner.Acquire(ctx, key, ttl)
 	reason := ""
@@ -248,7 +227,7 @@ func (t *telemetryStore) Acquire(ctx context.Context, key string, ttl time.Durat
 	return r, err
 }
 
-func (t *telemetryStore) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
+func (t *Telemetry) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
 	start := time.Now()
 	r, err := t.inner.Release(ctx, lockID)
 	t.emit(pendingEvent{typ: EventRelease, lockID: lockID, ok: err == nil && r.OK,
@@ -256,7 +235,7 @@ func (t *telemetryStore) Release(ctx context.Context, lockID string) (ReleaseRes
 	return r, err
 }
 
-func (t *telemetryStore) Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
+func (t *Telemetry) Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
 	start := time.Now()
 	r, err := t.inner.Extend(ctx, lockID, ttl)
 	t.emit(pendingEvent{typ: EventExtend, lockID: lockID, ok: err == nil && r.OK,
@@ -264,50 +243,34 @@ func (t *telemetryStore) Extend(ctx context.Context, lockID string, ttl time.Dur
 	return r, err
 }
 
-func (t *telemetryStore) IsLocked(ctx context.Context, key string) (bool, error) {
+func (t *Telemetry) IsLocked(ctx context.Context, key string) (bool, error) {
 	start := time.Now()
 	locked, err := t.inner.IsLocked(ctx, key)
 	t.emit(pendingEvent{typ: EventIsLocked, key: key, ok: err == nil && locked, err: err, duration: time.Since(start)})
 	return locked, err
 }
 
-func (t *telemetryStore) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
+func (t *Telemetry) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
 	start := time.Now()
 	info, err := t.inner.LookupKey(ctx, key)
 	t.emit(pendingEvent{typ: EventLookup, key: key, ok: err == nil && info != nil, err: err, duration: time.Since(start)})
 	return info, err
 }
 
-func (t *telemetryStore) LookupLockID(ctx context.Context, lockID string) (*LockInfo, error) {
+func (t *Telemetry) LookupLockID(ctx context.Context, lockID string) (*LockInfo, error) {
 	start := time.Now()
 	info, err := t.inner.LookupLockID(ctx, lockID)
 	t.emit(pendingEvent{typ: EventLookup, lockID: lockID, ok: err == nil && info != nil, err: err, duration: time.Since(start)})
 	return info, err
 }
 
-// Inspect is the edge check's read, not a SyncGuard operation: it passes
-// through without an event (it runs on every checked request).
-func (t *telemetryStore) Inspect(ctx context.Context, key string) (KeyState, error) {
-	return t.inner.Inspect(ctx, key)
-}
-
-// Admit and Finish are the write barrier's, on the edge's hot path like
-// Inspect: they pass through without events.
-func (t *telemetryStore) Admit(ctx context.Context, key string, a WriteAdmission) (WriteAdmitResult, error) {
-	return t.inner.Admit(ctx, key, a)
-}
-
-func (t *telemetryStore) Finish(ctx context.Context, key, writeID string) error {
-	return t.inner.Finish(ctx, key, writeID)
-}
-
-func (t *telemetryStore) Capabilities() Capabilities { return t.inner.Capabilities() }
-
-func (t *telemetryStore) Ping(ctx context.Context) error { return t.inner.Ping(ctx) }
-
-// Close delivers the events already queued, stops the worker and closes the
-// inner store. It is idempotent; events emitted after it are dropped.
-func (t *telemetryStore) Close() error {
+// Close delivers the events already queued and stops the worker. It is
+// idempotent; events emitted after it are dropped. It does not close the
+// wrapped lock operations.
+func (t *Telemetry) Close() error {
+	if t.opts.OnEvent == nil {
+		return nil
+	}
 	t.once.Do(func() {
 		t.mu.Lock()
 		t.closed = true
@@ -315,5 +278,5 @@ func (t *telemetryStore) Close() error {
 		t.mu.Unlock()
 	})
 	<-t.exited
-	return t.inner.Close()
+	return nil
 }

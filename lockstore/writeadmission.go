@@ -32,7 +32,7 @@ const BarrierPruneBatch = 256
 // its alphabet and length are fixed. The error never echoes the input.
 func ValidateWriteID(id string) error {
 	if err := ValidateLockID(id); err != nil {
-		return Errorf(InvalidArgument, "validate", "writeId must be %d base64url characters ([A-Za-z0-9_-])", LockIDLength)
+		return BadInputf("writeId must be %d base64url characters ([A-Za-z0-9_-])", LockIDLength)
 	}
 	return nil
 }
@@ -49,13 +49,13 @@ func (a WriteAdmission) Validate() (int64, error) {
 		return 0, err
 	}
 	if a.MaxWrite < time.Millisecond {
-		return 0, Errorf(InvalidArgument, "validate", "maxWrite must be at least 1ms, got %s", a.MaxWrite)
+		return 0, BadInputf("maxWrite must be at least 1ms, got %s", a.MaxWrite)
 	}
 	if a.MaxWrite > MaxWriteLimit {
-		return 0, Errorf(InvalidArgument, "validate", "maxWrite must be at most %s, got %s", MaxWriteLimit, a.MaxWrite)
+		return 0, BadInputf("maxWrite must be at most %s, got %s", MaxWriteLimit, a.MaxWrite)
 	}
 	if a.MaxInFlight < 0 || a.MaxInFlight > MaxInFlightLimit {
-		return 0, Errorf(InvalidArgument, "validate", "maxInFlight must be between 1 and %d (0: %d), got %d",
+		return 0, BadInputf("maxInFlight must be between 1 and %d (0: %d), got %d",
 			MaxInFlightLimit, DefaultMaxInFlight, a.MaxInFlight)
 	}
 	return a.MaxWrite.Milliseconds(), nil

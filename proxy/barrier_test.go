@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/redis"
 )
@@ -112,23 +114,23 @@ func startHeldWrite(t *testing.T, h *heldUpstream, url, fence string) chan int {
 // newerFence loses the lock of fence on key and takes a newer one.
 func newerFence(t *testing.T, s lockstore.Store, l lockstore.AcquireResult, key string) lockstore.AcquireResult {
 	t.Helper()
-	release(t, s, l.LockID)
-	return acquire(t, s, key)
+	locktest.Release(t, s, l.LockID)
+	return locktest.Acquire(t, s, key, time.Minute)
 }
 
 // TestProxyBarrierTwoWrites is the guarantee on one key: W1 admitted under
 // F1 is in flight at the upstream; W2 under F2 > F1 is refused "draining"
-// (429, Retry-After, never 200, never 503) within the check's budget; once
+// (429, Retry-After, never 200, never 503) after the route's maxWait; once
 // W1's response is complete, W2 is admitted. The same run with the barrier
 // off admits W2 while W1 is in flight: the test can fail.
 func TestProxyBarrierTwoWrites(t *testing.T) {
 	for _, barrier := range []bool{true, false} {
 		t.Run("barrier="+strconv.FormatBool(barrier), func(t *testing.T) {
-			s := openBolt(t)
+			s := locktest.OpenBolt(t, locktest.FloorOff)
 			h := newHeldUpstream(t)
 			c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
-			_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: barrier, MaxWrite: time.Minute}}, Options{})
-			l1 := acquire(t, s, "acct")
+			_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: barrier, MaxWrite: time.Minute, MaxWait: maxWaitIf(barrier, 50*time.Millisecond)}}, Options{})
+			l1 := locktest.Acquire(t, s, "acct", time.Minute)
 			w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
 			l2 := newerFence(t, s, l1, "acct")
 
@@ -159,7 +161,7 @@ func TestProxyBarrierTwoWrites(t *testing.T) {
 			if st := <-w1; st != 200 {
 				t.Fatalf("W1: %d", st)
 			}
-			waitFor(t, "W2 to be admitted after W1 finished", func() bool {
+			testutil.WaitFor(t, 30*time.Second, "W2 to be admitted after W1 finished", func() bool {
 				res, _, err := post(t.Context(), t, srv.URL+"/w", l2.Fence, false)
 				return err == nil && res.StatusCode == 200
 			})
@@ -170,16 +172,16 @@ func TestProxyBarrierTwoWrites(t *testing.T) {
 	}
 }
 
-// TestProxyBarrierWaitsWithinBudget: with a budget longer than W1, W2 is
-// not refused but waits, and reaches the upstream only after W1's handler
-// has answered.
+// TestProxyBarrierWaitsWithinBudget: with a budget longer than W1 (the
+// route's default maxWait), W2 is not refused but waits, and reaches the
+// upstream only after W1's handler has answered.
 func TestProxyBarrierWaitsWithinBudget(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	h := newHeldUpstream(t)
 	reg := prometheus.NewRegistry()
-	c := fencecheck.New(s, fencecheck.Options{Timeout: 20 * time.Second, Registerer: reg})
+	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, Registerer: reg})
 	_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true}}, Options{})
-	l1 := acquire(t, s, "acct")
+	l1 := locktest.Acquire(t, s, "acct", time.Minute)
 	w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
 	l2 := newerFence(t, s, l1, "acct")
 	w2 := make(chan int, 1)
@@ -213,7 +215,7 @@ func TestProxyBarrierWaitsWithinBudget(t *testing.T) {
 // drops the connection), so the proxy cannot know whether it committed: W1
 // is abandoned, and W2 waits until W1's maxWrite has passed.
 func TestProxyBarrierAbandoned(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Hold") != "" {
 			conn, _, err := w.(http.Hijacker).Hijack()
@@ -229,7 +231,7 @@ func TestProxyBarrierAbandoned(t *testing.T) {
 	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, Registerer: reg})
 	const maxWrite = 4 * time.Second
 	p, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, up.URL), Key: "acct", Barrier: true, MaxWrite: maxWrite}}, Options{})
-	l1 := acquire(t, s, "acct")
+	l1 := locktest.Acquire(t, s, "acct", time.Minute)
 	start := time.Now()
 	res, _, err := post(t.Context(), t, srv.URL+"/w", l1.Fence, true)
 	if err != nil || res.StatusCode != http.StatusBadGateway {
@@ -243,7 +245,7 @@ func TestProxyBarrierAbandoned(t *testing.T) {
 	if time.Since(start) < maxWrite && res.StatusCode != 429 {
 		t.Fatalf("W2 before W1's maxWrite: %d, want 429 draining", res.StatusCode)
 	}
-	waitFor(t, "W2 after W1's maxWrite", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "W2 after W1's maxWrite", func() bool {
 		res, _, err := post(t.Context(), t, srv.URL+"/w", l2.Fence, false)
 		return err == nil && res.StatusCode == 200
 	})
@@ -256,7 +258,7 @@ func TestProxyBarrierAbandoned(t *testing.T) {
 // upstream has answered, so the proxy reads the rest itself and finishes
 // the write (W2 is then admitted long before maxWrite).
 func TestProxyBarrierClientGoesAway(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	rest := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Hold") == "" {
@@ -271,7 +273,7 @@ func TestProxyBarrierClientGoesAway(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, Registerer: reg})
 	p, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, up.URL), Key: "acct", Barrier: true, MaxWrite: time.Hour}}, Options{})
-	l1 := acquire(t, s, "acct")
+	l1 := locktest.Acquire(t, s, "acct", time.Minute)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/w", nil)
@@ -287,7 +289,7 @@ func TestProxyBarrierClientGoesAway(t *testing.T) {
 	cancel() // the client goes away
 	res.Body.Close()
 	close(rest)
-	waitFor(t, "the write to settle", func() bool { return p.InFlight() == 0 })
+	testutil.WaitFor(t, 30*time.Second, "the write to settle", func() bool { return p.InFlight() == 0 })
 	if n := metric(t, reg, "fencegate_barrier_abandoned_total"); n != 0 {
 		t.Fatalf("abandoned %v: the upstream answered completely", n)
 	}
@@ -300,11 +302,11 @@ func TestProxyBarrierClientGoesAway(t *testing.T) {
 // TestProxyShutdownDrains: Shutdown waits for an in-flight barrier write,
 // which finishes and deregisters before Shutdown returns.
 func TestProxyShutdownDrains(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	h := newHeldUpstream(t)
 	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
 	p, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true, MaxWrite: time.Hour}}, Options{})
-	l1 := acquire(t, s, "acct")
+	l1 := locktest.Acquire(t, s, "acct", time.Minute)
 	w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Config.Shutdown(context.Background()) }()
@@ -335,14 +337,14 @@ func TestProxyShutdownDrains(t *testing.T) {
 // TestProxyStoreDown: a store that cannot answer fails every write closed
 // (503 unavailable), barrier or not; reads still pass.
 func TestProxyStoreDown(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	up, _ := recorder(t)
 	c := fencecheck.New(s, fencecheck.Options{})
 	_, srv := serveProxy(t, c, []Route{
 		{Prefix: "/b", Upstream: mustURL(t, up.URL), Key: "acct", Barrier: true},
 		{Prefix: "/p", Upstream: mustURL(t, up.URL), Key: "acct"},
 	}, Options{})
-	l := acquire(t, s, "acct")
+	l := locktest.Acquire(t, s, "acct", time.Minute)
 	_ = s.Close()
 	for _, path := range []string{"/b", "/p"} {
 		res, body, err := post(t.Context(), t, srv.URL+path, l.Fence, false)
@@ -363,11 +365,14 @@ func TestRouteValidation(t *testing.T) {
 		{Name: "c", Prefix: "/c", Upstream: u, Policy: "newest", Mode: "loud", Methods: "P(ST", Key: "x/{0}", MaxWrite: -1},
 		{Name: "d", Prefix: "/d/", Upstream: u},
 		{Name: "e", Prefix: "/d", Upstream: u},
+		{Name: "f", Prefix: "/f", Upstream: u, MaxWait: time.Second},
+		{Name: "g", Prefix: "/g", Upstream: u, Barrier: true, MaxWait: -1},
 	}, Options{})
 	if err == nil {
 		t.Fatal("invalid routes accepted")
 	}
-	for _, want := range []string{`route "a"`, `route "b"`, "newest", "loud", "P(ST", "segment number", "maxWrite", `route "e"`} {
+	for _, want := range []string{`route "a"`, `route "b"`, "newest", "loud", "P(ST", "segment number", "maxWrite", `route "e"`,
+		`route "f": maxWait is set without the barrier`, `route "g": maxWait must not be negative`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
@@ -404,10 +409,10 @@ func TestProxyBarrierAcrossReplicas(t *testing.T) {
 	prefix := fmt.Sprintf("proxytest%d", time.Now().UnixNano())
 	sa, sb := openRedis(t, prefix), openRedis(t, prefix)
 	h := newHeldUpstream(t)
-	route := []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true, MaxWrite: time.Minute}}
+	route := []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true, MaxWrite: time.Minute, MaxWait: 100 * time.Millisecond}}
 	_, a := serveProxy(t, fencecheck.New(sa, fencecheck.Options{Timeout: 100 * time.Millisecond}), route, Options{})
 	_, b := serveProxy(t, fencecheck.New(sb, fencecheck.Options{Timeout: 100 * time.Millisecond}), route, Options{})
-	l1 := acquire(t, sa, "acct")
+	l1 := locktest.Acquire(t, sa, "acct", time.Minute)
 	w1 := startHeldWrite(t, h, a.URL+"/w", l1.Fence)
 	l2 := newerFence(t, sb, l1, "acct")
 	res, body, err := post(t.Context(), t, b.URL+"/w", l2.Fence, false)
@@ -418,7 +423,7 @@ func TestProxyBarrierAcrossReplicas(t *testing.T) {
 	if st := <-w1; st != 200 {
 		t.Fatalf("W1 %d", st)
 	}
-	waitFor(t, "W2 at replica B after W1 finished", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "W2 at replica B after W1 finished", func() bool {
 		res, _, err := post(t.Context(), t, b.URL+"/w", l2.Fence, false)
 		return err == nil && res.StatusCode == 200
 	})
@@ -464,8 +469,8 @@ func tunnelUpstream(t *testing.T) (*httptest.Server, chan string) {
 // case shows what the refusal prevents: after the 101 a PUT sent down the
 // tunnel reaches the upstream unchecked.
 func TestProxyUpgrades(t *testing.T) {
-	s := openBolt(t)
-	l := acquire(t, s, "k")
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	l := locktest.Acquire(t, s, "k", time.Minute)
 	up, lines := tunnelUpstream(t)
 	u := mustURL(t, up.URL)
 	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []Route{
@@ -533,4 +538,12 @@ func TestProxyUpgrades(t *testing.T) {
 	if res, _ := do(t, "POST", srv.URL+"/fenced/1", map[string]string{"X-Fence-Token": l.Fence}, "x"); res.StatusCode != 200 {
 		t.Fatalf("plain write: %d", res.StatusCode)
 	}
+}
+
+// maxWaitIf is d on a barrier route, 0 (unset) elsewhere.
+func maxWaitIf(barrier bool, d time.Duration) time.Duration {
+	if barrier {
+		return d
+	}
+	return 0
 }

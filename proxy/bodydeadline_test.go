@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // TestProxyBodyBounds: a client that stalls mid-body, or trickles its body
@@ -42,8 +44,8 @@ func TestProxyBodyBounds(t *testing.T) {
 		{name: "broken: stall barrier, no bounds", barrier: true, broken: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := openBolt(t)
-			l := acquire(t, s, "k")
+			s := locktest.OpenBolt(t, locktest.FloorOff)
+			l := locktest.Acquire(t, s, "k", time.Minute)
 			upErr := make(chan error, 1)
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				_, err := io.ReadAll(r.Body)
@@ -118,7 +120,7 @@ func TestProxyBodyBounds(t *testing.T) {
 			case <-time.After(bound):
 				t.Error("the upstream's body read never ended")
 			}
-			waitFor(t, "the write to settle", func() bool { return p.InFlight() == 0 })
+			testutil.WaitFor(t, 30*time.Second, "the write to settle", func() bool { return p.InFlight() == 0 })
 		})
 	}
 }
@@ -127,8 +129,8 @@ func TestProxyBodyBounds(t *testing.T) {
 // bound, and an upstream slower than the idle bound once the body is in,
 // both pass: the bound is on the client's body only.
 func TestProxyBodyWithinBounds(t *testing.T) {
-	s := openBolt(t)
-	l := acquire(t, s, "k")
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	l := locktest.Acquire(t, s, "k", time.Minute)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		time.Sleep(1500 * time.Millisecond) // longer than the idle bound
@@ -170,8 +172,8 @@ func TestProxyBodyBoundsHTTP2(t *testing.T) {
 	const idle = 500 * time.Millisecond
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
-			s := openBolt(t)
-			l := acquire(t, s, "k")
+			s := locktest.OpenBolt(t, locktest.FloorOff)
+			l := locktest.Acquire(t, s, "k", time.Minute)
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.ReadAll(r.Body) }))
 			t.Cleanup(up.Close)
 			p, err := New(fencecheck.New(s, fencecheck.Options{}), []Route{{Prefix: "/", Upstream: mustURL(t, up.URL), Key: "k", BodyIdleTimeout: idle, Barrier: true, MaxWrite: time.Minute}},
@@ -205,7 +207,7 @@ func TestProxyBodyBoundsHTTP2(t *testing.T) {
 			if res.ProtoMajor != 2 || res.StatusCode != http.StatusRequestTimeout {
 				t.Fatalf("%s %d, want HTTP/2 408", res.Proto, res.StatusCode)
 			}
-			waitFor(t, "the write to settle", func() bool { return p.InFlight() == 0 })
+			testutil.WaitFor(t, 30*time.Second, "the write to settle", func() bool { return p.InFlight() == 0 })
 		})
 	}
 }
@@ -217,7 +219,7 @@ func TestProxyBodyBoundsHTTP2(t *testing.T) {
 // the bound. The broken variant (no bounds) keeps every one open.
 func TestProxyBodyBoundedWhenRefused(t *testing.T) {
 	const idle = 500 * time.Millisecond
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	up, _ := recorder(t)
 	u := mustURL(t, up.URL)
 	routes := []Route{

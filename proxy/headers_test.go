@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"time"
 )
 
 // cgiEnv reads a request's headers as CGI, WSGI, Rack and PHP do:
@@ -45,8 +47,8 @@ func wsgiUpstream(t *testing.T) (*httptest.Server, chan map[string][]string) {
 // broken variant (every client header through, as httputil.ReverseProxy
 // alone) is caught by the same assertions.
 func TestProxyHeadersAsCGISeesThem(t *testing.T) {
-	s := openBolt(t)
-	l := acquire(t, s, "orders/42")
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	l := locktest.Acquire(t, s, "orders/42", time.Minute)
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
 			up, envs := wsgiUpstream(t)

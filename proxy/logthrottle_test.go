@@ -1,36 +1,17 @@
 package proxy
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
-
-// lockedBuffer is a log sink safe for the proxy's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Split(strings.TrimSpace(l.b.String()), "\n")
-}
 
 // TestProxyLogFlood: a client that makes 60 upstream exchanges fail in a
 // row (the upstream drops each connection), each with a 20 KB path, gets
@@ -52,8 +33,8 @@ func TestProxyLogFlood(t *testing.T) {
 	long := "/" + strings.Repeat("a", 20<<10)
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
-			var sink lockedBuffer
-			logger := slog.New(slog.NewTextHandler(&sink, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			var sink testutil.LogBuffer
+			logger := testutil.Logger(&sink, slog.LevelDebug)
 			_, srv := serveProxy(t, fencecheck.New(nil, fencecheck.Options{}), []Route{{Name: "r", Prefix: "/", Upstream: mustURL(t, up.URL)}},
 				Options{Logger: logger, skipLogBounds: broken, logWindow: window})
 			start := time.Now()
@@ -64,7 +45,7 @@ func TestProxyLogFlood(t *testing.T) {
 			}
 			flood := time.Since(start)
 			warns, longest := 0, 0
-			for _, l := range sink.lines() {
+			for _, l := range sink.Lines() {
 				if strings.Contains(l, "level=WARN") {
 					warns++
 				}
@@ -82,7 +63,7 @@ func TestProxyLogFlood(t *testing.T) {
 			if !broken {
 				time.Sleep(window - time.Since(start) + 100*time.Millisecond)
 				do(t, "GET", srv.URL+"/after", nil, "")
-				lines := sink.lines()
+				lines := sink.Lines()
 				if last := lines[len(lines)-1]; !strings.Contains(last, "suppressed=") {
 					problems = append(problems, fmt.Sprintf("the line after the window does not count the held-back ones: %s", last))
 				}

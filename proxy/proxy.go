@@ -78,6 +78,11 @@ type Route struct {
 	// still be running when the store lets a newer fence in. 0 is
 	// fencecheck.DefaultMaxWrite. Ignored without Barrier.
 	MaxWrite time.Duration
+	// MaxWait bounds how long a barrier write under a current fence waits
+	// for older writes of its key to finish before it is refused 429
+	// draining (fencecheck.Request.MaxWait); 0 is DefaultMaxWait. Ignored
+	// without Barrier.
+	MaxWait time.Duration
 	// PreserveHost sends the client's Host header upstream instead of the
 	// upstream URL's host.
 	PreserveHost bool
@@ -115,6 +120,9 @@ func (r Route) Validate() error {
 	if r.MaxWrite < 0 {
 		errs = append(errs, errors.New("maxWrite must not be negative"))
 	}
+	if err := r.validateMaxWait(); err != nil {
+		errs = append(errs, err)
+	}
 	if r.BodyIdleTimeout < 0 || r.BodyTimeout < 0 {
 		errs = append(errs, errors.New("bodyIdleTimeout and bodyTimeout must not be negative"))
 	}
@@ -133,6 +141,7 @@ func (r Route) spec() fencecheck.RouteSpec {
 	return fencecheck.RouteSpec{
 		Name: r.Name, Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader, Policy: string(r.Policy),
 		Mode: string(r.Mode), Methods: r.Methods, Proof: string(r.Proof), Barrier: r.Barrier, MaxWrite: r.MaxWrite,
+		MaxWait: r.effectiveMaxWait(),
 	}
 }
 
@@ -168,6 +177,10 @@ type Options struct {
 	// logWindow replaces DefaultLogWindow (tests only).
 	skipLogBounds bool
 	logWindow     time.Duration
+	// maxWriteFromArrival times a barrier write's exchange from the
+	// request's arrival, as before the wait could last a route's maxWait
+	// (tests only: the broken variant of proxy/maxwait_test.go).
+	maxWriteFromArrival bool
 }
 
 // NewTransport returns the default upstream transport: Go's default
@@ -204,6 +217,8 @@ type Proxy struct {
 	foldInvariant bool
 	// inflight counts barrier writes between admission and Finish/Abandon.
 	inflight atomic.Int64
+	// maxWriteFromArrival: Options'.
+	maxWriteFromArrival bool
 }
 
 var _ http.Handler = (*Proxy)(nil)
@@ -244,7 +259,7 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 		o.DrainLimit = DefaultDrainLimit
 	}
 	p := &Proxy{checker: c, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit, skipBodyBounds: o.skipBodyBounds, skipHeaders: o.skipHeaders, skipRouteFolds: o.skipRouteFolds,
-		skipLogBounds: o.skipLogBounds}
+		skipLogBounds: o.skipLogBounds, maxWriteFromArrival: o.maxWriteFromArrival}
 	window := o.logWindow
 	if window <= 0 {
 		window = DefaultLogWindow
@@ -419,12 +434,25 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// A barrier write. It must be over before the store lets a newer fence
-	// in, so its upstream exchange ends at MaxWrite, counted from before
-	// the admission (the store counts from the admission itself); and it
+	// in, so its upstream exchange ends at MaxWrite, counted from the start
+	// of the store call that admitted it (the store counts from its own
+	// execution of that call, later), not from the request's arrival: the
+	// wait at the barrier may have taken up to MaxWait. And it
 	// no longer follows the client: a client that leaves must not cut the
 	// exchange short of a response the proxy can see complete.
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), start.Add(rt.maxWrite()))
+	admitted := admittedAt(dec, start)
+	if p.maxWriteFromArrival {
+		admitted = start
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), admitted.Add(rt.maxWrite()))
 	defer cancel()
+	if body != nil {
+		// The wait at the barrier read nothing: the body's bounds count
+		// from the admission, as the exchange's does.
+		idle, total := rt.bodyBounds()
+		body.idle, body.end = idle, admitted.Add(total)
+		_ = body.arm()
+	}
 	bw := &barrierWrite{p: p, dec: dec}
 	p.inflight.Add(1)
 	// Whatever path the exchange took (error handler, a panic on a client
@@ -504,7 +532,7 @@ func (p *Proxy) clientAddr(r *http.Request) string {
 
 // writeDenial answers a denial exactly as the other edges do: the reason's
 // status, x-fence-reason, x-fence-decision-id, Retry-After for draining and too-many-writes,
-// and the JSON body of API.md.
+// and the JSON body of docs/api.md.
 func writeDenial(w http.ResponseWriter, dec fencecheck.Decision) {
 	hd := w.Header()
 	for _, kv := range fencecheck.DenialHeaders(dec) {

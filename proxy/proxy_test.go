@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,36 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
 )
-
-// openBolt opens a real embedded store in a temp dir, closed at cleanup.
-func openBolt(t testing.TB) *bolt.Store {
-	t.Helper()
-	s, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db"), FenceFloor: lockstore.FloorOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
-func acquire(t *testing.T, s lockstore.Store, key string) lockstore.AcquireResult {
-	t.Helper()
-	r, err := s.Acquire(t.Context(), key, time.Minute)
-	if err != nil || !r.OK {
-		t.Fatalf("acquire %q: %+v %v", key, r, err)
-	}
-	return r
-}
-
-func release(t *testing.T, s lockstore.Store, lockID string) {
-	t.Helper()
-	if r, err := s.Release(t.Context(), lockID); err != nil || !r.OK {
-		t.Fatalf("release: %+v %v", r, err)
-	}
-}
 
 // seen is what the upstream received.
 type seen struct {
@@ -125,13 +98,13 @@ type denial struct {
 // x-fence-verified and without x-fence-lock-id; denials never reach it and
 // carry the status, headers and body of the other edges.
 func TestProxyDecisions(t *testing.T) {
-	s := openBolt(t)
-	old := acquire(t, s, "orders/1")
-	release(t, s, old.LockID)
-	cur := acquire(t, s, "orders/1")
-	gone := acquire(t, s, "orders/2")
-	release(t, s, gone.LockID)
-	tpl := acquire(t, s, "orders/42")
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	old := locktest.Acquire(t, s, "orders/1", time.Minute)
+	locktest.Release(t, s, old.LockID)
+	cur := locktest.Acquire(t, s, "orders/1", time.Minute)
+	gone := locktest.Acquire(t, s, "orders/2", time.Minute)
+	locktest.Release(t, s, gone.LockID)
+	tpl := locktest.Acquire(t, s, "orders/42", time.Minute)
 	otherID, _ := lockstore.NewLockID()
 
 	up, got := recorder(t)
@@ -250,7 +223,7 @@ func TestProxyDecisions(t *testing.T) {
 // Connection) do not cross the proxy either way; X-Forwarded-* are the
 // proxy's, the client's dropped unless trusted.
 func TestProxyHopByHopAndForwarded(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	got := make(chan http.Header, 4)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Clone()
@@ -291,8 +264,8 @@ func TestProxyHopByHopAndForwarded(t *testing.T) {
 // first request chunk before the client sends the second; the client sees
 // the first response chunk before the upstream writes the second.
 func TestProxyStreams(t *testing.T) {
-	s := openBolt(t)
-	l := acquire(t, s, "stream")
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	l := locktest.Acquire(t, s, "stream", time.Minute)
 	firstIn := make(chan string, 1)
 	firstOut := make(chan struct{})
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -359,21 +332,9 @@ func TestProxyStreams(t *testing.T) {
 		t.Fatalf("rest %q", rest)
 	}
 	res.Body.Close()
-	waitFor(t, "the write to finish", func() bool { return p.InFlight() == 0 })
+	testutil.WaitFor(t, 30*time.Second, "the write to finish", func() bool { return p.InFlight() == 0 })
 	if n := metric(t, reg, "fencegate_barrier_abandoned_total"); n != 0 {
 		t.Errorf("abandoned %v, want 0", n)
-	}
-}
-
-// waitFor polls cond (generous bound: the machine may be loaded).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -400,10 +361,10 @@ func metric(t *testing.T, g prometheus.Gatherer, name string) float64 {
 // proxy as its source, the route's name and the client's address, and the
 // key's hash only.
 func TestProxyAudit(t *testing.T) {
-	s := openBolt(t)
-	old := acquire(t, s, "k")
-	release(t, s, old.LockID)
-	cur := acquire(t, s, "k")
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	old := locktest.Acquire(t, s, "k", time.Minute)
+	locktest.Release(t, s, old.LockID)
+	cur := locktest.Acquire(t, s, "k", time.Minute)
 	up, _ := recorder(t)
 	a := fencecheck.NewAuditor(s, fencecheck.AuditorOptions{})
 	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{Audit: a}), []Route{{Name: "orders-write", Prefix: "/", Upstream: mustURL(t, up.URL), Key: "k"}}, Options{})

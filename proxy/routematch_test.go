@@ -13,7 +13,9 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
+	"time"
 )
 
 // frameworks are upstream routers with the habits of real ones, written
@@ -81,8 +83,8 @@ func TestProxyRouteReadings(t *testing.T) {
 	}
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
-			s := openBolt(t)
-			mine := acquire(t, s, "mine")
+			s := locktest.OpenBolt(t, locktest.FloorOff)
+			mine := locktest.Acquire(t, s, "mine", time.Minute)
 			type hit struct{ via, path string }
 			hits := make(chan hit, 1)
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -172,7 +174,7 @@ func TestProxyRouteReadings(t *testing.T) {
 // which the catch-all matches exactly, is /Orders/42 to a case-insensitive
 // upstream, and is refused.
 func TestProxyPrefixNotFolded(t *testing.T) {
-	s := openBolt(t)
+	s := locktest.OpenBolt(t, locktest.FloorOff)
 	up, got := recorder(t)
 	u := mustURL(t, up.URL)
 	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []Route{

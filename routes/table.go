@@ -170,7 +170,7 @@ func compileEntry(c config.Route, order int) (*Entry, error) {
 	}
 	rt, err := fencecheck.CompileRoute(fencecheck.RouteSpec{
 		Name: c.Name, Key: c.Key, KeyHeader: c.KeyHeader, FenceHeader: c.FenceHeader, Policy: c.Policy, Mode: c.Mode,
-		Methods: c.Methods, Proof: c.Proof, Barrier: c.Barrier, MaxWrite: c.MaxWrite.Std(), MaxWait: c.MaxWait.Std(),
+		Methods: c.Methods, Proof: c.Proof, Barrier: c.Barrier, MaxWrite: c.MaxWrite.Std(), MaxWait: c.EffectiveMaxWait(),
 	})
 	if err != nil {
 		errs = append(errs, err)

@@ -99,16 +99,16 @@ func TestREADMEExampleIsTheExample(t *testing.T) {
 	if !ok {
 		t.Fatal("example_test.go has no README region")
 	}
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/proofs.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok = strings.Cut(string(readme), "<!-- writeproof/example_test.go -->\n```go\n")
 	got, _, ok2 := strings.Cut(rest, "```\n")
 	if !ok || !ok2 {
-		t.Fatal("README.md has no block marked <!-- writeproof/example_test.go -->")
+		t.Fatal("docs/proofs.md has no block marked <!-- writeproof/example_test.go -->")
 	}
 	if strings.TrimSpace(got) != strings.TrimSpace(want) {
-		t.Fatalf("README's offline-verification example differs from writeproof/example_test.go:\n--- README\n%s\n--- example\n%s", got, want)
+		t.Fatalf("docs/proofs.md's offline-verification example differs from writeproof/example_test.go:\n--- docs/proofs.md\n%s\n--- example\n%s", got, want)
 	}
 }

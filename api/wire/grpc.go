@@ -10,7 +10,7 @@ import (
 // ErrorDomain is the google.rpc.ErrorInfo domain of fencegate's gRPC errors.
 const ErrorDomain = "fencegate.io"
 
-// GRPCCode is API.md's gRPC status code for a LockError code. AuthFailed is
+// GRPCCode is docs/api.md's gRPC status code for a LockError code. AuthFailed is
 // UNAUTHENTICATED here; PERMISSION_DENIED is decided by the server, which
 // knows whether a token was valid.
 func GRPCCode(c lockstore.Code) codes.Code {

@@ -1,4 +1,4 @@
-// Package wire is the lock API's wire format (API.md): the HTTP/JSON
+// Package wire is the lock API's wire format (docs/api.md): the HTTP/JSON
 // paths, request and reply bodies, and the mapping between LockError codes
 // and HTTP statuses (wire.go), and the mapping between LockError codes and
 // gRPC statuses with their ErrorInfo detail (grpc.go; the gRPC messages
@@ -88,11 +88,11 @@ type (
 	}
 )
 
-// StatusClientClosed is nginx's "client closed request", API.md's status
+// StatusClientClosed is nginx's "client closed request", docs/api.md's status
 // for Aborted (the caller went away; nobody reads the answer).
 const StatusClientClosed = 499
 
-// HTTPStatus is API.md's status for a LockError code. AuthFailed is 401
+// HTTPStatus is docs/api.md's status for a LockError code. AuthFailed is 401
 // here; the 403 case is decided by the server, which knows whether a token
 // was valid.
 func HTTPStatus(c lockstore.Code) int {

@@ -30,8 +30,8 @@ const barrierSweepTimeout = 30 * time.Second
 // not otherwise go (lockstore.BarrierSweeper), and counts what it removed
 // as fencegate_barrier_swept_total. Logs carry counts and errors only:
 // sweep errors name no key.
-func startBarrierSweep(store lockstore.Store, interval time.Duration, reg prometheus.Registerer, goBG func(func(context.Context)), log *slog.Logger) error {
-	sw, ok := store.(lockstore.BarrierSweeper)
+func startBarrierSweep(store any, interval time.Duration, reg prometheus.Registerer, goBG func(func(context.Context)), log *slog.Logger) error {
+	sw, ok := lockstore.As[lockstore.BarrierSweeper](store)
 	if !ok {
 		return nil
 	}

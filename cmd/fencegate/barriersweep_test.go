@@ -3,25 +3,20 @@ package main
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
 )
 
 // TestBarrierSweep: the background sweep removes an abandoned entry and
 // counts it in fencegate_barrier_swept_total; it stops with its context.
 func TestBarrierSweep(t *testing.T) {
-	st, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "sweep.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := locktest.OpenBolt(t)
 	r, err := st.Acquire(t.Context(), "abandoned", time.Minute)
 	if err != nil || !r.OK {
 		t.Fatalf("Acquire = %v, %v", r, err)

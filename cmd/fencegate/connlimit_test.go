@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -64,10 +65,7 @@ func startSlots(t *testing.T, limits connLimits, h http.Handler) string {
 // cap (netutil.LimitListener) and the 2-minute idle timeout.
 func startOldLimit(t *testing.T, max int, h http.Handler) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testutil.Listen(t)
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout}
 	go func() { _ = srv.Serve(netutil.LimitListener(ln, max)) }()
 	t.Cleanup(func() { _ = srv.Close() })
@@ -275,10 +273,10 @@ func TestConnectionSlotsKeepAuthenticatedCallers(t *testing.T) {
 // check wait: DeadlineExceeded, the broken variant, caught.
 func TestGRPCSlotsServeCallersUnderAnIdleFlood(t *testing.T) {
 	const capacity = 8
-	register := func(g *grpc.Server) *health.Server {
+	register := func(g *grpc.Server) {
 		hs := health.NewServer()
 		healthpb.RegisterHealthServer(g, hs)
-		return hs
+
 	}
 	for _, tc := range []struct {
 		name   string
@@ -297,10 +295,7 @@ func TestGRPCSlotsServeCallersUnderAnIdleFlood(t *testing.T) {
 			return r.addr()
 		}, true},
 		{"old LimitListener (broken variant)", func(t *testing.T) string {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
+			ln := testutil.Listen(t)
 			g := grpc.NewServer(defaultGRPCLimits.serverOptions()...)
 			register(g)
 			go func() { _ = g.Serve(netutil.LimitListener(ln, capacity)) }()
@@ -340,9 +335,9 @@ func TestConnectionSlotsMetrics(t *testing.T) {
 	flood(t, addr, "/healthz", 3, 2*time.Second, "127.0.0.2")     // the third closes the first
 	flood(t, addr, "/slow", 2, 500*time.Millisecond, "127.0.0.3") // busy by the time flood returns
 	flood(t, addr, "/slow", 1, 500*time.Millisecond, "127.0.0.3")
-	open := testutil.ToFloat64(limits.metrics.open.WithLabelValues("http"))
-	idle := testutil.ToFloat64(limits.metrics.shed.WithLabelValues("http", shedIdle))
-	refused := testutil.ToFloat64(limits.metrics.shed.WithLabelValues("http", shedPeer))
+	open := promtest.ToFloat64(limits.metrics.open.WithLabelValues("http"))
+	idle := promtest.ToFloat64(limits.metrics.shed.WithLabelValues("http", shedIdle))
+	refused := promtest.ToFloat64(limits.metrics.shed.WithLabelValues("http", shedPeer))
 	// 127.0.0.3's two slow requests took the slots of 127.0.0.2's idle
 	// connections; its third found both of its own busy.
 	if open != 2 || idle != 3 || refused != 1 {
@@ -389,10 +384,10 @@ func TestGRPCSlotsHealthWatchIsIdle(t *testing.T) {
 			limits := defaultGRPCLimits
 			limits.conns = connLimits{max: capacity, perPeer: capacity}
 			limits.idleMethods = tc.idle
-			r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, limits, discardLogger(), func(g *grpc.Server) *health.Server {
+			r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, limits, discardLogger(), func(g *grpc.Server) {
 				hs := health.NewServer()
 				healthpb.RegisterHealthServer(g, hs)
-				return hs
+				_ = hs
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // startDebug serves the debug listener on d.Addr and returns its address.
@@ -77,7 +77,7 @@ func TestDebugListenerWarnsOffLoopback(t *testing.T) {
 		warn bool
 	}{{"127.0.0.1:0", false}, {"localhost:0", false}, {"0.0.0.0:0", true}, {":0", true}} {
 		var buf bytes.Buffer
-		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		log := testutil.Logger(&buf, slog.LevelWarn)
 		startDebug(t, config.Debug{Addr: c.addr}, log)
 		warned := strings.Contains(buf.String(), "level=WARN") && strings.Contains(buf.String(), "not on loopback")
 		if warned != c.warn {
@@ -106,10 +106,7 @@ func TestDebugAddrConfig(t *testing.T) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testutil.Listen(t)
 	defer ln.Close()
 	return ln.Addr().String()
 }

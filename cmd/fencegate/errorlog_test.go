@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"log"
 	"log/slog"
 	"strconv"
@@ -33,7 +34,7 @@ func TestServerErrorLogIsBounded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
 			clock := time.Unix(1_000_000, 0)
-			el := tc.logger(slog.New(slog.NewTextHandler(&buf, nil)), func() time.Time { return clock })
+			el := tc.logger(testutil.Logger(&buf, nil), func() time.Time { return clock })
 			for range lines {
 				el.Print(long)
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"net/http"
 
@@ -19,23 +20,23 @@ import (
 // trusts them without tokens; beyond loopback, an ext_authz/ext_proc
 // caller is trusted only with a client certificate the authz listener
 // verified (authz.tls.clientCAFile).
-func authzOptions(auth *api.Authenticator, o authz.Options) authz.Options {
+func authzOptions(authn *auth.Authenticator, o authz.Options) authz.Options {
 	o.TrustLoopback = true
-	if auth != nil {
-		o.Authenticate = forwardAuthCredential(auth)
+	if authn != nil {
+		o.Authenticate = forwardAuthCredential(authn)
 	}
 	return o
 }
 
 // forwardAuthCredential checks a forward-auth credential against the
 // gateway's tokens.
-func forwardAuthCredential(auth *api.Authenticator) func(string) (authz.KeyScope, error) {
+func forwardAuthCredential(authn *auth.Authenticator) func(string) (authz.KeyScope, error) {
 	return func(credential string) (authz.KeyScope, error) {
-		p, err := auth.Authenticate(credential)
+		p, err := authn.Authenticate(credential)
 		if err != nil {
 			return nil, errors.Join(authz.ErrUnauthenticated, err)
 		}
-		if !p.CanDo(api.OpCheck) {
+		if !p.CanDo(auth.OpCheck) {
 			return nil, authz.ErrForbidden
 		}
 		return p.CanUseKey, nil

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -20,27 +21,27 @@ import (
 )
 
 // forwardAuthGateway runs the lock API's HTTP listener as serve builds it
-// (the store, audit pipeline and checker of startRuntime; the lock API;
+// (the store, audit pipeline and checker of startGateway; the lock API;
 // forward-auth), with the edge options ao, and returns its base URL and
-// runtime.
-func forwardAuthGateway(t *testing.T, cfg config.Config, set serveSettings, ao func(*api.Authenticator) authz.Options) (string, *runtime) {
+// gateway.
+func forwardAuthGateway(t *testing.T, cfg config.Config, set serveSettings, ao func(*auth.Authenticator) authz.Options) (string, *gateway) {
 	return forwardAuthGatewayTB(t, cfg, set, ao)
 }
 
-func forwardAuthGatewayTB(t testing.TB, cfg config.Config, set serveSettings, ao func(*api.Authenticator) authz.Options) (string, *runtime) {
+func forwardAuthGatewayTB(t testing.TB, cfg config.Config, set serveSettings, ao func(*auth.Authenticator) authz.Options) (string, *gateway) {
 	t.Helper()
 	log := discardLogger()
 	ctx, stop := context.WithCancel(context.Background())
-	rt, err := startRuntime(ctx, cfg, runtimeSettings{store: set.store}, log)
+	gw, err := startGateway(ctx, cfg, gatewaySettings{store: set.store}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ui := console.New(ctx, console.Options{Store: rt.opened, Audit: rt.auditLog, Auth: set.auth, Logger: log})
-	srv, err := api.New(api.Options{Store: rt.store, Audit: rt.auditLog, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: log})
+	ui := console.New(ctx, console.Options{Store: gw.store, Audit: gw.auditLog, Auth: set.auth, Logger: log})
+	srv, err := api.New(api.Options{Store: gw.locks, Audit: gw.auditLog, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := newMainHTTPRunner(cfg, connLimits{}, srv, ui, rt.checker, ao(set.auth), log, rt.goBG)
+	r, err := newMainHTTPRunner(cfg, connLimits{}, srv, ui, gw.health, gw.checker, ao(set.auth), log, gw.goBG)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +52,9 @@ func forwardAuthGatewayTB(t testing.TB, cfg config.Config, set serveSettings, ao
 	t.Cleanup(func() {
 		stop()
 		<-done
-		rt.close()
+		gw.close()
 	})
-	return "http://" + r.addr(), rt
+	return "http://" + r.addr(), gw
 }
 
 // decisions is how many checks the checker decided (any outcome).
@@ -77,7 +78,7 @@ func decisionsTB(t testing.TB, g prometheus.Gatherer) float64 {
 }
 
 func tokenConfig(name string, ops []string, prefixes ...string) config.Token {
-	sum := api.HashToken("secret-" + name)
+	sum := auth.HashToken("secret-" + name)
 	return config.Token{Name: name, SHA256: fmt.Sprintf("%x", sum[:]), Operations: ops, Prefixes: prefixes}
 }
 
@@ -90,13 +91,13 @@ func tokenConfig(name string, ops []string, prefixes ...string) config.Token {
 func TestForwardAuthCredential(t *testing.T) {
 	for _, variant := range []struct {
 		name   string
-		opts   func(*api.Authenticator) authz.Options
+		opts   func(*auth.Authenticator) authz.Options
 		broken bool
 	}{
-		{"correct", func(a *api.Authenticator) authz.Options {
+		{"correct", func(a *auth.Authenticator) authz.Options {
 			return authzOptions(a, authz.Options{Logger: discardLogger()})
 		}, false},
-		{"broken: forward-auth takes no token", func(*api.Authenticator) authz.Options { return authz.Options{Logger: discardLogger()} }, true},
+		{"broken: forward-auth takes no token", func(*auth.Authenticator) authz.Options { return authz.Options{Logger: discardLogger()} }, true},
 	} {
 		t.Run(variant.name, func(t *testing.T) {
 			cfg := config.Default()
@@ -116,15 +117,15 @@ func TestForwardAuthCredential(t *testing.T) {
 			if set.auth, err = newAuthenticator(cfg.Tokens); err != nil {
 				t.Fatal(err)
 			}
-			base, rt := forwardAuthGateway(t, cfg, set, variant.opts)
-			old, err := rt.opened.Acquire(t.Context(), "payments/1", time.Minute)
+			base, gw := forwardAuthGateway(t, cfg, set, variant.opts)
+			old, err := gw.store.Acquire(t.Context(), "payments/1", time.Minute)
 			if err != nil || !old.OK {
 				t.Fatal(old, err)
 			}
-			if _, err := rt.opened.Release(t.Context(), old.LockID); err != nil {
+			if _, err := gw.store.Release(t.Context(), old.LockID); err != nil {
 				t.Fatal(err)
 			}
-			cur, err := rt.opened.Acquire(t.Context(), "payments/1", time.Minute)
+			cur, err := gw.store.Acquire(t.Context(), "payments/1", time.Minute)
 			if err != nil || !cur.OK {
 				t.Fatal(cur, err)
 			}
@@ -150,7 +151,7 @@ func TestForwardAuthCredential(t *testing.T) {
 			bearer := func(name string) string { return "Bearer secret-" + name }
 
 			// The attack: a binary search over the fence without a token.
-			before := decisions(t, rt.reg)
+			before := decisions(t, gw.reg)
 			lo, hi, probes, found := uint64(0), uint64(1)<<20, 0, false
 			for lo <= hi && probes < 60 && !found {
 				mid := (lo + hi) / 2
@@ -168,10 +169,10 @@ func TestForwardAuthCredential(t *testing.T) {
 				}
 			}
 			t.Logf("binary search without a token: found=%v in %d probes", found, probes)
-			leaked := found || decisions(t, rt.reg) > before
+			leaked := found || decisions(t, gw.reg) > before
 			if leaked != variant.broken {
 				t.Fatalf("binary search without a token: found=%v after %d probes, decisions %v→%v (broken variant %v)",
-					found, probes, before, decisions(t, rt.reg), variant.broken)
+					found, probes, before, decisions(t, gw.reg), variant.broken)
 			}
 			if variant.broken {
 				return
@@ -192,12 +193,12 @@ func TestForwardAuthCredential(t *testing.T) {
 				{"check token, stale fence", old.Fence, map[string]string{"Proxy-Authorization": bearer("proxy")}, 409},
 			}
 			for _, tc := range cases {
-				n := decisions(t, rt.reg)
+				n := decisions(t, gw.reg)
 				st, h := check(tc.fence, tc.hdr)
 				if st != tc.status {
 					t.Errorf("%s: status %d, want %d", tc.name, st, tc.status)
 				}
-				decided := decisions(t, rt.reg) > n
+				decided := decisions(t, gw.reg) > n
 				if want := tc.status == 200 || tc.status == 409; decided != want || (h.Get(authz.HeaderDecisionID) != "") != want {
 					t.Errorf("%s: decided %v (decision id %q), want %v", tc.name, decided, h.Get(authz.HeaderDecisionID), want)
 				}
@@ -233,15 +234,15 @@ func TestForwardAuthOwnListener(t *testing.T) {
 	if set.auth, err = newAuthenticator(cfg.Tokens); err != nil {
 		t.Fatal(err)
 	}
-	opts := func(a *api.Authenticator) authz.Options {
+	opts := func(a *auth.Authenticator) authz.Options {
 		return authzOptions(a, authz.Options{Logger: discardLogger()})
 	}
-	base, rt := forwardAuthGateway(t, cfg, set, opts)
-	srv, err := api.New(api.Options{Store: rt.store, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: discardLogger()})
+	base, gw := forwardAuthGateway(t, cfg, set, opts)
+	srv, err := api.New(api.Options{Store: gw.locks, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := newForwardAuthRunner(cfg.Authz.HTTP, connLimits{}, srv, rt.checker, opts(set.auth), discardLogger(), rt.goBG)
+	r, err := newForwardAuthRunner(cfg.Authz.HTTP, connLimits{}, srv, gw.checker, opts(set.auth), discardLogger(), gw.goBG)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,12 +292,12 @@ func TestForwardAuthOwnListener(t *testing.T) {
 func BenchmarkForwardAuthFlood(b *testing.B) {
 	for _, variant := range []struct {
 		name string
-		opts func(*api.Authenticator) authz.Options
+		opts func(*auth.Authenticator) authz.Options
 	}{
-		{"check-token", func(a *api.Authenticator) authz.Options {
+		{"check-token", func(a *auth.Authenticator) authz.Options {
 			return authzOptions(a, authz.Options{Logger: discardLogger()})
 		}},
-		{"open (today)", func(*api.Authenticator) authz.Options { return authz.Options{Logger: discardLogger()} }},
+		{"open (today)", func(*auth.Authenticator) authz.Options { return authz.Options{Logger: discardLogger()} }},
 	} {
 		b.Run(variant.name, func(b *testing.B) {
 			cfg := config.Default()
@@ -311,11 +312,11 @@ func BenchmarkForwardAuthFlood(b *testing.B) {
 			if set.auth, err = newAuthenticator(cfg.Tokens); err != nil {
 				b.Fatal(err)
 			}
-			base, rt := forwardAuthGatewayTB(b, cfg, set, variant.opts)
-			if _, err := rt.opened.Acquire(b.Context(), "orders/1", time.Hour); err != nil {
+			base, gw := forwardAuthGatewayTB(b, cfg, set, variant.opts)
+			if _, err := gw.store.Acquire(b.Context(), "orders/1", time.Hour); err != nil {
 				b.Fatal(err)
 			}
-			before := decisionsTB(b, rt.reg)
+			before := decisionsTB(b, gw.reg)
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
@@ -335,7 +336,7 @@ func BenchmarkForwardAuthFlood(b *testing.B) {
 				}
 			})
 			b.StopTimer()
-			b.ReportMetric((decisionsTB(b, rt.reg)-before)/float64(b.N), "decisions/op")
+			b.ReportMetric((decisionsTB(b, gw.reg)-before)/float64(b.N), "decisions/op")
 		})
 	}
 }

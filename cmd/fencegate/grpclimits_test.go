@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"path/filepath"
+	"github.com/fencegate/fencegate/auth"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -18,7 +17,7 @@ import (
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/config"
-	"github.com/fencegate/fencegate/lockstore/bolt"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // TestLocksGRPCListenerBoundsMessages: the lock API listener as serve
@@ -30,16 +29,12 @@ import (
 // handler, which finds the key too long.
 func TestLocksGRPCListenerBoundsMessages(t *testing.T) {
 	const token = "tok-grpc-limits-0d6e"
-	s, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "locks.db")})
+	s := locktest.OpenBolt(t)
+	authn, err := auth.NewAuthenticator([]auth.Token{{Name: "t", SHA256: auth.HashToken(token), Prefixes: []string{"*"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.Close() })
-	auth, err := api.NewAuthenticator([]api.Token{{Name: "t", SHA256: api.HashToken(token), Prefixes: []string{"*"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := api.New(api.Options{Store: s, Auth: auth, Logger: discardLogger(), Authenticated: markTrusted})
+	srv, err := api.New(api.Options{Store: s, Auth: authn, Logger: discardLogger(), Authenticated: markTrusted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,12 +49,11 @@ func TestLocksGRPCListenerBoundsMessages(t *testing.T) {
 		oversize codes.Code
 	}{
 		{"as serve builds it", func() (*grpcRunner, error) {
-			return newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connLimits{}, srv, discardLogger(), goBG)
+			return newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connLimits{}, srv, testHealth(t, s), discardLogger(), goBG)
 		}, codes.ResourceExhausted},
 		{"grpc-go defaults (broken variant)", func() (*grpcRunner, error) {
-			return newGRPCRunner("grpc", "127.0.0.1:0", nil, defaultGRPCLimits, discardLogger(), func(g *grpc.Server) *health.Server {
+			return newGRPCRunner("grpc", "127.0.0.1:0", nil, defaultGRPCLimits, discardLogger(), func(g *grpc.Server) {
 				srv.RegisterGRPC(g)
-				return nil
 			})
 		}, codes.InvalidArgument},
 	} {
@@ -110,22 +104,18 @@ func TestGRPCSlotsKeepAuthenticatedCallers(t *testing.T) {
 		hook func(context.Context)
 	}{{"hooked", markTrusted}, {"no hook (broken variant)", nil}} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "locks.db")})
+			s := locktest.OpenBolt(t)
+			authn, err := auth.NewAuthenticator([]auth.Token{{Name: "t", SHA256: auth.HashToken(token), Prefixes: []string{"*"}}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = s.Close() })
-			auth, err := api.NewAuthenticator([]api.Token{{Name: "t", SHA256: api.HashToken(token), Prefixes: []string{"*"}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv, err := api.New(api.Options{Store: s, Auth: auth, Logger: discardLogger(), Authenticated: tc.hook})
+			srv, err := api.New(api.Options{Store: s, Auth: authn, Logger: discardLogger(), Authenticated: tc.hook})
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
-			r, err := newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connLimits{max: 2, perPeer: 2}, srv, discardLogger(),
+			r, err := newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connLimits{max: 2, perPeer: 2}, srv, testHealth(t, s), discardLogger(),
 				func(fn func(context.Context)) { go fn(ctx) })
 			if err != nil {
 				t.Fatal(err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,8 +14,9 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/health"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
 )
 
 // gatedStore is the real store whose Ping waits until the test opens the
@@ -39,14 +39,14 @@ func (s gatedStore) Ping(ctx context.Context) error {
 // builds them, answer NOT_SERVING (never SERVING, never "unknown
 // service") until the first readiness check answers, then SERVING.
 func TestGRPCHealthStartsNotServing(t *testing.T) {
-	s, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "locks.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := locktest.OpenBolt(t)
 	store := gatedStore{Store: s, gate: make(chan struct{})}
 	log := discardLogger()
 	srv, err := api.New(api.Options{Store: store, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := health.New(health.Options{Store: store, Logger: log, Interval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,16 +58,17 @@ func TestGRPCHealthStartsNotServing(t *testing.T) {
 		bg.Add(1)
 		go func() { defer bg.Done(); fn(bgCtx) }()
 	}
+	goBG(hs.Run)
 	l := config.Listener{Addr: "127.0.0.1:0"}
-	locks, err := newLocksGRPCRunner(l, connLimits{}, srv, log, goBG)
+	locks, err := newLocksGRPCRunner(l, connLimits{}, srv, hs, log, goBG)
 	if err != nil {
 		t.Fatal(err)
 	}
-	az, err := newAuthzRunner(l, connLimits{}, srv, checker, authz.Options{Logger: log}, log, goBG)
+	az, err := newAuthzRunner(l, connLimits{}, hs, checker, authz.Options{Logger: log}, log, goBG)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ls listeners
+	ls := listeners{health: hs}
 	ls.add("grpc", locks)
 	ls.add("authz", az)
 	ctx, stop := context.WithCancel(context.Background())
@@ -121,15 +122,27 @@ func TestGRPCHealthStartsNotServing(t *testing.T) {
 // reached when serve did not mark it NOT_SERVING first; this is how the
 // test above can fail.
 func TestAuthzRegisterAloneServes(t *testing.T) {
-	s, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "locks.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := locktest.OpenBolt(t)
 	as := authz.NewServer(fencecheck.New(s, fencecheck.Options{Logger: discardLogger()}), authz.Options{Logger: discardLogger()})
 	as.Register(grpc.NewServer())
 	res, err := as.Health().Check(context.Background(), &healthpb.HealthCheckRequest{Service: authz.ServiceName})
 	if err != nil || res.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("%v %v: the broken variant no longer serves early; the test above proves nothing new", res.GetStatus(), err)
 	}
+}
+
+// testHealth is a lifecycle over store, already serving, its gRPC health
+// kept current until the test ends.
+func testHealth(t testing.TB, store lockstore.Store) *health.Readiness {
+	t.Helper()
+	hs, err := health.New(health.Options{Store: store, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); hs.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	hs.Serve()
+	return hs
 }

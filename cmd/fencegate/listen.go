@@ -13,12 +13,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/tap"
 
 	"github.com/fencegate/fencegate/certwatch"
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/internal/health"
 )
 
 // HTTP listener timeouts. Each bounds one thing a slow or broken peer could
@@ -144,16 +144,28 @@ func (l grpcLimits) serverOptions() []grpc.ServerOption {
 // shutdownTimeout bounds draining in-flight requests on SIGTERM.
 const shutdownTimeout = 20 * time.Second
 
-// listeners are the listeners serve runs, in start order.
+// listeners are the listeners serve runs, in start order, and the
+// lifecycle they all follow.
 type listeners struct {
 	runners []runner
 	addrs   []any // name, address pairs for the ready log line
+	// health is the lifecycle every listener follows (internal/health):
+	// run moves it to ready when all serve, and to draining, for every
+	// listener at once, when the shutdown begins. Nil: no readiness
+	// (tests of one listener).
+	health *health.Readiness
+	// delay is shutdown.delay: how long the listeners keep serving, all
+	// reporting unready, before they drain, so that a load balancer
+	// polling /readyz or gRPC health stops sending first.
+	delay time.Duration
 	// drain bounds draining on shutdown; zero is shutdownTimeout. A
 	// fencing proxy raises it to let barrier writes finish (maxWrite).
 	drain time.Duration
 	// name is the process's name in the ready line ("fencegate" when
 	// empty; the standalone proxy says "fencegate proxy").
 	name string
+	// served is set by run: from then on run's shutdown owns the runners.
+	served bool
 }
 
 func (ls *listeners) add(name string, r runner) {
@@ -161,10 +173,30 @@ func (ls *listeners) add(name string, r runner) {
 	ls.addrs = append(ls.addrs, name, r.addr())
 }
 
-// run serves every listener (each already bound) and logs "fencegate
-// ready" with attrs and their addresses. When ctx ends or a listener fails,
-// it drains them all within ls.drain; it returns the failure.
+// closeUnserved closes every listener already bound when run was never
+// reached (a later listener failed to build): none is left bound. After
+// run it does nothing. Serve and proxy defer it.
+func (ls *listeners) closeUnserved() {
+	if ls.served || !closeBuiltOnError {
+		return
+	}
+	for _, r := range ls.runners {
+		r.close()
+	}
+	ls.runners = nil
+}
+
+// closeBuiltOnError is true in the gateway; a test sets it false for the
+// broken variant that leaked bound listeners when a later one failed.
+var closeBuiltOnError = true
+
+// run serves every listener (each already bound), moves the lifecycle to
+// ready and logs "fencegate ready" with attrs and their addresses. When
+// ctx ends or a listener fails it shuts down in three steps: every
+// listener reports unready at once (health: draining); they keep serving
+// for ls.delay; then they drain within ls.drain. It returns the failure.
 func (ls *listeners) run(ctx context.Context, log *slog.Logger, attrs ...any) error {
+	ls.served = true
 	drain := ls.drain
 	if drain <= 0 {
 		drain = shutdownTimeout
@@ -172,6 +204,9 @@ func (ls *listeners) run(ctx context.Context, log *slog.Logger, attrs ...any) er
 	errc := make(chan error, len(ls.runners))
 	for _, r := range ls.runners {
 		go func() { errc <- r.serve() }()
+	}
+	if ls.health != nil {
+		ls.health.Serve()
 	}
 	name := ls.name
 	if name == "" {
@@ -182,9 +217,25 @@ func (ls *listeners) run(ctx context.Context, log *slog.Logger, attrs ...any) er
 	var serveErr error
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: draining in-flight requests", "timeout", drain)
+		log.Info("shutting down: every listener reports unready, then drains", "delay", ls.delay, "timeout", drain)
 	case serveErr = <-errc:
 		log.Error("a listener failed; shutting down", "err", serveErr)
+	}
+	if ls.health != nil {
+		ls.health.Drain()
+	}
+	if ls.delay > 0 {
+		t := time.NewTimer(ls.delay)
+		select {
+		case <-t.C:
+		case err := <-errc:
+			// A listener died during the delay: nothing to wait for.
+			t.Stop()
+			if serveErr == nil {
+				serveErr = err
+			}
+		}
+		log.Info("shutdown delay over: draining in-flight requests", "timeout", drain)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
@@ -194,6 +245,9 @@ func (ls *listeners) run(ctx context.Context, log *slog.Logger, attrs ...any) er
 		go func() { defer wg.Done(); r.shutdown(sctx) }()
 	}
 	wg.Wait()
+	if ls.health != nil {
+		ls.health.Stop()
+	}
 	return serveErr
 }
 
@@ -202,6 +256,8 @@ type runner interface {
 	addr() string
 	serve() error
 	shutdown(ctx context.Context)
+	// close releases the bound listener of a runner never served.
+	close()
 }
 
 // listen binds addr first, so a port in use is reported at start, before
@@ -271,6 +327,8 @@ func (r *httpRunner) serve() error {
 	return err
 }
 
+func (r *httpRunner) close() { _ = r.ln.Close() }
+
 func (r *httpRunner) shutdown(ctx context.Context) {
 	if err := r.srv.Shutdown(ctx); err != nil {
 		_ = r.srv.Close()
@@ -296,15 +354,14 @@ func bodiless(h http.Handler) http.Handler {
 }
 
 type grpcRunner struct {
-	ln     *limitListener
-	srv    *grpc.Server
-	health *health.Server
+	ln  *limitListener
+	srv *grpc.Server
 }
 
 // newGRPCRunner builds a gRPC listener with the panic recovery and the
-// connection limits; register adds the services and returns the health
-// server that shutdown turns to NOT_SERVING first.
-func newGRPCRunner(name, addr string, tc *tls.Config, limits grpcLimits, log *slog.Logger, register func(*grpc.Server) *health.Server) (*grpcRunner, error) {
+// connection limits; register adds the services (and the health service,
+// which follows the process's health.Readiness).
+func newGRPCRunner(name, addr string, tc *tls.Config, limits grpcLimits, log *slog.Logger, register func(*grpc.Server)) (*grpcRunner, error) {
 	log = log.With("listener", name)
 	ln, err := listen(name, addr, limits.conns, log)
 	if err != nil {
@@ -317,19 +374,18 @@ func newGRPCRunner(name, addr string, tc *tls.Config, limits grpcLimits, log *sl
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	g := grpc.NewServer(opts...)
-	hs := register(g)
-	return &grpcRunner{ln: ln, srv: g, health: hs}, nil
+	register(g)
+	return &grpcRunner{ln: ln, srv: g}, nil
 }
 
 func (r *grpcRunner) addr() string { return r.ln.Addr().String() }
 func (r *grpcRunner) serve() error { return r.srv.Serve(r.ln) }
+func (r *grpcRunner) close()       { r.srv.Stop(); _ = r.ln.Close() }
 
-// shutdown reports NOT_SERVING (so health-checking proxies stop sending),
-// lets in-flight RPCs finish, then stops hard at the deadline.
+// shutdown lets in-flight RPCs finish (new calls are refused: GOAWAY),
+// then stops hard at the deadline. Health reported NOT_SERVING already,
+// since the shutdown began (listeners.run).
 func (r *grpcRunner) shutdown(ctx context.Context) {
-	if r.health != nil {
-		r.health.Shutdown()
-	}
 	done := make(chan struct{})
 	go func() { r.srv.GracefulStop(); close(done) }()
 	select {

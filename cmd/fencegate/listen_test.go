@@ -42,10 +42,10 @@ func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Disca
 // listener built as serve builds them, with limits.
 func startGRPCHealth(t *testing.T, limits grpcLimits) string {
 	t.Helper()
-	r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, limits, discardLogger(), func(g *grpc.Server) *health.Server {
+	r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, limits, discardLogger(), func(g *grpc.Server) {
 		hs := health.NewServer()
 		healthpb.RegisterHealthServer(g, hs)
-		return hs
+
 	})
 	if err != nil {
 		t.Fatal(err)

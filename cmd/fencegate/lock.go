@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -169,8 +170,8 @@ var errLockBusy = errors.New("lock is held by another holder")
 // acquireWaiting takes the lock, asking the gateway to wait up to wait for
 // it. A wait longer than the gateway's cap is covered by repeated calls.
 func acquireWaiting(ctx context.Context, c interface {
-	AcquireWait(context.Context, string, time.Duration, time.Duration) (lockstore.AcquireResult, error)
-}, key string, ttl, wait time.Duration) (lockstore.AcquireResult, time.Time, error) {
+	AcquireWait(context.Context, string, time.Duration, time.Duration) (lock.Acquired, error)
+}, key string, ttl, wait time.Duration) (lock.Acquired, time.Time, error) {
 	const perCall = 20 * time.Second // under any sane gateway maxWait
 	deadline := time.Now().Add(wait)
 	for {

@@ -22,9 +22,6 @@ import (
 	"github.com/fencegate/fencegate/writeproof"
 )
 
-// proxyReadyTimeout bounds the store ping of the standalone proxy's /readyz.
-const proxyReadyTimeout = 2 * time.Second
-
 // runProxy is `fencegate proxy`: the fencing reverse proxy on its own,
 // against a store URL (the gateway's Redis, PostgreSQL or Firestore, or a
 // local bolt file), with routes from the config file's proxy section.
@@ -37,6 +34,12 @@ func runProxy(ctx context.Context, args []string, _, stderr io.Writer) int {
 	metricsAddr := fs.String("metrics-addr", "", "listener for /metrics, /healthz, /readyz, or \"off\" (default proxy.metricsAddr, else off)")
 	logLevel := fs.String("log-level", "", "debug, info, warn or error (default info)")
 	logFormat := fs.String("log-format", "", "text or json (default text)")
+	var shutdownDelay *time.Duration
+	fs.Func("shutdown-delay", "after SIGTERM or SIGINT, how long the listeners keep serving while /readyz answers 503, before draining (default shutdown.delay, else 0s)", func(v string) error {
+		d, err := time.ParseDuration(v)
+		shutdownDelay = &d
+		return err
+	})
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: fencegate proxy --config FILE [flags]\n\nA fencing reverse proxy: every write on a route is checked against the store\nbefore it reaches the upstream. Routes come from the config file's proxy.routes.\n\nflags:")
 		fs.PrintDefaults()
@@ -59,6 +62,9 @@ func runProxy(ctx context.Context, args []string, _, stderr io.Writer) int {
 		set(&c.Proxy.MetricsAddr, *metricsAddr)
 		set(&c.Log.Level, *logLevel)
 		set(&c.Log.Format, *logFormat)
+		if shutdownDelay != nil {
+			c.Shutdown.Delay = config.Duration(*shutdownDelay)
+		}
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "fencegate proxy: %v\n", err)
@@ -155,13 +161,13 @@ func proxyRoutes(entries []config.Route) ([]proxy.Route, error) {
 		if err != nil {
 			u = nil // reported by config's validation
 		}
-		rt := proxy.Route{
+		route := proxy.Route{
 			Name: r.Name, Prefix: prefix, Upstream: u, Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader,
 			Policy: fencecheck.Policy(r.Policy), Mode: fencecheck.Mode(r.Mode), Methods: r.Methods, Proof: fencecheck.ProofMode(r.Proof),
-			Barrier: r.Barrier, MaxWrite: r.MaxWrite.Std(), PreserveHost: r.PreserveHost,
+			Barrier: r.Barrier, MaxWrite: r.MaxWrite.Std(), MaxWait: r.MaxWait.Std(), PreserveHost: r.PreserveHost,
 			BodyIdleTimeout: r.BodyIdleTimeout.Std(), BodyTimeout: r.BodyTimeout.Std(), Upgrade: r.Upgrade,
 		}
-		if err := rt.Validate(); err != nil {
+		if err := route.Validate(); err != nil {
 			// config already named prefix and upstream problems; keep the
 			// fencing ones.
 			if u != nil && strings.HasPrefix(prefix, "/") {
@@ -169,7 +175,7 @@ func proxyRoutes(entries []config.Route) ([]proxy.Route, error) {
 			}
 			continue
 		}
-		routes = append(routes, rt)
+		routes = append(routes, route)
 	}
 	if len(errs) == 0 && len(routes) == len(entries) {
 		// Problems between routes: one prefix twice, or two that an
@@ -206,32 +212,24 @@ func newProxyRunner(c config.Proxy, conns connLimits, routes []proxy.Route, chec
 // in-flight write finishes (and deregisters from the barrier) or the drain
 // deadline passes.
 func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *slog.Logger) error {
-	rt, err := startRuntime(ctx, cfg, runtimeSettings{store: set.store, tracing: set.tracing, proofs: set.proofs}, log)
+	gw, err := startGateway(ctx, cfg, gatewaySettings{store: set.store, tracing: set.tracing, proofs: set.proofs}, log)
 	if err != nil {
 		return err
 	}
-	defer rt.close()
-	store, checker, reg, goBG := rt.store, rt.checker, rt.reg, rt.goBG
-	pr, p, err := newProxyRunner(cfg.Proxy, rt.conns, set.routes, checker, log, goBG)
+	defer gw.close()
+	store, checker, reg, goBG := gw.store, gw.checker, gw.reg, gw.goBG
+	pr, p, err := newProxyRunner(cfg.Proxy, gw.conns, set.routes, checker, log, goBG)
 	if err != nil {
 		return err
 	}
-	ls := &listeners{drain: cfg.Drain(), name: "fencegate proxy"}
+	ls := &listeners{health: gw.health, delay: cfg.Shutdown.Delay.Std(), drain: cfg.Drain(), name: "fencegate proxy"}
+	defer ls.closeUnserved()
 	ls.add("proxy", pr)
 	if m := cfg.Proxy.MetricsAddr; m != "" && m != config.Off {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-			rctx, cancel := context.WithTimeout(r.Context(), proxyReadyTimeout)
-			defer cancel()
-			if err := store.Ping(rctx); err != nil {
-				http.Error(w, "store not ready", http.StatusServiceUnavailable)
-				return
-			}
-			_, _ = io.WriteString(w, "ok\n")
-		})
-		mr, err := newHTTPRunner("metrics", m, nil, mux, readTimeout, rt.conns, log)
+		gw.health.Register(mux, nil)
+		mr, err := newHTTPRunner("metrics", m, nil, mux, readTimeout, gw.conns, log)
 		if err != nil {
 			return err
 		}

@@ -5,37 +5,18 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
-
-// syncBuffer is a goroutine-safe stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func writeConfig(t *testing.T, text string) string {
 	t.Helper()
@@ -109,10 +90,7 @@ func TestProxyCommandServes(t *testing.T) {
 		fmt.Fprintf(w, "verified=%s lockid=%s", r.Header.Get("X-Fence-Verified"), r.Header.Get("X-Fence-Lock-Id"))
 	}))
 	t.Cleanup(up.Close)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testutil.Listen(t)
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	cfg := writeConfig(t, fmt.Sprintf(`
@@ -180,10 +158,7 @@ proxy:
 		t.Fatalf("bad route: exit %d: %s", code, stderr.String())
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testutil.Listen(t)
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	cfg := writeConfig(t, fmt.Sprintf(`
@@ -221,7 +196,7 @@ func startCommand(t *testing.T, run func(context.Context, []string, io.Writer, i
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	stderr := &syncBuffer{}
+	stderr := &testutil.LogBuffer{}
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, args, io.Discard, stderr) }()
 	deadline := time.Now().Add(30 * time.Second)

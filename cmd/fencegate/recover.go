@@ -24,7 +24,7 @@ import (
 // count a panicking request as an internal error.
 
 // internalStatus is the answer to a panicking RPC: INTERNAL with the lock
-// API's ErrorInfo (API.md), which ext_authz and health clients ignore.
+// API's ErrorInfo (docs/api.md), which ext_authz and health clients ignore.
 var internalStatus = func() *status.Status {
 	st := status.New(codes.Internal, "internal error")
 	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(lockstore.Internal), Domain: api.ErrorDomain}); err == nil {

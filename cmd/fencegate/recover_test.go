@@ -6,22 +6,20 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/status"
 
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
 )
 
 // panicStore is the real store with IsLocked sabotaged, to reach the
@@ -30,34 +28,11 @@ type panicStore struct{ lockstore.Store }
 
 func (panicStore) IsLocked(context.Context, string) (bool, error) { panic("boom") }
 
-// lockedLog serializes the server's log writes and the test's reads.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	l.buf = append(l.buf, p...)
-	l.mu.Unlock()
-	return len(p), nil
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.buf)
-}
-
-func panickingAPI(t *testing.T) (*api.Server, *lockedLog, *slog.Logger) {
+func panickingAPI(t *testing.T) (*api.Server, *testutil.LogBuffer, *slog.Logger) {
 	t.Helper()
-	s, err := bolt.Open(context.Background(), bolt.Config{Path: filepath.Join(t.TempDir(), "locks.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	logs := &lockedLog{}
-	log := slog.New(slog.NewTextHandler(logs, nil))
+	s := locktest.OpenBolt(t)
+	logs := &testutil.LogBuffer{}
+	log := testutil.Logger(logs, nil)
 	srv, err := api.New(api.Options{Store: panicStore{s}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +49,7 @@ func TestHTTPPanicIsRecoveredByTheListener(t *testing.T) {
 	mux := http.NewServeMux()
 	srv.Register(mux)
 	mux.HandleFunc("/bare", func(http.ResponseWriter, *http.Request) { panic("bare boom") })
+	mux.HandleFunc("/healthz", func(http.ResponseWriter, *http.Request) {}) // does the listener still serve?
 	r, err := newHTTPRunner("http", "127.0.0.1:0", nil, mux, time.Minute, connLimits{}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -125,9 +101,8 @@ func TestHTTPPanicIsRecoveredByTheListener(t *testing.T) {
 // listener keeps serving.
 func TestGRPCPanicIsRecoveredByTheListener(t *testing.T) {
 	srv, logs, log := panickingAPI(t)
-	r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, defaultGRPCLimits, log, func(g *grpc.Server) *health.Server {
+	r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, defaultGRPCLimits, log, func(g *grpc.Server) {
 		srv.RegisterGRPC(g)
-		return nil
 	})
 	if err != nil {
 		t.Fatal(err)

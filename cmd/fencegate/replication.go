@@ -24,8 +24,8 @@ var replicationModes = []string{lockstore.ReplicationSynchronous, lockstore.Repl
 // replicas or ack=replicas) and registers fencegate_store_replication{mode},
 // 1 on the mode the store reports at scrape time. It returns the reporter
 // for /readyz, or nil for a store that reports nothing.
-func watchReplication(ctx context.Context, store lockstore.Store, reg prometheus.Registerer, log *slog.Logger) (func(context.Context) (lockstore.Replication, error), error) {
-	rr, ok := store.(lockstore.ReplicationReporter)
+func watchReplication(ctx context.Context, store any, reg prometheus.Registerer, log *slog.Logger) (func(context.Context) (lockstore.Replication, error), error) {
+	rr, ok := lockstore.As[lockstore.ReplicationReporter](store)
 	if !ok {
 		return nil, nil
 	}

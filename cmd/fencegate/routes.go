@@ -167,8 +167,7 @@ func restartKeys(old, cur config.Config) []string {
 // runRoutes is `fencegate routes <subcommand>`.
 func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stderr, "usage: fencegate routes <subcommand> [flags]\n\nsubcommands:\n  check   validate the route table and show which entry a sample request matches")
-		// coordinator: list `istio` here when routes_istio.go is merged.
+		fmt.Fprintln(stderr, "usage: fencegate routes <subcommand> [flags]\n\nsubcommands:\n  check   validate the route table and show which entry a sample request matches\n  istio   print the Istio AuthorizationPolicy (CUSTOM) and DestinationRule generated from the table")
 		if len(args) == 0 {
 			return exitUsage
 		}
@@ -177,10 +176,8 @@ func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	switch args[0] {
 	case "check":
 		return routesCheck(ctx, args[1:], stdout, stderr)
-		// ---- coordinator: hook `istio` here ----
-		// case "istio":
-		// 	return routesIstio(args[1:], stdout, stderr)
-		// ---- end of the istio hook ----
+	case "istio":
+		return routesIstio(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "fencegate routes: unknown subcommand %q\n", args[0])
 	return exitUsage

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -74,7 +75,7 @@ func runLockRun(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "fencegate lock run: acquire:", err)
 		return exitRunFailure
 	}
-	held := lockstore.NewHeld(*key, r, sent, *ttl)
+	held := lock.NewHeld(*key, r, sent, *ttl)
 	release := func() {
 		rctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
 		defer cancel()
@@ -85,7 +86,7 @@ func runLockRun(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 	// The lease is not tied to ctx: a signal to us is forwarded to CMD, and
 	// we keep the lock until CMD has exited.
-	lease, err := lockstore.KeepAlive(context.Background(), c, held, *ttl)
+	lease, err := lock.KeepAlive(context.Background(), c, held, *ttl)
 	if err != nil {
 		release()
 		fmt.Fprintln(stderr, "fencegate lock run:", err)

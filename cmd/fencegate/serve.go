@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,8 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/fencegate/fencegate/admission"
 	"github.com/fencegate/fencegate/api"
@@ -25,17 +24,15 @@ import (
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/console"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/health"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/routes"
 	"github.com/fencegate/fencegate/tracing/otelenv"
 	"github.com/fencegate/fencegate/writeproof"
 )
 
-// Timeouts of the serving process.
-const (
-	storeOpenTimeout  = 15 * time.Second // first connection to the store
-	readinessInterval = 5 * time.Second  // how often gRPC health follows /readyz
-)
+// storeOpenTimeout bounds the first connection to the store.
+const storeOpenTimeout = 15 * time.Second
 
 func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -67,8 +64,8 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 // opens anything, each value parsed by the package it is for.
 type serveSettings struct {
 	store     storeURL
-	auth      *api.Authenticator // nil: auth off
-	admission admission.Options  // listener-dependent fields filled at start
+	auth      *auth.Authenticator // nil: auth off
+	admission admission.Options   // listener-dependent fields filled at start
 	// proxyRoutes are the fencing reverse proxy's routes (proxy.routes),
 	// served on their own listener when any are configured.
 	proxyRoutes []proxy.Route
@@ -154,38 +151,40 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 
 // serve runs the gateway until ctx ends, then drains and stops.
 func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.Logger) error {
-	rt, err := startRuntime(ctx, cfg, runtimeSettings{store: set.store, tracing: set.tracing, proofs: set.verifier}, log)
+	gw, err := startGateway(ctx, cfg, gatewaySettings{store: set.store, tracing: set.tracing, proofs: set.verifier}, log)
 	if err != nil {
 		return err
 	}
-	defer rt.close()
-	store, auditLog, checker, reg, goBG, caps := rt.store, rt.auditLog, rt.checker, rt.reg, rt.goBG, rt.caps
+	defer gw.close()
+	auditLog, checker, reg, goBG, caps := gw.auditLog, gw.checker, gw.reg, gw.goBG, gw.caps
+
+	// Every listener follows gw.health; a listener already bound is closed
+	// when a later one fails to build.
+	ls := &listeners{health: gw.health, delay: cfg.Shutdown.Delay.Std()}
+	defer ls.closeUnserved()
 
 	// The webhook is built first so that /readyz also covers its
 	// certificate: a pod whose webhook cannot serve must not get traffic.
-	var admissionRunner *httpRunner
-	var ready func(context.Context) error
 	if cfg.Admission.Enabled() {
-		r, h, err := newAdmissionRunner(cfg.Admission, set.admission, rt.conns, checker, reg, log, goBG)
+		r, h, err := newAdmissionRunner(cfg.Admission, set.admission, gw.conns, checker, reg, gw.health, log, goBG)
 		if err != nil {
 			return err
 		}
-		admissionRunner = r
-		ready = func(context.Context) error {
+		ls.add("admission", r)
+		gw.health.AddCheck(health.Check{Name: "admission webhook", Ready: func(context.Context) error {
 			if !h.Ready() {
-				return errors.New("admission webhook certificate not loaded")
+				return errors.New("certificate not loaded")
 			}
 			return nil
-		}
+		}})
 	}
-	// The console lists live locks from the store itself (the telemetry
-	// decorator does not pass LockLister through) and records the lock
-	// operations the API serves for its timeline.
-	ui := console.New(ctx, console.Options{Store: rt.opened, Audit: auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
+	// The console reads the store (lockstore.As finds its LockLister) and
+	// records the lock operations the API serves for its timeline.
+	ui := console.New(ctx, console.Options{Store: gw.store, Audit: auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
 	srv, err := api.New(api.Options{
-		Store: ui.Record(store), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
-		Registerer: reg, Gatherer: reg, Logger: log, AccessLog: set.accessLog, Ready: ready, Proofs: set.proofs,
-		Replication: rt.replication, Authenticated: markTrusted,
+		Store: ui.Record(gw.locks), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
+		Registerer: reg, Gatherer: reg, Logger: log, AccessLog: set.accessLog, Proofs: set.proofs,
+		Authenticated: markTrusted,
 	})
 	if err != nil {
 		return err
@@ -202,50 +201,46 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	}
 	edge := authzOptions(set.auth, authz.Options{Logger: log, Routes: table})
 
-	var ls listeners
-
 	if cfg.HTTP.Enabled() {
-		r, err := newMainHTTPRunner(cfg, rt.conns, srv, ui, checker, edge, log, goBG)
+		r, err := newMainHTTPRunner(cfg, gw.conns, srv, ui, gw.health, checker, edge, log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("http", r)
 	}
-	// Both gRPC listeners' health follows /readyz: NOT_SERVING until the
-	// first check answers, then as the store and webhook certificate go.
+	// Both gRPC listeners' health follows gw.health: NOT_SERVING until
+	// every listener serves and the first check passes, NOT_SERVING again
+	// from the instant a shutdown begins.
 	if cfg.GRPC.Enabled() {
-		r, err := newLocksGRPCRunner(cfg.GRPC, rt.conns, srv, log, goBG)
+		r, err := newLocksGRPCRunner(cfg.GRPC, gw.conns, srv, gw.health, log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("grpc", r)
 	}
 	if cfg.Authz.Enabled() {
-		r, err := newAuthzRunner(cfg.Authz.Listener, rt.conns, srv, checker, edge, log, goBG)
+		r, err := newAuthzRunner(cfg.Authz.Listener, gw.conns, gw.health, checker, edge, log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("authz", r)
 	}
 	if cfg.Authz.HTTP.Enabled() {
-		r, err := newForwardAuthRunner(cfg.Authz.HTTP, rt.conns, srv, checker, edge, log, goBG)
+		r, err := newForwardAuthRunner(cfg.Authz.HTTP, gw.conns, srv, checker, edge, log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("authz-http", r)
 	}
 	if len(set.proxyRoutes) > 0 {
-		r, _, err := newProxyRunner(cfg.Proxy, rt.conns, set.proxyRoutes, checker, log, goBG)
+		r, _, err := newProxyRunner(cfg.Proxy, gw.conns, set.proxyRoutes, checker, log, goBG)
 		if err != nil {
 			return err
 		}
 		ls.add("proxy", r)
 	}
-	if admissionRunner != nil {
-		ls.add("admission", admissionRunner)
-	}
 	if cfg.Debug.Enabled() {
-		r, err := newDebugRunner(cfg.Debug, rt.conns, log)
+		r, err := newDebugRunner(cfg.Debug, gw.conns, log)
 		if err != nil {
 			return err
 		}
@@ -266,14 +261,15 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 }
 
 // newMainHTTPRunner builds the HTTP listener: the lock API, forward-auth,
-// health and metrics.
-func newMainHTTPRunner(cfg config.Config, conns connLimits, srv *api.Server, ui *console.Console, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
+// health (/healthz, /readyz: hs) and metrics.
+func newMainHTTPRunner(cfg config.Config, conns connLimits, srv *api.Server, ui *console.Console, hs *health.Readiness, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
 	tc, _, err := serverTLS("http", cfg.HTTP.TLS, log, goBG)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	srv.Register(mux)
+	hs.Register(mux, srv.Middleware)
 	ui.Register(mux, srv.Middleware)
 	if !cfg.Authz.HTTP.Enabled() {
 		mountForwardAuth(mux, srv, checker, ao)
@@ -286,9 +282,6 @@ func newMainHTTPRunner(cfg config.Config, conns connLimits, srv *api.Server, ui 
 	}
 	return newHTTPRunner("http", cfg.HTTP.Addr, tc, mux, readTimeout+maxWait, conns, log)
 }
-
-// Both gRPC listeners' health follows /readyz (api.Server.Ready: the store
-// and the webhook certificate), NOT_SERVING until the first check answers.
 
 // Message bounds of the gRPC listeners (grpc.MaxRecvMsgSize; grpc-go's
 // default is 4 MiB, read whole before any handler or interceptor runs).
@@ -316,33 +309,30 @@ func connsOf(c config.Connections) connLimits {
 // newLocksGRPCRunner builds the gRPC lock API listener. A Locks call
 // without a valid token is refused before its message is read
 // (api.Server.GRPCTap).
-func newLocksGRPCRunner(l config.Listener, conns connLimits, srv *api.Server, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
+func newLocksGRPCRunner(l config.Listener, conns connLimits, srv *api.Server, hs *health.Readiness, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
 	limits := defaultGRPCLimits
 	limits.conns, limits.maxRecvMsg, limits.maxHeaderList, limits.tap = conns, locksMaxRecvMsg, locksMaxHeaderList, srv.GRPCTap
-	return newGRPCListener("grpc", l, limits, log, goBG, func(g *grpc.Server) *health.Server {
+	return newGRPCListener("grpc", l, limits, log, goBG, func(g *grpc.Server) {
 		srv.RegisterGRPC(g)
-		hs := health.NewServer()
-		healthpb.RegisterHealthServer(g, hs)
-		goBG(srv.FollowReadiness(hs, readinessInterval, "", api.LocksServiceName))
-		return hs
+		hs.GRPC(g, "", api.LocksServiceName)
 	})
 }
 
-// newAuthzRunner builds the Envoy ext_authz listener; Envoy health-checks it.
-func newAuthzRunner(l config.Listener, conns connLimits, srv *api.Server, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
+// newAuthzRunner builds the Envoy ext_authz listener; Envoy health-checks
+// it (authz registers the health service, whose status hs sets).
+func newAuthzRunner(l config.Listener, conns connLimits, hs *health.Readiness, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
 	limits := defaultGRPCLimits
 	limits.conns, limits.maxRecvMsg, limits.maxHeaderList = conns, authzMaxRecvMsg, authzMaxHeaderList
-	return newGRPCListener("authz", l, limits, log, goBG, func(g *grpc.Server) *health.Server {
+	return newGRPCListener("authz", l, limits, log, goBG, func(g *grpc.Server) {
 		as := authz.NewServer(checker, ao)
 		as.Register(g)
 		authz.NewExtProc(checker, ao).Register(g)
-		goBG(srv.FollowReadiness(as.Health(), readinessInterval, "", authz.ServiceName, authz.ExtProcServiceName))
-		return as.Health()
+		hs.Follow(as.Health(), "", authz.ServiceName, authz.ExtProcServiceName)
 	})
 }
 
 // newGRPCListener builds one of serve's gRPC listeners with its TLS.
-func newGRPCListener(name string, l config.Listener, limits grpcLimits, log *slog.Logger, goBG func(func(context.Context)), register func(*grpc.Server) *health.Server) (*grpcRunner, error) {
+func newGRPCListener(name string, l config.Listener, limits grpcLimits, log *slog.Logger, goBG func(func(context.Context)), register func(*grpc.Server)) (*grpcRunner, error) {
 	tc, _, err := serverTLS(name, l.TLS, log, goBG)
 	if err != nil {
 		return nil, err
@@ -351,20 +341,20 @@ func newGRPCListener(name string, l config.Listener, limits grpcLimits, log *slo
 }
 
 // newAuthenticator builds the token set; its error lists every problem
-// api.NewAuthenticator finds (names, operations, duplicate secrets).
-func newAuthenticator(tokens []config.Token) (*api.Authenticator, error) {
-	ts := make([]api.Token, 0, len(tokens))
+// auth.NewAuthenticator finds (names, operations, duplicate secrets).
+func newAuthenticator(tokens []config.Token) (*auth.Authenticator, error) {
+	ts := make([]auth.Token, 0, len(tokens))
 	for i, t := range tokens {
-		sum, err := api.ParseTokenHash(t.SHA256)
+		sum, err := auth.ParseTokenHash(t.SHA256)
 		if err != nil || sum == ([32]byte{}) {
 			// config.Validate reported the digest. A stand-in no secret
 			// hashes to keeps the token's other problems in the report;
 			// this Authenticator is never used.
 			sum = sha256.Sum256(fmt.Appendf(nil, "fencegate: token %d has no usable digest", i))
 		}
-		ts = append(ts, api.Token{Name: t.Name, SHA256: sum, Prefixes: t.Prefixes, Operations: t.Operations})
+		ts = append(ts, auth.Token{Name: t.Name, SHA256: sum, Prefixes: t.Prefixes, Operations: t.Operations})
 	}
-	return api.NewAuthenticator(ts)
+	return auth.NewAuthenticator(ts)
 }
 
 // admissionOptions parses the webhook's settings, every problem joined;
@@ -404,7 +394,9 @@ func admissionOptions(c config.Admission) (admission.Options, error) {
 	return o, o.Validate()
 }
 
-func newAdmissionRunner(c config.Admission, o admission.Options, conns connLimits, checker *fencecheck.Checker, reg prometheus.Registerer, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *admission.Handler, error) {
+// newAdmissionRunner builds the webhook's listener: the webhook, and
+// /healthz and /readyz of the process's lifecycle hs.
+func newAdmissionRunner(c config.Admission, o admission.Options, conns connLimits, checker *fencecheck.Checker, reg prometheus.Registerer, hs *health.Readiness, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *admission.Handler, error) {
 	tc, w, err := serverTLS("admission", c.TLS, log, goBG)
 	if err != nil {
 		return nil, nil, err
@@ -417,13 +409,7 @@ func newAdmissionRunner(c config.Admission, o admission.Options, conns connLimit
 	}
 	mux := http.NewServeMux()
 	mux.Handle(admission.Path, h)
-	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, _ *http.Request) {
-		if !h.Ready() {
-			http.Error(rw, "certificate not loaded", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(rw, "ok\n")
-	})
+	hs.Register(mux, nil)
 	r, err := newHTTPRunner("admission", c.Addr, tc, mux, readTimeout, conns, log)
 	if err != nil {
 		return nil, nil, err

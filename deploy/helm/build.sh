@@ -10,7 +10,9 @@
 # on two cores; set HELM_BUILD_P=1 to build one package at a time on a shared
 # machine.
 #
-# Keep HELM_VERSION in step with deploy/helm/binary.go (a test checks this).
+# FETCH_ONLY=1 only resolves and downloads the modules (see e2e/kube/build.sh).
+#
+# Keep HELM_VERSION in step with deploy/helm/helm.go (a test checks this).
 set -euo pipefail
 
 HELM_VERSION=v3.22.0
@@ -28,6 +30,11 @@ else
 	mod="$CACHE/src/helm-$HELM_VERSION"
 	rm -rf "$mod" && mkdir -p "$mod" "$DIR"
 	printf 'module fencegate.local/helmbuild\n\ngo 1.25.0\n' >"$mod/go.mod"
+	if [[ -n ${FETCH_ONLY:-} ]]; then
+		log "fetching the modules of helm $HELM_VERSION"
+		(cd "$mod" && go get "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")
+		exit 0
+	fi
 	log "building helm $HELM_VERSION (minutes on a cold cache)"
 	(
 		cd "$mod"
@@ -47,4 +54,5 @@ else
 	mv "$DIR/helm.tmp" "$DIR/helm"
 	log "helm ready: $DIR/helm"
 fi
+[[ -z ${FETCH_ONLY:-} ]] || exit 0
 echo "HELM=$DIR/helm"

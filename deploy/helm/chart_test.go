@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -86,6 +87,9 @@ func TestRenderRefuses(t *testing.T) {
 		"old proxy namespace selector":    {append(slices.Clone(required), "--set", "networkPolicy.proxyNamespaceSelector.x=y"), "proxyNamespaceSelector"},
 		"proof key without its Secret":    {append(slices.Clone(required), "--set", "proof.keys[0].kid=k1"), "/proof/keys/0"},
 		"unknown check setting":           {append(slices.Clone(required), "--set", "check.hideCurentFence=true"), "hideCurentFence"},
+		"misspelt route field":            {append(slices.Clone(required), "--set", "routes[0].name=a", "--set", "routes[0].mach.hosts={x}"), "mach"},
+		"route without a name":            {append(slices.Clone(required), "--set", "routes[0].key=a"), "/routes/0"},
+		"unknown route path type":         {append(slices.Clone(required), "--set", "routes[0].name=a", "--set", "routes[0].match.path.type=Regex"), "/routes/0/match/path/type"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := helm.Template(context.Background(), "fencegate", "fencegate", tc.args...)
@@ -326,6 +330,26 @@ func TestVariants(t *testing.T) {
 		}
 	})
 
+	t.Run("route table", func(t *testing.T) {
+		// The chart's routes reach the gateway's config as the table says
+		// (the one deploy/mesh generates the meshes' configuration from);
+		// without routes, the config has none.
+		r := render(t, "fencegate", "fencegate", variants["route table"]...)
+		got := loadConfig(t, r, "ConfigMap/fencegate-config").Routes
+		want := config.Default()
+		if err := want.LoadFile(filepath.Join("..", "mesh", "routes.yaml")); err != nil {
+			t.Fatal(err)
+		}
+		if len(want.Routes) == 0 || !reflect.DeepEqual(got, want.Routes) {
+			t.Errorf("routes in the ConfigMap:\n%+v\nwant deploy/mesh/routes.yaml's:\n%+v", got, want.Routes)
+		}
+		minimal := render(t, "fencegate", "fencegate", variants["minimal"]...)
+		cm := as[corev1.ConfigMap](t, minimal, "ConfigMap/fencegate-config")
+		if strings.Contains(cm.Data["config.yaml"], "routes:") {
+			t.Errorf("routes rendered from the default (empty) list:\n%s", cm.Data["config.yaml"])
+		}
+	})
+
 	t.Run("no admission", func(t *testing.T) {
 		r := render(t, "fencegate", "fencegate", variants["no admission"]...)
 		for _, k := range []string{"ValidatingWebhookConfiguration/fencegate", "Service/fencegate-webhook", "Certificate/fencegate-webhook"} {
@@ -400,4 +424,67 @@ func TestVariants(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRoutesSchemaMatchesConfig: values.schema.json's route entry lists
+// exactly config.Route's (and RouteMatch's, RoutePath's) fields, so the
+// schema neither refuses a field the gateway takes nor lets a misspelt one
+// through to a config the gateway would refuse at start.
+func TestRoutesSchemaMatchesConfig(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(helm.ChartDir(), "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type node struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+		Items      json.RawMessage            `json:"items"`
+	}
+	var schema node
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	var props func(json.RawMessage) map[string]json.RawMessage
+	props = func(msg json.RawMessage) map[string]json.RawMessage {
+		var n node
+		if err := json.Unmarshal(msg, &n); err != nil {
+			t.Fatal(err)
+		}
+		if n.Items != nil {
+			return props(n.Items)
+		}
+		return n.Properties
+	}
+	tags := func(v any) []string {
+		var out []string
+		rt := reflect.TypeOf(v)
+		for i := range rt.NumField() {
+			name, _, _ := strings.Cut(rt.Field(i).Tag.Get("yaml"), ",")
+			out = append(out, name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	keys := func(m map[string]json.RawMessage) []string {
+		var out []string
+		for k := range m {
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	route := props(schema.Properties["routes"])
+	match := props(route["match"])
+	for _, c := range []struct {
+		what   string
+		schema []string
+		config []string
+	}{
+		{"routes[]", keys(route), tags(config.Route{})},
+		{"routes[].match", keys(match), tags(config.RouteMatch{})},
+		{"routes[].match.path", keys(props(match["path"])), tags(config.RoutePath{})},
+	} {
+		if !slices.Equal(c.schema, c.config) {
+			t.Errorf("values.schema.json %s has %v; config has %v", c.what, c.schema, c.config)
+		}
+	}
 }

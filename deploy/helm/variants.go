@@ -45,6 +45,8 @@ func Variants() map[string][]string {
 			"--set", "admission.rules[0].apiGroups={apps}",
 			"--set", "admission.rules[0].resources={deployments,statefulsets}"),
 		"no admission": with("--set", "admission.enabled=false"),
+		// The route table the shipped mesh manifests are generated from.
+		"route table": with("-f", filepath.Join(filepath.Dir(filepath.Dir(ChartDir())), "mesh", "routes.yaml")),
 		"proofs, own authz certificate, proxies listed": with(
 			"--set", "tokens[1].name=edge-proxy",
 			"--set", "tokens[1].sha256="+strings.Repeat("ef", 32),

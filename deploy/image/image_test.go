@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,6 +33,7 @@ import (
 	"github.com/fencegate/fencegate/deploy/helm"
 	"github.com/fencegate/fencegate/deploy/image"
 	"github.com/fencegate/fencegate/deploy/k8s"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 const testVersion = "v0.0.0-imagetest"
@@ -218,7 +218,7 @@ func TestImage(t *testing.T) {
 		// serve as the image would (its working directory, the default
 		// bolt store there) with loopback listeners; every probe path the
 		// manifests use must answer 200.
-		port := freePort(t)
+		port := testutil.FreePort(t)
 		cmd := exec.Command(bin, "serve", "--http-addr", "127.0.0.1:"+strconv.Itoa(port),
 			"--grpc-addr", "off", "--authz-addr", "off", "--admission-addr", "off")
 		cmd.Dir = filepath.Join(b.root, image.WorkDir)
@@ -283,16 +283,6 @@ func waitOK(t *testing.T, url string, exited <-chan error) {
 			t.Fatalf("%s: no 200 within a minute (last: %v)", url, err)
 		}
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 type namedDeployment struct {

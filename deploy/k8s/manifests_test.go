@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/fencegate/fencegate/auth"
 	"io"
 	"io/fs"
 	"net"
@@ -13,8 +14,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/fencegate/fencegate/api"
 
 	"gopkg.in/yaml.v3"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
@@ -512,15 +511,15 @@ func loadConfig(t *testing.T, m manifests) config.Config {
 	}
 	// serve builds the authenticator from the tokens; a digest Validate
 	// accepts but the authenticator refuses would crash-loop the pods.
-	var tokens []api.Token
+	var tokens []auth.Token
 	for _, tok := range cfg.Tokens {
-		sum, err := api.ParseTokenHash(tok.SHA256)
+		sum, err := auth.ParseTokenHash(tok.SHA256)
 		if err != nil {
 			t.Fatalf("token %q: %v", tok.Name, err)
 		}
-		tokens = append(tokens, api.Token{Name: tok.Name, SHA256: sum, Prefixes: tok.Prefixes, Operations: tok.Operations})
+		tokens = append(tokens, auth.Token{Name: tok.Name, SHA256: sum, Prefixes: tok.Prefixes, Operations: tok.Operations})
 	}
-	if _, err := api.NewAuthenticator(tokens); err != nil {
+	if _, err := auth.NewAuthenticator(tokens); err != nil {
 		t.Fatalf("the ConfigMap's tokens would stop serve: %v", err)
 	}
 	cfg.Admission.TLS, cfg.Authz.TLS = shipped, shippedAuthz

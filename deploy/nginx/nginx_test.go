@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,8 +16,8 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/deploy/nginx/nginxtest"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
 )
 
 // app is the protected upstream: it records the headers of what reached it.
@@ -78,11 +77,7 @@ type denial struct {
 }
 
 func TestNginxForwardAuth(t *testing.T) {
-	store, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db"), FenceFloor: lockstore.FloorOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := locktest.OpenBolt(t, locktest.FloorOff)
 	lock := func(key string) lockstore.AcquireResult {
 		r, err := store.Acquire(t.Context(), key, time.Minute)
 		if err != nil || !r.OK {
@@ -207,11 +202,7 @@ func TestNginxForwardAuth(t *testing.T) {
 // in; with the shipped empty value every checked request is answered 401
 // and reaches neither the app nor the store.
 func TestNginxForwardAuthCredential(t *testing.T) {
-	store, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db"), FenceFloor: lockstore.FloorOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := locktest.OpenBolt(t, locktest.FloorOff)
 	cur, err := store.Acquire(t.Context(), "orders/42", time.Minute)
 	if err != nil || !cur.OK {
 		t.Fatalf("acquire: %+v %v", cur, err)

@@ -5,15 +5,13 @@ import (
 	"crypto/ed25519"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/deploy/nginx/nginxtest"
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/writeproof"
 )
 
@@ -22,11 +20,7 @@ import (
 // before it reaches the app; with the holder's proof the write passes and
 // the app receives the proof (to verify it itself) and x-fence-verified.
 func TestNginxSignedRoute(t *testing.T) {
-	store, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db"), FenceFloor: lockstore.FloorOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := locktest.OpenBolt(t, locktest.FloorOff)
 	sg, err := writeproof.NewSigner([]writeproof.Key{{KID: "k1", Seed: bytes.Repeat([]byte{1}, ed25519.SeedSize)}})
 	if err != nil {
 		t.Fatal(err)

@@ -19,13 +19,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/certwatch/certtest"
+	"github.com/fencegate/fencegate/cmd/fencegate/fencegatetest"
 	"gopkg.in/yaml.v3"
 )
 
@@ -557,19 +557,17 @@ func TestMetricNames(t *testing.T) {
 	}
 }
 
-// scrapeExercisedBinary builds fencegate, starts it on a temp bolt store
+// scrapeExercisedBinary takes the fencegate binary (fencegatetest), starts it on a temp bolt store
 // with every listener (the admission webhook on a test certificate),
 // exercises it, and returns the sample names /metrics exports.
 func scrapeExercisedBinary(t *testing.T) map[string]bool {
 	t.Helper()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "fencegate")
-	_, self, _, _ := runtime.Caller(0)
-	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin, "./cmd/fencegate")
-	build.Dir = filepath.Join(filepath.Dir(self), "..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/fencegate: %v\n%s", err, out)
+	bin, err := fencegatetest.Binary()
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(fencegatetest.Cleanup)
 	ca := certtest.NewCA(t, "webhook-ca")
 	tlsDir := filepath.Join(dir, "tls")
 	if err := os.Mkdir(tlsDir, 0o700); err != nil {

@@ -4,11 +4,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"testing"
 
+	"github.com/fencegate/fencegate/cmd/fencegate/fencegatetest"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"time"
 )
 
 // TestAnnotateCLIThroughKubeAPIServer: a kubectl-driven job stamps its
@@ -16,13 +17,11 @@ import (
 // `fencegate lock run` exports them) and the API server admits the patch
 // while its fence is current, and refuses it once superseded.
 func TestAnnotateCLIThroughKubeAPIServer(t *testing.T) {
-	_, self, _, _ := runtime.Caller(0)
-	bin := filepath.Join(t.TempDir(), "fencegate")
-	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin, "./cmd/fencegate")
-	build.Dir = filepath.Join(filepath.Dir(self), "..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build fencegate: %v\n%s", err, out)
+	bin, err := fencegatetest.Binary()
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(fencegatetest.Cleanup)
 	annotatePatch := func(fence string) []byte {
 		t.Helper()
 		cmd := exec.Command(bin, "lock", "annotate", "--patch")
@@ -38,12 +37,12 @@ func TestAnnotateCLIThroughKubeAPIServer(t *testing.T) {
 	g := startGate(t, fencecheck.ModeEnforce)
 	setUp(t, c, g)
 
-	first := acquire(t, g.store)
+	first := locktest.Acquire(t, g.store, orderKey, 10*time.Minute)
 	if code, s := c.write(t, writerUser, http.MethodPost, "", configMap("annotated", stamped(first.Fence), "v1"), false); code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, s.raw)
 	}
-	release(t, g.store, first.LockID)
-	second := acquire(t, g.store)
+	locktest.Release(t, g.store, first.LockID)
+	second := locktest.Acquire(t, g.store, orderKey, 10*time.Minute)
 
 	path := "/api/v1/namespaces/" + namespace + "/configmaps/annotated"
 	code, raw, err := c.do(t.Context(), writerUser, http.MethodPatch, path, annotatePatch(second.Fence), "application/merge-patch+json")

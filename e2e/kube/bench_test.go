@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // Flags of BenchmarkAdmission (pass after -args).
@@ -144,7 +145,7 @@ func BenchmarkAdmission(b *testing.B) {
 	c := startCluster(b)
 	g := startGate(b, fencecheck.ModeEnforce)
 	setUp(b, c, g)
-	held := acquire(b, g.store)
+	held := locktest.Acquire(b, g.store, orderKey, 10*time.Minute)
 	loadStart := loadAvg()
 
 	// Warm-up: connections, the API server's webhook client, etcd's pages.

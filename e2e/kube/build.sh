@@ -10,6 +10,9 @@
 # measured 19.5 minutes on a machine busy with other work. Set KUBE_BUILD_P=1 to
 # build one package at a time on a shared machine.
 #
+# FETCH_ONLY=1 only resolves and downloads the modules (network-bound), so
+# `make test` can fetch every tool's modules at once and compile them after.
+#
 # Keep the versions in step with e2e/kube/binaries.go (a test checks this).
 set -euo pipefail
 
@@ -55,8 +58,13 @@ build_kube() {
 			awk -v v="$STAGING_VERSION" '{ printf "\t%s => %s %s\n", $1, $1, v }'
 		echo ")"
 	} >"$mod/go.mod"
-	log "building kube-apiserver $KUBE_VERSION (slow: minutes)"
 	local pkg=k8s.io/component-base/version
+	if [[ -n ${FETCH_ONLY:-} ]]; then
+		log "fetching the modules of kube-apiserver $KUBE_VERSION"
+		(cd "$mod" && go get "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION")
+		return
+	fi
+	log "building kube-apiserver $KUBE_VERSION (slow: minutes)"
 	(
 		cd "$mod"
 		go get "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION"
@@ -76,6 +84,11 @@ build_etcd() {
 	local mod="$CACHE/src/etcd-$ETCD_VERSION"
 	rm -rf "$mod" && mkdir -p "$mod" "$ETCD_DIR"
 	printf 'module fencegate.local/etcdbuild\n\ngo 1.25.0\n' >"$mod/go.mod"
+	if [[ -n ${FETCH_ONLY:-} ]]; then
+		log "fetching the modules of etcd $ETCD_VERSION"
+		(cd "$mod" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION")
+		return
+	fi
 	log "building etcd $ETCD_VERSION"
 	(
 		cd "$mod"
@@ -88,5 +101,6 @@ build_etcd() {
 
 build_etcd
 build_kube
+[[ -z ${FETCH_ONLY:-} ]] || exit 0
 echo "KUBE_APISERVER=$KUBE_DIR/kube-apiserver"
 echo "ETCD=$ETCD_DIR/etcd"

@@ -3,27 +3,11 @@ package kube_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/fencegate/fencegate/certwatch/certtest"
 	"github.com/fencegate/fencegate/e2e/kube"
 )
 
@@ -42,184 +26,18 @@ type cluster struct {
 	client *http.Client      // trusts the API server's CA
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// logTail keeps the last bytes a process wrote, for failure messages.
-type logTail struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (l *logTail) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf = append(l.buf, p...)
-	if over := len(l.buf) - 64<<10; over > 0 {
-		l.buf = l.buf[over:]
-	}
-	return len(p), nil
-}
-
-func (l *logTail) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.buf)
-}
-
-// start runs a process owned by the test: it is stopped (SIGTERM, then
-// SIGKILL) at cleanup, and its output is shown if the test failed.
-func start(t testing.TB, name, bin string, args ...string) *logTail {
-	t.Helper()
-	out := &logTail{}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = out, out
-	// The webhook is on loopback: never route it through a proxy.
-	cmd.Env = append(os.Environ(), "NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("--- %s output (tail) ---\n%s", name, out.String())
-		}
-	})
-	return out
-}
-
-// startCluster starts etcd and kube-apiserver with the flags envtest uses
-// (service CIDR, service-account keys, a serving certificate), plus static
-// token authentication and AlwaysAllow authorization: the webhook, not RBAC,
-// is under test.
+// startCluster starts etcd and kube-apiserver (kube.Start) with static
+// token authentication for the identities above and AlwaysAllow
+// authorization: the webhook, not RBAC, is under test.
 func startCluster(t testing.TB) *cluster {
 	t.Helper()
-	apiserverBin, etcdBin, err := kube.Binaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-
-	etcdClient, etcdPeer := freePort(t), freePort(t)
-	clientURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
-	start(t, "etcd", etcdBin,
-		"--name=e2e",
-		"--data-dir="+filepath.Join(dir, "etcd"),
-		"--listen-client-urls="+clientURL, "--advertise-client-urls="+clientURL,
-		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=e2e="+peerURL,
-		"--unsafe-no-fsync", // a throwaway cluster: durability buys nothing
-		"--log-level=warn",
-	)
-
-	ca := certtest.NewCA(t, "kube-apiserver e2e CA")
-	serving := ca.Server(t, "kube-apiserver", "127.0.0.1", "localhost")
-	certFile, keyFile := serving.Write(t, dir)
-	saKey := filepath.Join(dir, "sa.key")
-	saPub := filepath.Join(dir, "sa.pub")
-	writeServiceAccountKeys(t, saKey, saPub)
-
-	tokens := map[string]string{}
-	var csv strings.Builder
-	for _, u := range []struct{ name, groups string }{
-		{adminUser, "system:masters"},
-		{writerUser, "shop-writers"},
-		{oncallUser, "oncall"},
-		{breakGlassUser, "fencegate.io:breakglass"},
-	} {
-		tok := certtest.RandomToken(t)
-		tokens[u.name] = tok
-		fmt.Fprintf(&csv, "%s,%s,%s,\"%s\"\n", tok, u.name, u.name, u.groups)
-	}
-	tokenFile := filepath.Join(dir, "tokens.csv")
-	if err := os.WriteFile(tokenFile, []byte(csv.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	port := freePort(t)
-	url := fmt.Sprintf("https://127.0.0.1:%d", port)
-	logs := start(t, "kube-apiserver", apiserverBin,
-		"--etcd-servers="+clientURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", port),
-		"--tls-cert-file="+certFile,
-		"--tls-private-key-file="+keyFile,
-		"--cert-dir="+filepath.Join(dir, "certs"),
-		"--service-cluster-ip-range=10.0.0.0/24",
-		"--service-account-issuer="+url,
-		"--service-account-key-file="+saPub,
-		"--service-account-signing-key-file="+saKey,
-		"--token-auth-file="+tokenFile,
-		"--authorization-mode=AlwaysAllow",
-		"--anonymous-auth=false",
-		// Pods are not under test; ServiceAccount would insist on default
-		// service accounts nobody creates here.
-		"--disable-admission-plugins=ServiceAccount",
-		"--profiling=false",
-		"--v=0",
-	)
-
-	c := &cluster{
-		url:    url,
-		tokens: tokens,
-		client: &http.Client{
-			Timeout:   30 * time.Second,
-			Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: 16},
-		},
-	}
-	deadline := time.Now().Add(120 * time.Second)
-	for {
-		status, body, err := c.do(context.Background(), adminUser, http.MethodGet, "/readyz", nil, "")
-		if err == nil && status == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kube-apiserver not ready after 120 s (last: %d %s %v)\n%s", status, body, err, logs.String())
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	return c
-}
-
-func writeServiceAccountKeys(t testing.TB, keyFile, pubFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pubFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	a := kube.Start(t, []kube.User{
+		{Name: adminUser, Groups: "system:masters"},
+		{Name: writerUser, Groups: "shop-writers"},
+		{Name: oncallUser, Groups: "oncall"},
+		{Name: breakGlassUser, Groups: "fencegate.io:breakglass"},
+	})
+	return &cluster{url: a.URL, tokens: a.Tokens, client: a.Client}
 }
 
 // do sends one request as user and returns the status and body.

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -30,6 +29,8 @@ import (
 	"github.com/fencegate/fencegate/certwatch/certtest"
 	"github.com/fencegate/fencegate/deploy/k8s"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
@@ -123,10 +124,7 @@ func startGate(t testing.TB, mode fencecheck.Mode) *gate {
 		g.handled = append(g.handled, time.Since(start))
 		g.mu.Unlock()
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testutil.Listen(t)
 	srv := &http.Server{
 		Handler:           mux,
 		TLSConfig:         cw.ServerConfig(nil),
@@ -301,22 +299,6 @@ func (c *cluster) state(t *testing.T, name string) (string, map[string]string) {
 	return cm.Data["state"], cm.Metadata.Annotations
 }
 
-func acquire(t testing.TB, s lockstore.Store) lockstore.AcquireResult {
-	t.Helper()
-	r, err := s.Acquire(context.Background(), orderKey, 10*time.Minute)
-	if err != nil || !r.OK {
-		t.Fatalf("acquire %s: %+v %v", orderKey, r, err)
-	}
-	return r
-}
-
-func release(t testing.TB, s lockstore.Store, lockID string) {
-	t.Helper()
-	if r, err := s.Release(context.Background(), lockID); err != nil || !r.OK {
-		t.Fatalf("release: %+v %v", r, err)
-	}
-}
-
 // audited waits until the event with decision id appears in the store's
 // audit trail (the auditor writes in the background), and returns the trail.
 func audited(t *testing.T, g *gate, id string) []lockstore.AuditEvent {
@@ -362,9 +344,9 @@ func TestAdmissionThroughKubeAPIServer(t *testing.T) {
 
 	// Two fences for the key: the first lock is released (its fence is now
 	// superseded), the second is held.
-	first := acquire(t, g.store)
-	release(t, g.store, first.LockID)
-	second := acquire(t, g.store)
+	first := locktest.Acquire(t, g.store, orderKey, 10*time.Minute)
+	locktest.Release(t, g.store, first.LockID)
+	second := locktest.Acquire(t, g.store, orderKey, 10*time.Minute)
 	stale, current := first.Fence, second.Fence
 
 	t.Run("create and update with the current fence are admitted", func(t *testing.T) {
@@ -476,8 +458,8 @@ func TestAdmissionThroughKubeAPIServer(t *testing.T) {
 	t.Run("delete with a superseded fence is refused", func(t *testing.T) {
 		// A new holder takes the lock: the object still carries the fence
 		// of the previous one.
-		release(t, g.store, second.LockID)
-		third := acquire(t, g.store)
+		locktest.Release(t, g.store, second.LockID)
+		third := locktest.Acquire(t, g.store, orderKey, 10*time.Minute)
 		code, s := c.write(t, writerUser, http.MethodDelete, "orders", nil, false)
 		expectDenied(t, "stale delete", code, s, http.StatusConflict, metav1.StatusReasonConflict,
 			`key "orders/42"`, "presented "+current, "current "+third.Fence)
@@ -642,9 +624,9 @@ func TestWarnModeThroughKubeAPIServer(t *testing.T) {
 	c := startCluster(t)
 	g := startGate(t, fencecheck.ModeWarn)
 	setUp(t, c, g)
-	first := acquire(t, g.store)
-	release(t, g.store, first.LockID)
-	current := acquire(t, g.store).Fence
+	first := locktest.Acquire(t, g.store, orderKey, 10*time.Minute)
+	locktest.Release(t, g.store, first.LockID)
+	current := locktest.Acquire(t, g.store, orderKey, 10*time.Minute).Fence
 
 	if code, s := c.write(t, writerUser, http.MethodPost, "", configMap("orders", stamped(current), "new"), false); code != http.StatusCreated {
 		t.Fatalf("create: %d %s", code, s.raw)

@@ -280,7 +280,7 @@ func admitTx(tx *bbolt.Tx, k string, a lockstore.WriteAdmission, ks lockstore.Ke
 // the read and the registration.
 func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
-	k, maxMs, err := lockstore.BeginAdmit(ctx, key, a)
+	k, maxMs, err := lockstore.PrecheckAdmit(ctx, key, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -294,7 +294,7 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 		return err
 	})
 	if err != nil {
-		return lockstore.WriteAdmitResult{}, lockstore.WithContext(err, key, "")
+		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(err, key, "")
 	}
 	return res, nil
 }
@@ -303,7 +303,7 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 // A bounded batch of the key's expired entries goes too.
 func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	const op = "finish"
-	k, err := lockstore.BeginFinish(ctx, key, writeID)
+	k, err := lockstore.PrecheckFinish(ctx, key, writeID)
 	if err != nil {
 		return err
 	}
@@ -324,7 +324,7 @@ func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 		return b.putCounts(k, c)
 	})
 	if err != nil {
-		return lockstore.WithContext(err, key, "")
+		return lockstore.WithKeyLockID(err, key, "")
 	}
 	return nil
 }

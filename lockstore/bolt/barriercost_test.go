@@ -93,7 +93,7 @@ func newWriteID(t *testing.T) string {
 // one record, decoded, walked and rewritten whole (Apply over getWrites /
 // putWrites). The broken variant TestBarrierAdmitWorkFlat must catch.
 func (s *Store) legacyAdmit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
-	k, maxMs, err := lockstore.BeginAdmit(ctx, key, a)
+	k, maxMs, err := lockstore.PrecheckAdmit(ctx, key, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}

@@ -1,7 +1,6 @@
 package bolt
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -10,12 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -128,25 +127,7 @@ func TestFileInUse(t *testing.T) {
 	third.Close()
 }
 
-// fakeClock is an injectable time authority.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) set(ms int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = time.UnixMilli(ms)
-}
-
-func openFake(t *testing.T, cfg Config) (*Store, *fakeClock) {
+func openFake(t *testing.T, cfg Config) (*Store, *testutil.Clock) {
 	t.Helper()
 	if cfg.Path == "" {
 		cfg.Path = filepath.Join(t.TempDir(), "locks.db")
@@ -156,8 +137,8 @@ func openFake(t *testing.T, cfg Config) (*Store, *fakeClock) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	clk := &fakeClock{t: time.UnixMilli(1_700_000_000_000)}
-	s.now = clk.now
+	clk := testutil.NewClock(time.UnixMilli(1_700_000_000_000))
+	s.now = clk.Now
 	return s, clk
 }
 
@@ -168,13 +149,13 @@ func TestToleranceBoundary(t *testing.T) {
 	s, clk := openFake(t, Config{})
 	ctx := t.Context()
 	const t0 = 1_700_000_000_000
-	clk.set(t0)
+	clk.Set(time.UnixMilli(t0))
 	r, err := s.Acquire(ctx, "k", 500*time.Millisecond)
 	if err != nil || !r.OK || r.ExpiresAtMs != t0+500 {
 		t.Fatalf("Acquire = %+v, %v; want expiresAt %d", r, err, t0+500)
 	}
 
-	clk.set(r.ExpiresAtMs + lockstore.TimeToleranceMs - 1)
+	clk.Set(time.UnixMilli(r.ExpiresAtMs + lockstore.TimeToleranceMs - 1))
 	if ok, _ := s.IsLocked(ctx, "k"); !ok {
 		t.Fatal("lock free 1ms before expiresAt+tolerance")
 	}
@@ -186,7 +167,7 @@ func TestToleranceBoundary(t *testing.T) {
 		t.Fatalf("Extend inside the tolerance = %+v, %v", e, err)
 	}
 
-	clk.set(e.ExpiresAtMs + lockstore.TimeToleranceMs)
+	clk.Set(time.UnixMilli(e.ExpiresAtMs + lockstore.TimeToleranceMs))
 	if ok, _ := s.IsLocked(ctx, "k"); ok {
 		t.Fatal("lock live at exactly expiresAt+tolerance")
 	}
@@ -212,7 +193,7 @@ func TestAuditRetention(t *testing.T) {
 	s, clk := openFake(t, Config{AuditRetention: lockstore.AuditRetention{MaxEvents: 5, MaxAge: time.Hour}})
 	ctx := t.Context()
 	const t0 = 1_700_000_000_000
-	clk.set(t0)
+	clk.Set(time.UnixMilli(t0))
 	var evs []lockstore.AuditEvent
 	for i := range 8 {
 		evs = append(evs, lockstore.AuditEvent{TimeMs: t0 - 10_000 + int64(i), KeyHash: "h", Reason: "stale"})
@@ -229,7 +210,7 @@ func TestAuditRetention(t *testing.T) {
 	}
 
 	// Two hours later, one new event: everything older than an hour goes.
-	clk.set(t0 + 2*time.Hour.Milliseconds())
+	clk.Set(time.UnixMilli(t0 + 2*time.Hour.Milliseconds()))
 	if err := s.AppendAudit(ctx, []lockstore.AuditEvent{{TimeMs: t0 + 2*time.Hour.Milliseconds(), KeyHash: "h", Reason: "unknown"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -254,9 +235,8 @@ func TestAuditRetention(t *testing.T) {
 // TestFenceWarning: crossing FenceWarn logs a warning with the key's hash,
 // never the raw key or lockId.
 func TestFenceWarning(t *testing.T) {
-	var buf bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewJSONHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	var buf testutil.LogBuffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
 	// Without the floor: a counter this far ahead of it is refused.
 	s, _ := openFake(t, Config{Logger: logger, FenceFloor: lockstore.FloorOff})
 	s.now = time.Now
@@ -268,10 +248,7 @@ func TestFenceWarning(t *testing.T) {
 	if err != nil || !r.OK {
 		t.Fatalf("Acquire = %+v, %v", r, err)
 	}
-	mu.Lock()
-	quiet := buf.Len() == 0
-	mu.Unlock()
-	if !quiet {
+	if buf.String() != "" {
 		t.Fatalf("warning at exactly FenceWarn (not past it): %s", buf.String())
 	}
 	s.Release(t.Context(), r.LockID)
@@ -279,9 +256,7 @@ func TestFenceWarning(t *testing.T) {
 	if err != nil || !r.OK {
 		t.Fatalf("Acquire = %+v, %v", r, err)
 	}
-	mu.Lock()
 	out := buf.String()
-	mu.Unlock()
 	if !strings.Contains(out, `"level":"WARN"`) || !strings.Contains(out, lockstore.HashKey(key)) {
 		t.Fatalf("no warning with the key hash past FenceWarn: %q", out)
 	}
@@ -322,23 +297,12 @@ func TestOpenRejectsEmptyPath(t *testing.T) {
 	}
 }
 
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
 // TestLayout pins the file layout that operators (and the bbolt CLI) see:
 // the binary lock record (record.go) under the NFC key, the lockId index,
 // the decimal fence counter, which outlives the lock.
 func TestLayout(t *testing.T) {
 	s, clk := openFake(t, Config{})
-	clk.set(1_700_000_000_000)
+	clk.Set(time.UnixMilli(1_700_000_000_000))
 	r, err := s.Acquire(t.Context(), "cafe\u0301", 5*time.Second)
 	if err != nil || !r.OK {
 		t.Fatal(r, err)

@@ -44,22 +44,18 @@ func harnessQuery(t *testing.T, query string, wrap func(*Store) lockstore.Store)
 		cfg.Logger = slog.New(slog.DiscardHandler)
 		return cfg
 	}
-	open := func(t *testing.T, ns string, edit func(*Config)) lockstore.Store {
-		cfg := config(t, ns)
-		edit(&cfg)
-		s, err := Open(t.Context(), cfg)
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
-		return wrap(s)
-	}
 	return storetest.Harness{
-		Open: func(t *testing.T, ns string) lockstore.Store { return open(t, ns, func(*Config) {}) },
-		OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
-			return open(t, ns, func(c *Config) { c.FenceFloor = lockstore.FloorOff })
-		},
-		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
-			return open(t, ns, func(c *Config) { c.AuditRetention = r })
+		Open: func(t *testing.T, ns string, o storetest.Options) (lockstore.Store, error) {
+			cfg := config(t, ns)
+			cfg.FenceFloor, cfg.AuditRetention = o.FenceFloor, o.AuditRetention
+			s, err := Open(t.Context(), cfg)
+			if err != nil {
+				return nil, err
+			}
+			if o.Now != nil {
+				s.now = o.Now
+			}
+			return wrap(s), nil
 		},
 		SetFence: func(t *testing.T, s lockstore.Store, ns, key string, n int64) {
 			if w, ok := s.(interface{ base() *Store }); ok {
@@ -251,7 +247,7 @@ type addingExtend struct{ wrapped }
 
 func (m *addingExtend) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
 	if li, err := m.Store.LookupLockID(ctx, lockID); err == nil && li != nil {
-		if left := time.Until(time.UnixMilli(li.ExpiresAtMs)).Truncate(time.Millisecond); left > 0 {
+		if left := time.Duration(li.ExpiresAtMs-m.nowMs()) * time.Millisecond; left > 0 {
 			ttl += left
 		}
 	}
@@ -297,7 +293,8 @@ func (m *leakyLookup) LookupKey(ctx context.Context, key string) (*lockstore.Loc
 // 1000 ms tolerance of the liveness predicate, on every read path.
 type noTolerance struct{ wrapped }
 
-func expired(expiresAtMs int64) bool { return expiresAtMs <= time.Now().UnixMilli() }
+// expired is the broken predicate, by the store's clock.
+func (m *noTolerance) expired(expiresAtMs int64) bool { return expiresAtMs <= m.nowMs() }
 
 func (m *noTolerance) IsLocked(ctx context.Context, key string) (bool, error) {
 	li, err := m.LookupKey(ctx, key)
@@ -306,7 +303,7 @@ func (m *noTolerance) IsLocked(ctx context.Context, key string) (bool, error) {
 
 func (m *noTolerance) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
 	li, err := m.Store.LookupKey(ctx, key)
-	if li != nil && expired(li.ExpiresAtMs) {
+	if li != nil && m.expired(li.ExpiresAtMs) {
 		li = nil
 	}
 	return li, err
@@ -314,7 +311,7 @@ func (m *noTolerance) LookupKey(ctx context.Context, key string) (*lockstore.Loc
 
 func (m *noTolerance) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
 	li, err := m.Store.LookupLockID(ctx, lockID)
-	if li != nil && expired(li.ExpiresAtMs) {
+	if li != nil && m.expired(li.ExpiresAtMs) {
 		li = nil
 	}
 	return li, err
@@ -322,7 +319,7 @@ func (m *noTolerance) LookupLockID(ctx context.Context, lockID string) (*locksto
 
 func (m *noTolerance) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
 	ks, err := m.Store.Inspect(ctx, key)
-	if ks.Live != nil && expired(ks.Live.ExpiresAtMs) {
+	if ks.Live != nil && m.expired(ks.Live.ExpiresAtMs) {
 		ks.Live = nil
 	}
 	return ks, err

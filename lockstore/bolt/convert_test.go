@@ -14,6 +14,7 @@ import (
 
 	bbolt "go.etcd.io/bbolt"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -68,7 +69,7 @@ func writeBinaryFile(t *testing.T) rollbackFixture {
 	}
 	s, clk := openFake(t, Config{Path: f.path, Logger: slog.New(slog.DiscardHandler)})
 	ctx := t.Context()
-	clk.set(fixtureT0)
+	clk.Set(time.UnixMilli(fixtureT0))
 	acquire := func(key string, ttl time.Duration) lockstore.AcquireResult {
 		t.Helper()
 		a, err := s.Acquire(ctx, key, ttl)
@@ -104,7 +105,7 @@ func writeBinaryFile(t *testing.T) rollbackFixture {
 	}
 	f.counters["released"] = "1"
 
-	clk.set(fixtureT0 + 1000)
+	clk.Set(time.UnixMilli(fixtureT0 + 1000))
 	e, err := s.Extend(ctx, ext.LockID, time.Hour)
 	if err != nil || !e.OK {
 		t.Fatalf("Extend = %+v, %v", e, err)
@@ -113,7 +114,7 @@ func writeBinaryFile(t *testing.T) rollbackFixture {
 	record("extended", ext, fixtureT0)
 	// reclaimed: expired, then taken again at t0+10000 with the next fence.
 	old := acquire("reclaimed", time.Second)
-	clk.set(fixtureT0 + 10_000)
+	clk.Set(time.UnixMilli(fixtureT0 + 10_000))
 	a := acquire("reclaimed", time.Hour)
 	if a.Fence <= old.Fence {
 		t.Fatalf("reclaim fence %s after %s", a.Fence, old.Fence)
@@ -162,7 +163,7 @@ func writeBinaryFile(t *testing.T) rollbackFixture {
 func rollbackProblems(t *testing.T, encodeJSON func(*lockRecord) ([]byte, error)) []string {
 	f := writeBinaryFile(t)
 	var logs bytes.Buffer
-	s, err := open(t.Context(), Config{Path: f.path, Records: RecordsJSON, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, encodeJSON)
+	s, err := open(t.Context(), Config{Path: f.path, Records: RecordsJSON, Logger: testutil.Logger(&logs, nil)}, encodeJSON)
 	if err != nil {
 		return []string{fmt.Sprintf("Open(records=json): %v", err)}
 	}
@@ -287,7 +288,7 @@ func TestRecordsJSONWrites(t *testing.T) {
 	f := writeBinaryFile(t)
 	s, clk := openFake(t, Config{Path: f.path, Records: RecordsJSON, Logger: slog.New(slog.DiscardHandler)})
 	ctx := t.Context()
-	clk.set(f.now)
+	clk.Set(time.UnixMilli(f.now))
 	a, err := s.Acquire(ctx, "new", time.Minute)
 	check := func(ok bool, format string, args ...any) {
 		t.Helper()
@@ -317,7 +318,7 @@ func TestRecordsJSONWrites(t *testing.T) {
 
 	// Without the option the file is read as it is and new writes are binary.
 	s, clk = openFake(t, Config{Path: f.path})
-	clk.set(f.now)
+	clk.Set(time.UnixMilli(f.now))
 	a, err = s.Acquire(ctx, "binary-again", time.Minute)
 	check(err == nil && a.OK, "Acquire(binary-again) = %+v, %v", a, err)
 	_ = s.db.View(func(tx *bbolt.Tx) error {
@@ -354,7 +355,7 @@ func TestRecordsJSONLeavesUndecodable(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	s, err := Open(t.Context(), Config{Path: f.path, Records: RecordsJSON, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	s, err := Open(t.Context(), Config{Path: f.path, Records: RecordsJSON, Logger: testutil.Logger(&logs, nil)})
 	if err != nil {
 		t.Fatalf("Open(records=json) with undecodable records: %v", err)
 	}

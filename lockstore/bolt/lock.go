@@ -30,7 +30,7 @@ func (s *Store) putLock(tx *bbolt.Tx, r *lockRecord) error {
 }
 
 // getByID resolves lockID through the index and re-verifies that the lock
-// found still carries lockID (ADR-003): an index entry that outlived its
+// found still carries lockID (docs/design.md, "Ownership re-verified"): an index entry that outlived its
 // lock must never let one holder act on another's lock.
 func (s *Store) getByID(tx *bbolt.Tx, lockID string) (*lockRecord, error) {
 	k := tx.Bucket(bucketIDs).Get([]byte(lockID))
@@ -75,7 +75,7 @@ func deleteLock(tx *bbolt.Tx, r *lockRecord) error {
 // (overflow, a clock behind the counter) nothing is written.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	const op = "acquire"
-	k, ttlMs, err := lockstore.BeginAcquire(ctx, key, ttl)
+	k, ttlMs, err := lockstore.PrecheckAcquire(ctx, key, ttl)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
@@ -125,7 +125,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return nil
 	})
 	if err != nil {
-		return lockstore.AcquireResult{}, lockstore.WithContext(err, key, "")
+		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(err, key, "")
 	}
 	lockstore.NoteFence(ctx, s.log, k, issued)
 	return res, nil
@@ -136,7 +136,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 // the way is cleaned up (its counter untouched).
 func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
 	const op = "release"
-	if err := lockstore.BeginLockIDOp(ctx, op, lockID); err != nil {
+	if err := lockstore.PrecheckLockID(ctx, op, lockID); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
 	var res lockstore.ReleaseResult
@@ -157,7 +157,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 		return nil
 	})
 	if err != nil {
-		return lockstore.ReleaseResult{}, lockstore.WithContext(err, "", lockID)
+		return lockstore.ReleaseResult{}, lockstore.WithKeyLockID(err, "", lockID)
 	}
 	return res, nil
 }
@@ -180,7 +180,7 @@ func (s *Store) resolve(tx *bbolt.Tx, lockID string) (*lockRecord, error) {
 // record is cleaned up.
 func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
 	const op = "extend"
-	ttlMs, err := lockstore.BeginExtend(ctx, lockID, ttl)
+	ttlMs, err := lockstore.PrecheckExtend(ctx, lockID, ttl)
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
@@ -204,7 +204,7 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 		return nil
 	})
 	if err != nil {
-		return lockstore.ExtendResult{}, lockstore.WithContext(err, "", lockID)
+		return lockstore.ExtendResult{}, lockstore.WithKeyLockID(err, "", lockID)
 	}
 	return res, nil
 }
@@ -218,7 +218,7 @@ func (s *Store) IsLocked(ctx context.Context, key string) (bool, error) {
 // LookupKey returns the sanitised live lock on key, or nil. Read-only.
 func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
 	const op = "lookup"
-	k, err := lockstore.BeginKeyOp(ctx, op, key)
+	k, err := lockstore.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +231,7 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 		return err
 	})
 	if err != nil {
-		return nil, lockstore.WithContext(err, key, "")
+		return nil, lockstore.WithKeyLockID(err, key, "")
 	}
 	return info, nil
 }
@@ -239,7 +239,7 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 // LookupLockID returns the sanitised live lock lockID holds, or nil.
 func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
 	const op = "lookup"
-	if err := lockstore.BeginLockIDOp(ctx, op, lockID); err != nil {
+	if err := lockstore.PrecheckLockID(ctx, op, lockID); err != nil {
 		return nil, err
 	}
 	var info *lockstore.LockInfo
@@ -251,7 +251,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 		return err
 	})
 	if err != nil {
-		return nil, lockstore.WithContext(err, "", lockID)
+		return nil, lockstore.WithKeyLockID(err, "", lockID)
 	}
 	return info, nil
 }
@@ -260,7 +260,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 // one read transaction, so the two are consistent with each other.
 func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
 	const op = "inspect"
-	k, err := lockstore.BeginKeyOp(ctx, op, key)
+	k, err := lockstore.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return lockstore.KeyState{}, err
 	}
@@ -284,7 +284,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 		return err
 	})
 	if err != nil {
-		return lockstore.KeyState{}, lockstore.WithContext(err, key, "")
+		return lockstore.KeyState{}, lockstore.WithKeyLockID(err, key, "")
 	}
 	return ks, nil
 }

@@ -123,7 +123,7 @@ func legacyProblems(t *testing.T, decode func(string, []byte) (*lockRecord, erro
 	path := filepath.Join(t.TempDir(), "legacy.db")
 	ids := writeLegacyFile(t, path)
 	s, clk := openFake(t, Config{Path: path})
-	clk.set(legacyT0)
+	clk.Set(time.UnixMilli(legacyT0))
 	s.decode = decode
 	ctx := t.Context()
 	var problems []string
@@ -172,7 +172,7 @@ func legacyProblems(t *testing.T, decode func(string, []byte) (*lockRecord, erro
 	check(err == nil && a.OK && a.Fence == fence(4), "Acquire(stale) = %+v, %v; want fence %s", a, err, fence(4))
 	rel, err := s.Release(ctx, ids["stale"])
 	check(err == nil && !rel.OK, "Release(old stale lockId) = %+v, %v; want not OK", rel, err)
-	clk.set(legacyT0 + 1000)
+	clk.Set(time.UnixMilli(legacyT0 + 1000))
 	e, err := s.Extend(ctx, ids["caf\u00e9"], time.Hour)
 	check(err == nil && e.OK && e.ExpiresAtMs == legacyT0+1000+3_600_000, "Extend(café) = %+v, %v", e, err)
 	ks, err = s.Inspect(ctx, "caf\u00e9")

@@ -18,7 +18,7 @@ import (
 // lock document (see acquireTx).
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	const op = "acquire"
-	nk, ttlMs, err := lockstore.BeginAcquire(ctx, key, ttl)
+	nk, ttlMs, err := lockstore.PrecheckAcquire(ctx, key, ttl)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
@@ -40,14 +40,14 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 
 	switch locked, err := s.lockedNow(ctx, a.lockRef); {
 	case err != nil:
-		return lockstore.AcquireResult{}, lockstore.WithContext(err, nk, "")
+		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(err, nk, "")
 	case locked:
 		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
 	}
 
 	unlock, err := s.inflight.lock(ctx, op, lockID)
 	if err != nil {
-		return lockstore.AcquireResult{}, lockstore.WithContext(err, nk, "")
+		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(err, nk, "")
 	}
 	defer unlock()
 	var (
@@ -60,7 +60,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return err
 	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
 	if err != nil {
-		return lockstore.AcquireResult{}, lockstore.WithContext(classify(ctx, op, err), nk, "")
+		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), nk, "")
 	}
 	// After the commit, so a retried transaction does not warn twice.
 	lockstore.NoteFence(ctx, s.log, nk, issued)
@@ -109,7 +109,7 @@ func (s *Store) acquireTx(ctx context.Context, tx *firestore.Transaction, a acqu
 	if err := checkpoint(ctx, op); err != nil {
 		return lockstore.AcquireResult{}, 0, err
 	}
-	// The time authority is read inside the transaction (ADR-010), so a
+	// The time authority is read inside the transaction (docs/design.md, "Authoritative expiry"), so a
 	// retried attempt computes its expiry afresh.
 	nowMs := s.nowMs()
 	snaps, err := tx.GetAll([]*firestore.DocumentRef{a.lockRef, a.fenceRef})

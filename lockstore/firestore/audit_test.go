@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -76,7 +77,7 @@ func TestAuditMaxEvents(t *testing.T) {
 // the collection, and never returned by a query even before trimming.
 func TestAuditMaxAge(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{now: time.Now()}
+	clk := testutil.NewClock(time.Now())
 	cfg := nsConfig(t, uniqueNS(t))
 	cfg.Now = clk.Now
 	cfg.AuditRetention = lockstore.AuditRetention{MaxAge: time.Hour}

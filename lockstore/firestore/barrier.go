@@ -110,7 +110,7 @@ func keyState(lockSnap, counterSnap *firestore.DocumentSnapshot, nk string, nowM
 // key from committing between the read and the registration.
 func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
-	nk, maxMs, err := lockstore.BeginAdmit(ctx, key, a)
+	nk, maxMs, err := lockstore.PrecheckAdmit(ctx, key, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -128,7 +128,7 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 	// otherwise deadlock until Firestore aborts one.
 	unlock, err := s.inflight.lock(ctx, op, lockID)
 	if err != nil {
-		return lockstore.WriteAdmitResult{}, lockstore.WithContext(err, nk, "")
+		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(err, nk, "")
 	}
 	defer unlock()
 	lockRef, fenceRef, wRef := s.locks.Doc(lockID), s.fences.Doc(fenceID), s.barrierRef(lockID)
@@ -170,7 +170,7 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 		return putWrites(tx, wRef, nk, entries)
 	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
 	if err != nil {
-		return lockstore.WriteAdmitResult{}, lockstore.WithContext(classify(ctx, op, err), nk, "")
+		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), nk, "")
 	}
 	return res, nil
 }
@@ -180,7 +180,7 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 // error and writes nothing.
 func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	const op = "finish"
-	nk, err := lockstore.BeginFinish(ctx, key, writeID)
+	nk, err := lockstore.PrecheckFinish(ctx, key, writeID)
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	defer cancel()
 	unlock, err := s.inflight.lock(ctx, op, lockID)
 	if err != nil {
-		return lockstore.WithContext(err, nk, "")
+		return lockstore.WithKeyLockID(err, nk, "")
 	}
 	defer unlock()
 	wRef := s.barrierRef(lockID)
@@ -225,7 +225,7 @@ func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 		return putWrites(tx, wRef, nk, entries)
 	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
 	if err != nil {
-		return lockstore.WithContext(classify(ctx, op, err), nk, "")
+		return lockstore.WithKeyLockID(classify(ctx, op, err), nk, "")
 	}
 	return nil
 }

@@ -76,14 +76,17 @@ func (s outsideReadStore) Admit(ctx context.Context, key string, a lockstore.Wri
 func TestBarrierReadOutsideTransactionIsCaught(t *testing.T) {
 	needEmulator(t)
 	failed := storetest.BarrierFailures(t, storetest.Harness{
-		OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
+		Open: func(t *testing.T, ns string, o storetest.Options) (lockstore.Store, error) {
 			cfg := nsConfig(t, ns)
-			cfg.FenceFloor = lockstore.FloorOff
+			cfg.FenceFloor = o.FenceFloor
+			if o.Now != nil {
+				cfg.Now = o.Now
+			}
 			s, err := Open(context.Background(), cfg)
 			if err != nil {
-				t.Fatalf("Open(%s): %v", ns, err)
+				return nil, err
 			}
-			return outsideReadStore{s}
+			return outsideReadStore{s}, nil
 		},
 		SetFence: func(t *testing.T, _ lockstore.Store, _, _ string, _ int64) { t.Fatal("not used by the barrier cases") },
 	})

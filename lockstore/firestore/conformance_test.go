@@ -13,37 +13,21 @@ import (
 // cases running in parallel never share a document, and reopening a
 // namespace reaches the same data.
 //
-// Timing: the store's time authority is this process's clock (time.Now),
-// the same clock the suite measures with, so no ExtraClockMargin is needed.
+// Timing: the store's time authority is this process (Config.Now), so the
+// suite gives every case a fake clock of its own and moves it instead of
+// sleeping; no ExtraClockMargin is needed.
 // The concurrency case is scaled down because the emulator serialises
 // conflicting transactions with a lock wait of about two seconds.
 func TestConformance(t *testing.T) {
 	needEmulator(t)
 	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T, ns string) lockstore.Store {
-			s, err := Open(context.Background(), nsConfig(t, ns))
-			if err != nil {
-				t.Fatalf("Open(%s): %v", ns, err)
-			}
-			return s
-		},
-		OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
+		Open: func(t *testing.T, ns string, o storetest.Options) (lockstore.Store, error) {
 			cfg := nsConfig(t, ns)
-			cfg.FenceFloor = lockstore.FloorOff
-			s, err := Open(context.Background(), cfg)
-			if err != nil {
-				t.Fatalf("Open(%s): %v", ns, err)
+			cfg.FenceFloor, cfg.AuditRetention = o.FenceFloor, o.AuditRetention
+			if o.Now != nil {
+				cfg.Now = o.Now
 			}
-			return s
-		},
-		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
-			cfg := nsConfig(t, ns)
-			cfg.AuditRetention = r
-			s, err := Open(context.Background(), cfg)
-			if err != nil {
-				t.Fatalf("Open(%s): %v", ns, err)
-			}
-			return s
+			return Open(context.Background(), cfg)
 		},
 		SetFence: func(t *testing.T, s lockstore.Store, ns, key string, n int64) {
 			setFence(t, s.(*Store), key, n)

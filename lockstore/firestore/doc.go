@@ -3,7 +3,7 @@
 //
 // # Layout
 //
-// The layout is SyncGuard's (firestore-backend.md), so SyncGuard
+// The layout is SyncGuard's (docs/design.md, "Backends"), so SyncGuard
 // TypeScript clients and fencegate share locks and one fence sequence per
 // key on the same database:
 //
@@ -34,9 +34,9 @@
 //
 // Release and Extend find the candidate documents with a plain lockId
 // query without limit(1), then, in one transaction, re-read each candidate
-// by reference and verify it explicitly (ADR-003): it must still carry the
+// by reference and verify it explicitly (docs/design.md, "Ownership re-verified"): it must still carry the
 // lockId, be live, and sit at its own key's document ID. More than one
-// candidate is an inconsistency (ADR-014), logged with hashes only: the
+// candidate is an inconsistency (docs/design.md, "Duplicate lockIds"), logged with hashes only: the
 // operation returns OK=false without touching a live document, and deletes
 // duplicates that expired more than tolerance + 1 s ago. LookupLockID
 // treats duplicates the same way and never writes. Inspect reads the lock

@@ -18,7 +18,7 @@ import (
 // path (the key "a/b" would name a sub-collection), and ".", ".." and
 // __.*__ are reserved. The specs do not cover this case (SyncGuard's own
 // Firestore backend cannot store such keys at all), so we apply the specs'
-// answer for a storage key the backend cannot hold (ADR-006): the hashed
+// answer for a storage key the backend cannot hold (docs/design.md, "Storage keys"): the hashed
 // form makeStorageKey uses for an over-long key, base64url of the first 16
 // bytes of SHA-256 of the key, 22 characters. No SyncGuard client can hold a
 // lock on such a key, so nothing shared is lost, and the key works the same

@@ -11,8 +11,8 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// codeFor maps a gRPC status code to the contract (firestore-backend.md,
-// Error Handling). ok is false for codes that mean "unexpected".
+// codeFor maps a gRPC status code to the contract (docs/design.md,
+// "Backends"). ok is false for codes that mean "unexpected".
 //
 //   - ABORTED reaches us only after the client library has spent its
 //     MaxAttempts on commit conflicts: contention the caller may retry, so

@@ -10,14 +10,14 @@ import (
 )
 
 // cleanupGuardMs is how far past the liveness tolerance an expired
-// duplicate must be before we delete it (interface.md's cleanup guard for
+// duplicate must be before we delete it (docs/design.md, "Cleanup guard", for
 // client-time backends: tolerance + guard, guard >= 1000 ms), so a client
 // whose clock trails ours still sees it expired too.
 const cleanupGuardMs = 1000
 
 // Release deletes the live lock lockID holds (see mutateLive).
 func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
-	if err := lockstore.BeginLockIDOp(ctx, "release", lockID); err != nil {
+	if err := lockstore.PrecheckLockID(ctx, "release", lockID); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
 	ok, detail, err := s.mutateLive(ctx, "release", lockID, func(tx *firestore.Transaction, live *firestore.DocumentSnapshot, _ int64) error {
@@ -32,7 +32,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 // Extend sets the live lock's expiry to now+ttl (replacing, not adding) and
 // returns that authoritative expiry. An expired lock is never revived.
 func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
-	ttlMs, err := lockstore.BeginExtend(ctx, lockID, ttl)
+	ttlMs, err := lockstore.PrecheckExtend(ctx, lockID, ttl)
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
@@ -61,14 +61,14 @@ func (s *Store) mutateLive(ctx context.Context, op, lockID string, mutate func(t
 	defer cancel()
 	refs, err := s.findLockID(ctx, lockID)
 	if err != nil {
-		return false, "", lockstore.WithContext(classify(ctx, op, err), "", lockID)
+		return false, "", lockstore.WithKeyLockID(classify(ctx, op, err), "", lockID)
 	}
 	if len(refs) == 0 {
 		return false, lockstore.DetailNotFound, nil
 	}
 	unlock, err := s.inflight.lock(ctx, op, refIDs(refs)...)
 	if err != nil {
-		return false, "", lockstore.WithContext(err, "", lockID)
+		return false, "", lockstore.WithKeyLockID(err, "", lockID)
 	}
 	defer unlock()
 	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
@@ -76,7 +76,7 @@ func (s *Store) mutateLive(ctx context.Context, op, lockID string, mutate func(t
 		if err := checkpoint(ctx, op); err != nil {
 			return err
 		}
-		// Read the clock inside the transaction (ADR-010): an extend's new
+		// Read the clock inside the transaction (docs/design.md, "Authoritative expiry"): an extend's new
 		// expiry is this attempt's now + ttl.
 		nowMs := s.nowMs()
 		snaps, err := tx.GetAll(refs)
@@ -104,7 +104,7 @@ func (s *Store) mutateLive(ctx context.Context, op, lockID string, mutate func(t
 		return nil
 	}, firestore.MaxAttempts(s.cfg.MaxAttempts))
 	if err != nil {
-		return false, "", lockstore.WithContext(classify(ctx, op, err), "", lockID)
+		return false, "", lockstore.WithKeyLockID(classify(ctx, op, err), "", lockID)
 	}
 	return ok, detail, nil
 }
@@ -117,7 +117,7 @@ type match struct {
 	stale  []*firestore.DocumentRef    // expired duplicates safe to delete
 }
 
-// deleteStale deletes the expired duplicates m found (ADR-014 allows it;
+// deleteStale deletes the expired duplicates m found (docs/design.md, "Duplicate lockIds", allows it;
 // live documents are never among them).
 func (m *match) deleteStale(tx *firestore.Transaction) error {
 	for _, ref := range m.stale {
@@ -130,7 +130,7 @@ func (m *match) deleteStale(tx *firestore.Transaction) error {
 
 // findLockID returns the documents whose lockId field is lockID: a plain
 // equality query on the automatic single-field index, without limit(1) so
-// duplicates are seen (ADR-014).
+// duplicates are seen (docs/design.md, "Duplicate lockIds").
 //
 // It runs outside the transaction on purpose. The binding lockId → document
 // never changes while the lock exists (a lockId is issued once, for one
@@ -168,9 +168,9 @@ func refIDs(refs []*firestore.DocumentRef) []string {
 // by the query itself for lookup). Documents that are gone or now carry
 // another lockId are not candidates any more.
 //
-// A single candidate is verified explicitly (ADR-003): its lockId must equal
+// A single candidate is verified explicitly (docs/design.md, "Ownership re-verified"): its lockId must equal
 // lockID and it must sit where its own key's lock lives, else it is not this
-// lock. More than one is an inconsistency (ADR-014): it is logged (hashes
+// lock. More than one is an inconsistency (docs/design.md, "Duplicate lockIds"): it is logged (hashes
 // only) and nothing is returned as live, so no caller mutates ambiguous
 // state; with cleanup, duplicates expired beyond the clean-up guard are
 // offered for deletion.

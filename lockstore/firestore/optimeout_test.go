@@ -2,10 +2,10 @@ package firestore
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -14,10 +14,7 @@ import (
 // unreachable Firestore into ServiceUnavailable, promptly, for a caller
 // without a deadline; a caller's sooner deadline stays NetworkTimeout.
 func TestUnreachableFirestoreIsServiceUnavailable(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testutil.Listen(t)
 	dead := l.Addr().String()
 	l.Close() // nothing listens here now
 	t.Setenv("FIRESTORE_EMULATOR_HOST", dead)

@@ -22,7 +22,7 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 }
 
 func (s *Store) lookupKey(ctx context.Context, op, key string) (*lockstore.LockInfo, error) {
-	nk, err := lockstore.BeginKeyOp(ctx, op, key)
+	nk, err := lockstore.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return nil, err
 	}
@@ -40,12 +40,12 @@ func (s *Store) lookupKey(ctx context.Context, op, key string) (*lockstore.LockI
 		return nil, nil
 	}
 	if err != nil {
-		return nil, lockstore.WithContext(classify(ctx, op, err), nk, "")
+		return nil, lockstore.WithKeyLockID(classify(ctx, op, err), nk, "")
 	}
 	nowMs := s.nowMs()
 	l, ok, err := decodeLock(snap, op)
 	if err != nil || !ok || !lockstore.IsLive(l.ExpiresAtMs, nowMs) || !keyIs(l, nk) {
-		return nil, lockstore.WithContext(err, nk, "")
+		return nil, lockstore.WithKeyLockID(err, nk, "")
 	}
 	return sanitise(nk, l), nil
 }
@@ -62,11 +62,11 @@ func keyIs(l lockDoc, nk string) bool {
 }
 
 // LookupLockID returns the sanitised live lock lockID holds, or nil. It is
-// a plain indexed query (lookup is diagnostic, ADR-011) and never mutates:
+// a plain indexed query (docs/design.md, "Lookup is diagnostic") and never mutates:
 // duplicates make it return nil without deleting anything.
 func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
 	const op = "lookup"
-	if err := lockstore.BeginLockIDOp(ctx, op, lockID); err != nil {
+	if err := lockstore.PrecheckLockID(ctx, op, lockID); err != nil {
 		return nil, err
 	}
 	ctx, cancel, err := s.begin(ctx, op)
@@ -76,11 +76,11 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 	defer cancel()
 	docs, err := s.locks.Where("lockId", "==", lockID).Documents(ctx).GetAll()
 	if err != nil {
-		return nil, lockstore.WithContext(classify(ctx, op, err), "", lockID)
+		return nil, lockstore.WithKeyLockID(classify(ctx, op, err), "", lockID)
 	}
 	m, err := s.resolve(op, lockID, docs, s.nowMs(), false)
 	if err != nil {
-		return nil, lockstore.WithContext(err, "", lockID)
+		return nil, lockstore.WithKeyLockID(err, "", lockID)
 	}
 	if m.live == nil {
 		return nil, nil
@@ -93,7 +93,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 // live lock and the latest fence ever issued for the key.
 func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
 	const op = "inspect"
-	nk, err := lockstore.BeginKeyOp(ctx, op, key)
+	nk, err := lockstore.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return lockstore.KeyState{}, err
 	}
@@ -108,18 +108,18 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	defer cancel()
 	snaps, err := s.client.GetAll(ctx, []*firestore.DocumentRef{s.locks.Doc(lockID), s.fences.Doc(fenceID)})
 	if err != nil {
-		return lockstore.KeyState{}, lockstore.WithContext(classify(ctx, op, err), nk, "")
+		return lockstore.KeyState{}, lockstore.WithKeyLockID(classify(ctx, op, err), nk, "")
 	}
 	// Read the clock after the read returns: a later "now" can only make
 	// a lock look expired sooner, which is the safe side for the check.
 	st := lockstore.KeyState{NowMs: s.nowMs()}
 	l, held, err := decodeLock(snaps[0], op)
 	if err != nil {
-		return lockstore.KeyState{}, lockstore.WithContext(err, nk, "")
+		return lockstore.KeyState{}, lockstore.WithKeyLockID(err, nk, "")
 	}
 	latest, err := decodeCounter(snaps[1], op)
 	if err != nil {
-		return lockstore.KeyState{}, lockstore.WithContext(err, nk, "")
+		return lockstore.KeyState{}, lockstore.WithKeyLockID(err, nk, "")
 	}
 	if held && keyIs(l, nk) {
 		if n, err := lockstore.ParseFence(l.Fence); err == nil && n > latest {
@@ -131,7 +131,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	}
 	if latest > 0 {
 		if st.LatestFence, err = lockstore.FormatFence(latest); err != nil {
-			return lockstore.KeyState{}, lockstore.WithContext(err, nk, "")
+			return lockstore.KeyState{}, lockstore.WithKeyLockID(err, nk, "")
 		}
 	}
 	return st, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -21,15 +22,6 @@ func bg(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-func mustAcquire(t testing.TB, s *Store, key string, ttl time.Duration) lockstore.AcquireResult {
-	t.Helper()
-	r, err := s.Acquire(bg(t), key, ttl)
-	if err != nil || !r.OK {
-		t.Fatalf("Acquire(%q) = %+v, %v; want OK", key, r, err)
-	}
-	return r
 }
 
 // rawDoc reads a document's raw fields.
@@ -60,7 +52,7 @@ func TestStorageLayout(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, floorOff(nsConfig(t, uniqueNS(t))))
 	key := "orders:42"
-	r := mustAcquire(t, s, key, 10*time.Second)
+	r := locktest.Acquire(t, s, key, 10*time.Second)
 
 	lock := rawDoc(t, s.locks.Doc(key))
 	want := map[string]any{"lockId": r.LockID, "expiresAtMs": r.ExpiresAtMs, "key": key, "fence": "000000000000001"}
@@ -120,7 +112,7 @@ func TestSyncGuardWrittenLock(t *testing.T) {
 	if rr, err := s.Release(bg(t), lockID); err != nil || !rr.OK {
 		t.Fatalf("Release of the SyncGuard lock = %+v, %v", rr, err)
 	}
-	if r := mustAcquire(t, s, key, time.Second); r.Fence != "000000000000008" {
+	if r := locktest.Acquire(t, s, key, time.Second); r.Fence != "000000000000008" {
 		t.Fatalf("fence after SyncGuard's 7 = %s, want 000000000000008", r.Fence)
 	}
 }
@@ -132,7 +124,7 @@ func TestKeysThatAreNotDocumentIDs(t *testing.T) {
 	s := openStore(t, floorOff(nsConfig(t, uniqueNS(t))))
 	keys := []string{"a/b", "a/b/c", "/", ".", "..", "__x__", "tenant/orders/42"}
 	for _, k := range keys {
-		r1 := mustAcquire(t, s, k, 10*time.Second)
+		r1 := locktest.Acquire(t, s, k, 10*time.Second)
 		if r, err := s.Acquire(bg(t), k, time.Second); err != nil || r.OK {
 			t.Fatalf("second Acquire(%q) = %+v, %v; want locked", k, r, err)
 		}
@@ -143,7 +135,7 @@ func TestKeysThatAreNotDocumentIDs(t *testing.T) {
 		if rr, err := s.Release(bg(t), r1.LockID); err != nil || !rr.OK {
 			t.Fatalf("Release(%q) = %+v, %v", k, rr, err)
 		}
-		if r2 := mustAcquire(t, s, k, time.Second); r2.Fence != "000000000000002" {
+		if r2 := locktest.Acquire(t, s, k, time.Second); r2.Fence != "000000000000002" {
 			t.Fatalf("key %q: second fence %s, want 000000000000002 (each key its own counter)", k, r2.Fence)
 		}
 	}
@@ -158,12 +150,12 @@ func TestKeysThatAreNotDocumentIDs(t *testing.T) {
 // exact boundaries of the liveness predicate.
 func TestClientTimeAuthority(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{now: time.UnixMilli(1_900_000_000_000)}
+	clk := testutil.NewClock(time.UnixMilli(1_900_000_000_000))
 	cfg := floorOff(nsConfig(t, uniqueNS(t)))
 	cfg.Now = clk.Now
 	s := openStore(t, cfg)
 
-	r := mustAcquire(t, s, "k", 10*time.Second)
+	r := locktest.Acquire(t, s, "k", 10*time.Second)
 	if r.ExpiresAtMs != 1_900_000_010_000 {
 		t.Fatalf("expiresAtMs = %d, want the injected clock + ttl", r.ExpiresAtMs)
 	}
@@ -182,7 +174,7 @@ func TestClientTimeAuthority(t *testing.T) {
 	if x, err := s.Extend(bg(t), r.LockID, 5*time.Second); err != nil || x.OK || x.Detail != lockstore.DetailExpired {
 		t.Fatalf("Extend of an expired lock = %+v, %v; want OK=false, expired", x, err)
 	}
-	r2 := mustAcquire(t, s, "k", time.Second)
+	r2 := locktest.Acquire(t, s, "k", time.Second)
 	if r2.Fence != "000000000000002" {
 		t.Fatalf("takeover fence = %s, want 000000000000002", r2.Fence)
 	}
@@ -192,19 +184,19 @@ func TestClientTimeAuthority(t *testing.T) {
 }
 
 // TestDuplicateLockID plants a second document carrying a live lock's
-// lockId (as a botched migration would) and checks ADR-014: release and
+// lockId (as a botched migration would) and checks docs/design.md, "Duplicate lockIds": release and
 // extend refuse with OK=false and change nothing live, lookup by lockId
 // returns nil, a warning names only hashes, and an expired duplicate is
 // deleted by the next mutation's transaction.
 func TestDuplicateLockID(t *testing.T) {
 	t.Parallel()
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	cfg := nsConfig(t, uniqueNS(t))
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.Logger = testutil.Logger(&logs, nil)
 	s := openStore(t, cfg)
 
 	key := "dup:resource"
-	r := mustAcquire(t, s, key, 30*time.Second)
+	r := locktest.Acquire(t, s, key, 30*time.Second)
 	orig := rawDoc(t, s.locks.Doc(key))
 	stray := s.locks.Doc("stray-copy")
 	if _, err := stray.Set(bg(t), orig); err != nil {
@@ -285,7 +277,7 @@ func TestOverflowWritesNothing(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, floorOff(nsConfig(t, uniqueNS(t))))
 	setFence(t, s, "k", lockstore.FenceMax-1)
-	if r := mustAcquire(t, s, "k", time.Millisecond); r.Fence != "900000000000000" {
+	if r := locktest.Acquire(t, s, "k", time.Millisecond); r.Fence != "900000000000000" {
 		t.Fatalf("last fence = %s, want 900000000000000", r.Fence)
 	}
 	time.Sleep(lockstore.TimeToleranceMs*time.Millisecond + 50*time.Millisecond)
@@ -335,11 +327,11 @@ func TestInspectLatestFence(t *testing.T) {
 	if err != nil || st.Live != nil || st.LatestFence != "" || st.NowMs == 0 {
 		t.Fatalf("Inspect of a fresh key = %+v, %v", st, err)
 	}
-	r := mustAcquire(t, s, "k", 10*time.Second)
+	r := locktest.Acquire(t, s, "k", 10*time.Second)
 	if _, err := s.Release(bg(t), r.LockID); err != nil {
 		t.Fatal(err)
 	}
-	r2 := mustAcquire(t, s, "k", 10*time.Second)
+	r2 := locktest.Acquire(t, s, "k", 10*time.Second)
 	st, err = s.Inspect(bg(t), "k")
 	if err != nil || st.Live == nil || st.Live.LockID != r2.LockID || st.Live.Fence != r2.Fence || st.LatestFence != "000000000000002" {
 		t.Fatalf("Inspect = %+v, %v", st, err)
@@ -503,12 +495,12 @@ func TestCrossProcessContention(t *testing.T) {
 // TestCountHeld counts live locks only.
 func TestCountHeld(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{now: time.Now()}
+	clk := testutil.NewClock(time.Now())
 	cfg := nsConfig(t, uniqueNS(t))
 	cfg.Now = clk.Now
 	s := openStore(t, cfg)
-	mustAcquire(t, s, "a", time.Second)
-	mustAcquire(t, s, "b", time.Minute)
+	locktest.Acquire(t, s, "a", time.Second)
+	locktest.Acquire(t, s, "b", time.Minute)
 	if n, err := s.CountHeld(bg(t)); err != nil || n != 2 {
 		t.Fatalf("CountHeld = %d, %v; want 2", n, err)
 	}
@@ -582,13 +574,13 @@ func TestHashedDocIDCollisionIsNotReported(t *testing.T) {
 // hash and never the key.
 func TestFenceWarning(t *testing.T) {
 	t.Parallel()
-	var logs logBuffer
+	var logs testutil.LogBuffer
 	cfg := floorOff(nsConfig(t, uniqueNS(t)))
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.Logger = testutil.Logger(&logs, nil)
 	s := openStore(t, cfg)
 	const key = "tenant-7/secret-resource"
 	setFence(t, s, key, lockstore.FenceWarn)
-	r := mustAcquire(t, s, key, time.Second)
+	r := locktest.Acquire(t, s, key, time.Second)
 	out := logs.String()
 	if strings.Count(out, "fence counter past the warning level") != 1 ||
 		!strings.Contains(out, "level=WARN") || !strings.Contains(out, "keyHash="+lockstore.HashKey(key)) {

@@ -18,13 +18,13 @@ import (
 // transaction and the whole acquire is one network round trip.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	const op = "acquire"
-	nk, ttlMs, err := lockstore.BeginAcquire(ctx, key, ttl)
+	nk, ttlMs, err := lockstore.PrecheckAcquire(ctx, key, ttl)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
 	lockKey, fenceKey, err := storageKeys(nk)
 	if err != nil {
-		return lockstore.AcquireResult{}, lockstore.WithContext(err, key, "")
+		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(err, key, "")
 	}
 	if err := s.checkOpen(op); err != nil {
 		return lockstore.AcquireResult{}, err
@@ -46,7 +46,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	b.Queue(s.sql.acquire, lockKey, fenceKey, lockID, ttlMs, nk, lockstore.FenceMax, s.cfg.FenceFloor == lockstore.FloorClock).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&free, &issued, &expires, &prior, &floor) })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return lockstore.AcquireResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")
+		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
 
 	switch {
@@ -66,7 +66,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	}
 	fence, err := lockstore.FormatFence(*issued)
 	if err != nil {
-		return lockstore.AcquireResult{}, lockstore.WithContext(err, key, "")
+		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(err, key, "")
 	}
 	lockstore.NoteFence(ctx, s.log, nk, *issued)
 	return lockstore.AcquireResult{OK: true, LockID: lockID, Fence: fence, ExpiresAtMs: *expires}, nil

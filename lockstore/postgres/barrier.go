@@ -143,13 +143,13 @@ var _ lockstore.WriteBarrier = (*Store)(nil)
 // that PostgreSQL runs as one implicit transaction, by the server's now().
 func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
-	nk, maxMs, err := lockstore.BeginAdmit(ctx, key, a)
+	nk, maxMs, err := lockstore.PrecheckAdmit(ctx, key, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
 	lockKey, fenceKey, err := storageKeys(nk)
 	if err != nil {
-		return lockstore.WriteAdmitResult{}, lockstore.WithContext(err, key, "")
+		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(err, key, "")
 	}
 	if err := s.begin(ctx, op); err != nil {
 		return lockstore.WriteAdmitResult{}, err
@@ -161,11 +161,11 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 		a.InFlightCap(), lockstore.BarrierPruneBatch).
 		QueryRow(func(r pgx.Row) error { return r.Scan(row.dest()...) })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return lockstore.WriteAdmitResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")
+		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
 	res, err := row.result(a)
 	if err != nil {
-		return lockstore.WriteAdmitResult{}, lockstore.WithContext(err, key, "")
+		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(err, key, "")
 	}
 	return res, nil
 }
@@ -228,19 +228,19 @@ func (r *admitRow) result(a lockstore.WriteAdmission) (lockstore.WriteAdmitResul
 // SweepBarrier.
 func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	const op = "finish"
-	nk, err := lockstore.BeginFinish(ctx, key, writeID)
+	nk, err := lockstore.PrecheckFinish(ctx, key, writeID)
 	if err != nil {
 		return err
 	}
 	lockKey, _, err := storageKeys(nk)
 	if err != nil {
-		return lockstore.WithContext(err, key, "")
+		return lockstore.WithKeyLockID(err, key, "")
 	}
 	if err := s.begin(ctx, op); err != nil {
 		return err
 	}
 	if _, err := s.pool.Exec(ctx, s.sql.barrier.finish, lockKey, writeID); err != nil {
-		return lockstore.WithContext(classify(ctx, op, err), key, "")
+		return lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
 	return nil
 }

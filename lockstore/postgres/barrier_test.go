@@ -68,18 +68,18 @@ func TestBarrierNeedsTheAdvisoryLock(t *testing.T) {
 	databaseURL(t)
 	harness := func(lock bool) storetest.Harness {
 		return storetest.Harness{
-			OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
+			Open: func(t *testing.T, ns string, o storetest.Options) (lockstore.Store, error) {
 				// Enough connections for every racer of race_handover, so
 				// the handover does not merely queue behind the admissions.
 				cfg := nsConfig(t, ns)
 				cfg.MaxConns = 16
-				cfg.FenceFloor = lockstore.FloorOff
+				cfg.FenceFloor = o.FenceFloor
 				dropTablesAtEnd(t, cfg)
 				st, err := Open(t.Context(), cfg)
 				if err != nil {
-					t.Fatalf("Open: %v", err)
+					return nil, err
 				}
-				return slowCommitStore{Store: st, lock: lock}
+				return slowCommitStore{Store: st, lock: lock}, nil
 			},
 			SetFence: func(t *testing.T, _ lockstore.Store, _, _ string, _ int64) { t.Fatal("not used by the barrier cases") },
 		}

@@ -12,7 +12,7 @@ import (
 // row lock (FOR UPDATE), checks ownership and liveness, and deletes.
 func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
 	const op = "release"
-	if err := lockstore.BeginLockIDOp(ctx, op, lockID); err != nil {
+	if err := lockstore.PrecheckLockID(ctx, op, lockID); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
 	if err := s.checkOpen(op); err != nil {
@@ -25,10 +25,10 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 	)
 	err := s.pool.QueryRow(ctx, s.sql.release, lockID).Scan(&heldID, &heldExp, &nowMs, &goneID)
 	if err != nil {
-		return lockstore.ReleaseResult{}, lockstore.WithContext(classify(ctx, op, err), "", lockID)
+		return lockstore.ReleaseResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), "", lockID)
 	}
 	if goneID != nil {
-		// ADR-003: the statement deleted only a row whose lock_id matched;
+		// docs/design.md, "Ownership re-verified": the statement deleted only a row whose lock_id matched;
 		// say so again here rather than trust the SQL alone.
 		if *goneID != lockID {
 			return lockstore.ReleaseResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, LockID: lockID,
@@ -44,7 +44,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 // replacing the old expiry, in one statement like Release.
 func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
 	const op = "extend"
-	ttlMs, err := lockstore.BeginExtend(ctx, lockID, ttl)
+	ttlMs, err := lockstore.PrecheckExtend(ctx, lockID, ttl)
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
@@ -58,10 +58,10 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 	)
 	err = s.pool.QueryRow(ctx, s.sql.extend, lockID, ttlMs).Scan(&heldID, &heldExp, &nowMs, &movedID, &movedExp)
 	if err != nil {
-		return lockstore.ExtendResult{}, lockstore.WithContext(classify(ctx, op, err), "", lockID)
+		return lockstore.ExtendResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), "", lockID)
 	}
 	if movedID != nil && movedExp != nil {
-		if *movedID != lockID { // ADR-003, as in Release
+		if *movedID != lockID { // docs/design.md, "Ownership re-verified", as in Release
 			return lockstore.ExtendResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, LockID: lockID,
 				Msg: "postgres: extend updated a lock it does not own"}
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -77,7 +77,7 @@ func startOwnServer(t *testing.T) *ownServer {
 	if out, err := srv.command("initdb", "-A", "trust", "-U", "postgres", "-D", srv.data, "--no-sync").CombinedOutput(); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
-	srv.port = freePort(t)
+	srv.port = testutil.FreePort(t)
 	srv.start()
 	t.Cleanup(srv.stop)
 	return srv
@@ -182,15 +182,6 @@ func (s *ownServer) stop() {
 	_ = s.cmd.Process.Kill() // no-op once it exited; certain death otherwise
 	_ = s.cmd.Wait()
 	s.cmd = nil
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // TestOutage takes PostgreSQL away under a store: every operation must fail

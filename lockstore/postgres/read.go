@@ -11,13 +11,13 @@ import (
 // left for the next acquire to overwrite. One round trip.
 func (s *Store) IsLocked(ctx context.Context, key string) (bool, error) {
 	const op = "isLocked"
-	nk, err := lockstore.BeginKeyOp(ctx, op, key)
+	nk, err := lockstore.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return false, err
 	}
 	lockKey, _, err := storageKeys(nk)
 	if err != nil {
-		return false, lockstore.WithContext(err, key, "")
+		return false, lockstore.WithKeyLockID(err, key, "")
 	}
 	if err := s.checkOpen(op); err != nil {
 		return false, err
@@ -27,7 +27,7 @@ func (s *Store) IsLocked(ctx context.Context, key string) (bool, error) {
 		exp   *int64
 	)
 	if err := s.pool.QueryRow(ctx, s.sql.isLocked, lockKey).Scan(&nowMs, &exp); err != nil {
-		return false, lockstore.WithContext(classify(ctx, op, err), key, "")
+		return false, lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
 	return exp != nil && lockstore.IsLive(*exp, nowMs), nil
 }
@@ -60,20 +60,20 @@ func (r *lockRow) info(userKey string) *lockstore.LockInfo {
 // LookupKey returns the sanitised live lock on key, or nil. One round trip.
 func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
 	const op = "lookup"
-	nk, err := lockstore.BeginKeyOp(ctx, op, key)
+	nk, err := lockstore.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return nil, err
 	}
 	lockKey, _, err := storageKeys(nk)
 	if err != nil {
-		return nil, lockstore.WithContext(err, key, "")
+		return nil, lockstore.WithKeyLockID(err, key, "")
 	}
 	if err := s.checkOpen(op); err != nil {
 		return nil, err
 	}
 	var r lockRow
 	if err := s.pool.QueryRow(ctx, s.sql.lookupKey, lockKey).Scan(r.dest()...); err != nil {
-		return nil, lockstore.WithContext(classify(ctx, op, err), key, "")
+		return nil, lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
 	if !r.live() {
 		return nil, nil
@@ -85,7 +85,7 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 // round trip through the unique lock_id index.
 func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
 	const op = "lookup"
-	if err := lockstore.BeginLockIDOp(ctx, op, lockID); err != nil {
+	if err := lockstore.PrecheckLockID(ctx, op, lockID); err != nil {
 		return nil, err
 	}
 	if err := s.checkOpen(op); err != nil {
@@ -93,9 +93,9 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 	}
 	var r lockRow
 	if err := s.pool.QueryRow(ctx, s.sql.lookupLockID, lockID).Scan(r.dest()...); err != nil {
-		return nil, lockstore.WithContext(classify(ctx, op, err), "", lockID)
+		return nil, lockstore.WithKeyLockID(classify(ctx, op, err), "", lockID)
 	}
-	// Ownership verification after the indexed read (postgres-backend.md).
+	// Ownership verification after the indexed read (docs/design.md, "Backends").
 	if !r.live() || *r.lockID != lockID || r.userKey == nil {
 		return nil, nil
 	}
@@ -106,13 +106,13 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 // in one statement: one snapshot, one server clock reading, one round trip.
 func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
 	const op = "inspect"
-	nk, err := lockstore.BeginKeyOp(ctx, op, key)
+	nk, err := lockstore.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return lockstore.KeyState{}, err
 	}
 	lockKey, fenceKey, err := storageKeys(nk)
 	if err != nil {
-		return lockstore.KeyState{}, lockstore.WithContext(err, key, "")
+		return lockstore.KeyState{}, lockstore.WithKeyLockID(err, key, "")
 	}
 	if err := s.checkOpen(op); err != nil {
 		return lockstore.KeyState{}, err
@@ -123,7 +123,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	)
 	dest := append(r.dest()[:5], &counter) // no user_key column in inspect
 	if err := s.pool.QueryRow(ctx, s.sql.inspect, lockKey, fenceKey).Scan(dest...); err != nil {
-		return lockstore.KeyState{}, lockstore.WithContext(classify(ctx, op, err), key, "")
+		return lockstore.KeyState{}, lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
 	ks := lockstore.KeyState{NowMs: r.nowMs}
 	if r.live() {

@@ -18,7 +18,7 @@ const migrateLock = `SELECT pg_advisory_xact_lock(hashtext('fencegate'), hashtex
 
 // schemaStatements returns the DDL for cfg's tables, idempotent throughout.
 //
-// The lock and fence tables are SyncGuard's byte for byte (postgres-backend.md
+// The lock and fence tables are SyncGuard's byte for byte (docs/design.md, "Backends",
 // and SyncGuard's setupSchema), including the index names idx_<table>_lock_id
 // and idx_<table>_expires, so either tool's migration finds the other's
 // objects. The fence table keeps SyncGuard's nullable key_debug column: its

@@ -107,7 +107,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// checkOpen follows the lockstore preamble (lockstore.BeginKeyOp and
+// checkOpen follows the lockstore precheck (lockstore.PrecheckKey and
 // friends) of every operation: a closed store fails before any I/O. It is
 // ServiceUnavailable, as on the other backends: during shutdown, callers
 // still in flight see the store as gone, which is what it is.
@@ -132,13 +132,13 @@ func (s *Store) begin(ctx context.Context, op string) error {
 
 // storageKeys derives the lock row key and the fence counter key of a
 // normalised user key: makeStorageKey("", key, 1700, 0) and the two-step
-// fence key (postgres-backend.md). No prefix: the tables are the namespace,
+// fence key (docs/design.md, "Backends"). No prefix: the tables are the namespace,
 // and because lock rows and counters live in different tables a user key
 // spelled "fence:…" cannot collide with another key's counter. A key with
 // a NUL byte is refused as input: PostgreSQL text cannot hold one.
 func storageKeys(normKey string) (lockKey, fenceKey string, err error) {
 	if strings.IndexByte(normKey, 0) >= 0 {
-		return "", "", lockstore.Errorf(lockstore.InvalidArgument, "validate", "PostgreSQL keys cannot contain NUL bytes")
+		return "", "", lockstore.BadInputf("PostgreSQL keys cannot contain NUL bytes")
 	}
 	lockKey, err = lockstore.MakeStorageKey("", normKey, lockstore.PostgresKeyLimit, 0)
 	if err != nil {

@@ -3,11 +3,11 @@ package postgres
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
@@ -17,12 +17,8 @@ import (
 func TestConformance(t *testing.T) {
 	databaseURL(t)
 	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T, ns string) lockstore.Store { return openNS(t, ns) },
-		OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
-			return openNS(t, ns, func(c *Config) { c.FenceFloor = lockstore.FloorOff })
-		},
-		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
-			return openNS(t, ns, func(c *Config) { c.AuditRetention = r })
+		Open: func(t *testing.T, ns string, o storetest.Options) (lockstore.Store, error) {
+			return openNS(t, ns, func(c *Config) { c.FenceFloor, c.AuditRetention = o.FenceFloor, o.AuditRetention }), nil
 		},
 		SetFence: func(t *testing.T, s lockstore.Store, ns, key string, n int64) {
 			setFence(t, s.(*Store), key, n)
@@ -56,7 +52,7 @@ func TestFenceWarning(t *testing.T) {
 	s := openNS(t, testNS(t), func(c *Config) { c.FenceFloor = lockstore.FloorOff })
 	defer s.Close()
 	var buf bytes.Buffer // only this goroutine's acquire logs to it
-	s.log = slog.New(slog.NewTextHandler(&buf, nil))
+	s.log = testutil.Logger(&buf, nil)
 	const key = "tenant-7/secret-resource"
 	setFence(t, s, key, lockstore.FenceWarn)
 	r, err := s.Acquire(tctx(t), key, time.Second)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -40,7 +41,7 @@ func TestAckReplicas(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	r := mustAcquire(t, acked, "k", time.Minute)
+	r := locktest.Acquire(t, acked, "k", time.Minute)
 	if got, _ := rc.Get(ctx, fk).Result(); fence(t, got) != r.Fence {
 		t.Fatalf("after an acknowledged acquire the replica's counter is %q, want the fence %s", got, r.Fence)
 	}
@@ -69,7 +70,7 @@ func TestAckReplicas(t *testing.T) {
 	// The broken variant: without ack mode the same acquire succeeds on the
 	// primary while the replica is frozen, so a failover now would promote
 	// a server that never saw this fence.
-	r3 := mustAcquire(t, plain, "k", time.Minute)
+	r3 := locktest.Acquire(t, plain, "k", time.Minute)
 	if n, _ := lockstore.ParseFence(r3.Fence); n <= burned {
 		t.Errorf("fence after the refused acquire = %d, not above the burned counter %d", n, burned)
 	}

@@ -15,7 +15,7 @@ import (
 // too far ahead of the clock floor, refuse), write counter, lock and index.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	const op = "acquire"
-	norm, ttlMs, err := lockstore.BeginAcquire(ctx, key, ttl)
+	norm, ttlMs, err := lockstore.PrecheckAcquire(ctx, key, ttl)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
@@ -39,13 +39,13 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		err = classify(ctx, op, err)
 	}
 	if err != nil {
-		return lockstore.AcquireResult{}, lockstore.WithContext(err, key, "")
+		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(err, key, "")
 	}
 	var n, exp int64
 	switch r := reply.(type) {
 	case string:
 		if n, exp, err = acquired(r); err != nil {
-			return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, err), key, "")
+			return lockstore.AcquireResult{}, lockstore.WithKeyLockID(badReply(op, err), key, "")
 		}
 	case int64:
 		switch r {
@@ -60,18 +60,18 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 			return lockstore.AcquireResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, Key: key,
 				Msg: "the fence counter holds a value that is not a non-negative integer"}
 		}
-		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("status %d", r)), key, "")
+		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(badReply(op, fmt.Errorf("status %d", r)), key, "")
 	case []any:
 		if lead, ok := behind(r); ok {
 			return lockstore.AcquireResult{}, lockstore.FenceClockBehind(op, key, lead)
 		}
-		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("reply %v", r)), key, "")
+		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(badReply(op, fmt.Errorf("reply %v", r)), key, "")
 	default:
-		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("reply is %T", reply)), key, "")
+		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(badReply(op, fmt.Errorf("reply is %T", reply)), key, "")
 	}
 	fence, err := lockstore.FormatFence(n)
 	if err != nil {
-		return lockstore.AcquireResult{}, lockstore.WithContext(badReply(op, err), key, "")
+		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(badReply(op, err), key, "")
 	}
 	lockstore.NoteFence(ctx, s.log, norm, n)
 	return lockstore.AcquireResult{OK: true, LockID: lockID, Fence: fence, ExpiresAtMs: exp}, nil

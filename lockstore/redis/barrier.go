@@ -213,7 +213,7 @@ func (s *Store) barrierKeys(lockKey string) (legacy, deadlines, fences string) {
 // and the write registered at one server instant, by the server clock.
 func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
-	norm, maxMs, err := lockstore.BeginAdmit(ctx, key, a)
+	norm, maxMs, err := lockstore.PrecheckAdmit(ctx, key, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -229,11 +229,11 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 	reply, err := s.eval(ctx, admitScript, []string{lockKey, fenceKey, legacy, deadlines, fences},
 		a.Fence, requireLive, a.WriteID, maxMs, a.InFlightCap(), lockstore.BarrierPruneBatch).Slice()
 	if err != nil {
-		return lockstore.WriteAdmitResult{}, lockstore.WithContext(classify(ctx, op, err), key, "")
+		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
 	res, err := admitReply(a, reply)
 	if err != nil {
-		return lockstore.WriteAdmitResult{}, lockstore.WithContext(err, key, "")
+		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(err, key, "")
 	}
 	return res, nil
 }
@@ -311,7 +311,7 @@ func admitReply(a lockstore.WriteAdmission, reply []any) (lockstore.WriteAdmitRe
 // own expiry.
 func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	const op = "finish"
-	norm, err := lockstore.BeginFinish(ctx, key, writeID)
+	norm, err := lockstore.PrecheckFinish(ctx, key, writeID)
 	if err != nil {
 		return err
 	}
@@ -321,7 +321,7 @@ func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	}
 	legacy, deadlines, fences := s.barrierKeys(lockKey)
 	if err := s.eval(ctx, finishScript, []string{legacy, deadlines, fences}, writeID).Err(); err != nil {
-		return lockstore.WithContext(classify(ctx, op, err), key, "")
+		return lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -21,7 +22,7 @@ func TestBarrierLayout(t *testing.T) {
 	ctx := context.Background()
 	c := s.Client()
 	const key = "orders/42"
-	r := mustAcquire(t, s, key, time.Minute)
+	r := locktest.Acquire(t, s, key, time.Minute)
 	const base = "syncguard_test_barrier_layout.fencegate:"
 	const lk = "syncguard_test_barrier_layout:orders/42"
 	wk, dk, fk := base+"writes:"+lk, base+"wdeadline:"+lk, base+"wfence:"+lk
@@ -62,7 +63,7 @@ func TestBarrierRoundTrips(t *testing.T) {
 	s := openPrefix(t, "syncguard_test_barrier_rt")
 	t.Cleanup(func() { dropPrefix(t, s.Client(), s.Prefix()) })
 	ctx := context.Background()
-	a := mustAcquire(t, s, "rt", time.Minute)
+	a := locktest.Acquire(t, s, "rt", time.Minute)
 	h := &cmdCounter{}
 	s.Client().AddHook(h)
 	w := func(fence string) lockstore.WriteAdmission {

@@ -11,6 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -122,12 +123,12 @@ func TestBarrierMixedFleet(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("older gateway's write blocks here", func(t *testing.T) {
-		a := mustAcquire(t, s, "old-first", time.Minute)
+		a := locktest.Acquire(t, s, "old-first", time.Minute)
 		if st := legacyAdmit(t, s, "old-first", a.Fence, newID(t), time.Minute); st != admitAdmitted {
 			t.Fatalf("older gateway's admit = %d, want admitted", st)
 		}
-		mustRelease(t, s, a.LockID)
-		b := mustAcquire(t, s, "old-first", time.Minute)
+		locktest.Release(t, s, a.LockID)
+		b := locktest.Acquire(t, s, "old-first", time.Minute)
 		if r := admitID(t, s, "old-first", b.Fence, newID(t), time.Minute); r.Admitted || r.Blocking != 1 {
 			t.Fatalf("Admit(newer fence) beside an older gateway's write = %+v, want blocked by 1", r)
 		}
@@ -138,13 +139,13 @@ func TestBarrierMixedFleet(t *testing.T) {
 	})
 
 	t.Run("this gateway's write blocks an older one", func(t *testing.T) {
-		a := mustAcquire(t, s, "new-first", time.Minute)
+		a := locktest.Acquire(t, s, "new-first", time.Minute)
 		id := newID(t)
 		if r := admitID(t, s, "new-first", a.Fence, id, time.Minute); !r.Admitted {
 			t.Fatalf("Admit = %+v", r)
 		}
-		mustRelease(t, s, a.LockID)
-		b := mustAcquire(t, s, "new-first", time.Minute)
+		locktest.Release(t, s, a.LockID)
+		b := locktest.Acquire(t, s, "new-first", time.Minute)
 		if st := legacyAdmit(t, s, "new-first", b.Fence, newID(t), time.Minute); st != admitBlocked {
 			t.Fatalf("older gateway's Admit(newer fence) beside a write admitted here = %d, want blocked", st)
 		}
@@ -158,7 +159,7 @@ func TestBarrierMixedFleet(t *testing.T) {
 
 	t.Run("a large legacy hash moves in batches, refusing meanwhile", func(t *testing.T) {
 		const n = 2*lockstore.BarrierPruneBatch + 100
-		a := mustAcquire(t, s, "old-many", time.Minute)
+		a := locktest.Acquire(t, s, "old-many", time.Minute)
 		for range n {
 			if st := legacyAdmit(t, s, "old-many", a.Fence, newID(t), time.Minute); st != admitAdmitted {
 				t.Fatalf("older gateway's admit = %d", st)
@@ -178,8 +179,8 @@ func TestBarrierMixedFleet(t *testing.T) {
 		if admitted != 3 {
 			t.Fatalf("Admit under the same fence was admitted at attempt %d, want 3 (after ceil(%d/%d) batches moved)", admitted, n, lockstore.BarrierPruneBatch)
 		}
-		mustRelease(t, s, a.LockID)
-		b := mustAcquire(t, s, "old-many", time.Minute)
+		locktest.Release(t, s, a.LockID)
+		b := locktest.Acquire(t, s, "old-many", time.Minute)
 		if r := admitID(t, s, "old-many", b.Fence, newID(t), time.Minute); r.Admitted || r.Blocking != n+1 {
 			t.Fatalf("Admit(newer fence) = %+v, want blocked by the %d moved entries and the one admitted", r, n+1)
 		}
@@ -300,9 +301,9 @@ func TestBarrierAdmitCostFlat(t *testing.T) {
 	const reps = 200
 	measure := func(size int) (empty, sameKey, newer, other, legacyUsec, emptyInner, pileInner float64) {
 		key := fmt.Sprintf("cost-%d", size)
-		a := mustAcquire(t, s, key, time.Hour)
-		o := mustAcquire(t, s, key+"-other", time.Hour)
-		e := mustAcquire(t, s, key+"-empty", time.Hour)
+		a := locktest.Acquire(t, s, key, time.Hour)
+		o := locktest.Acquire(t, s, key+"-other", time.Hour)
+		e := locktest.Acquire(t, s, key+"-empty", time.Hour)
 		empty, emptyInner = cost(t, c, reps, func() { admitID(t, s, key+"-empty", e.Fence, newID(t), time.Minute) })
 		pile(t, s, key, a.Fence, size, "index")
 		sameKey, pileInner = cost(t, c, reps, func() {
@@ -312,8 +313,8 @@ func TestBarrierAdmitCostFlat(t *testing.T) {
 			}
 		})
 		other, _ = cost(t, c, reps, func() { admitID(t, s, key+"-other", o.Fence, newID(t), time.Minute) })
-		mustRelease(t, s, a.LockID)
-		b := mustAcquire(t, s, key, time.Hour)
+		locktest.Release(t, s, a.LockID)
+		b := locktest.Acquire(t, s, key, time.Hour)
 		newer, _ = cost(t, c, reps, func() {
 			if r := admitID(t, s, key, b.Fence, newID(t), time.Minute); size > 0 && (r.Admitted || r.Blocking < size) {
 				t.Fatalf("Admit(newer fence) at %d entries = %+v, want blocked", size, r)
@@ -321,7 +322,7 @@ func TestBarrierAdmitCostFlat(t *testing.T) {
 		})
 		// The legacy walk over a legacy hash of the same size.
 		lk := key + "-legacy"
-		l := mustAcquire(t, s, lk, time.Hour)
+		l := locktest.Acquire(t, s, lk, time.Hour)
 		pile(t, s, lk, l.Fence, size, "legacy")
 		legacyUsec, _ = cost(t, c, max(5, reps*1000/max(size, 1000)), func() { legacyAdmit(t, s, lk, l.Fence, newID(t), time.Minute) })
 		return
@@ -362,13 +363,5 @@ func TestBarrierAdmitCostFlat(t *testing.T) {
 			t.Logf("entries=%d  Redis µs/Admit: empty key %.1f | same key, same fence %.1f | same key, newer fence %.1f | unrelated key %.1f | legacy walk %.1f",
 				n, empty, sameKey, newer, other, legacyUsec)
 		}
-	}
-}
-
-func mustRelease(t *testing.T, s *Store, lockID string) {
-	t.Helper()
-	r, err := s.Release(context.Background(), lockID)
-	if err != nil || !r.OK {
-		t.Fatalf("Release = %+v, %v", r, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -282,10 +283,7 @@ func TestDispatchHungConnection(t *testing.T) {
 // marker; other connections are unaffected. It returns its address.
 func newFreezingProxy(t *testing.T, target, marker string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testutil.Listen(t)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn

@@ -12,7 +12,7 @@
 // writes exactly:
 //
 //	syncguard:resource:123                   lock: {"lockId","expiresAtMs","acquiredAtMs","key","fence"}, PX ttl+1000
-//	syncguard:id:<lockId>                    index: the full lock storage key (ADR-013), same PX
+//	syncguard:id:<lockId>                    index: the full lock storage key (docs/design.md, "Storage keys"), same PX
 //	syncguard:fence:syncguard:resource:123   fence counter: only ever INCRed, never expired or deleted
 //
 // Each name is lockstore.MakeStorageKey(prefix, …, 1000, 26); the counter
@@ -45,7 +45,7 @@
 // refuses, writing nothing, when the next fence would pass
 // lockstore.FenceMax; it logs a warning past lockstore.FenceWarn. Release
 // and Extend resolve lockId → lock key, check that the lock names that
-// lockId (ADR-003) and is live, and mutate, inside one script. Extend sets
+// lockId (docs/design.md, "Ownership re-verified") and is live, and mutate, inside one script. Extend sets
 // the expiry to now+ttl and returns it. AppendAudit is one script per 500
 // events; QueryAudit is one XREVRANGE per 500 entries scanned.
 //

@@ -53,14 +53,14 @@ func normalize(key string) (string, error) {
 func checkReserved(k string) error {
 	for _, p := range reservedKeyPrefixes {
 		if strings.HasPrefix(k, p) {
-			return lockstore.Errorf(lockstore.InvalidArgument, "validate",
+			return lockstore.BadInputf(
 				"keys starting %q are reserved by the Redis key layout", p)
 		}
 	}
 	return nil
 }
 
-// keys checks a normalised user key (lockstore.BeginKeyOp) against the
+// keys checks a normalised user key (lockstore.PrecheckKey) against the
 // reserved keys and derives its lock and fence storage keys.
 func (s *Store) keys(norm string) (lockKey, fenceKey string, err error) {
 	if err := checkReserved(norm); err != nil {

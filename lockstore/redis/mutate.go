@@ -12,7 +12,7 @@ import (
 // call without owning the lock: anything else is OK=false.
 func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
 	const op = "release"
-	if err := lockstore.BeginLockIDOp(ctx, op, lockID); err != nil {
+	if err := lockstore.PrecheckLockID(ctx, op, lockID); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
 	idKey, err := s.IndexKey(lockID)
@@ -21,7 +21,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 	}
 	status, err := s.eval(ctx, releaseScript, []string{idKey}, lockID).Int64()
 	if err != nil {
-		return lockstore.ReleaseResult{}, lockstore.WithContext(classify(ctx, op, err), "", lockID)
+		return lockstore.ReleaseResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), "", lockID)
 	}
 	switch status {
 	case mutateOK:
@@ -31,14 +31,14 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 	case mutateNotFound:
 		return lockstore.ReleaseResult{Detail: lockstore.DetailNotFound}, nil
 	}
-	return lockstore.ReleaseResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("status %d", status)), "", lockID)
+	return lockstore.ReleaseResult{}, lockstore.WithKeyLockID(badReply(op, fmt.Errorf("status %d", status)), "", lockID)
 }
 
 // Extend sets the live lock's expiry to now+ttl by the server clock and
 // returns it. It never revives an expired lock.
 func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
 	const op = "extend"
-	ttlMs, err := lockstore.BeginExtend(ctx, lockID, ttl)
+	ttlMs, err := lockstore.PrecheckExtend(ctx, lockID, ttl)
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
@@ -48,17 +48,17 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 	}
 	reply, err := s.eval(ctx, extendScript, []string{idKey}, lockID, ttlMs, ttlMs+lockstore.TimeToleranceMs).Slice()
 	if err != nil {
-		return lockstore.ExtendResult{}, lockstore.WithContext(classify(ctx, op, err), "", lockID)
+		return lockstore.ExtendResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), "", lockID)
 	}
 	status, err := replyInt(reply, 0)
 	if err != nil {
-		return lockstore.ExtendResult{}, lockstore.WithContext(badReply(op, err), "", lockID)
+		return lockstore.ExtendResult{}, lockstore.WithKeyLockID(badReply(op, err), "", lockID)
 	}
 	switch status {
 	case mutateOK:
 		exp, err := replyInt(reply, 1)
 		if err != nil {
-			return lockstore.ExtendResult{}, lockstore.WithContext(badReply(op, err), "", lockID)
+			return lockstore.ExtendResult{}, lockstore.WithKeyLockID(badReply(op, err), "", lockID)
 		}
 		return lockstore.ExtendResult{OK: true, ExpiresAtMs: exp}, nil
 	case mutateExpired:
@@ -66,5 +66,5 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 	case mutateNotFound:
 		return lockstore.ExtendResult{Detail: lockstore.DetailNotFound}, nil
 	}
-	return lockstore.ExtendResult{}, lockstore.WithContext(badReply(op, fmt.Errorf("status %d", status)), "", lockID)
+	return lockstore.ExtendResult{}, lockstore.WithKeyLockID(badReply(op, fmt.Errorf("status %d", status)), "", lockID)
 }

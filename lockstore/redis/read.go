@@ -26,7 +26,7 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 
 // readKey runs readKeyScript and returns the live lock, or nil.
 func (s *Store) readKey(ctx context.Context, op, key string, cleanup bool) (*storedLock, string, error) {
-	norm, err := lockstore.BeginKeyOp(ctx, op, key)
+	norm, err := lockstore.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return nil, "", err
 	}
@@ -40,11 +40,11 @@ func (s *Store) readKey(ctx context.Context, op, key string, cleanup bool) (*sto
 	}
 	reply, err := s.eval(ctx, readKeyScript, []string{lockKey}, flag, s.idPrefix).Slice()
 	if err != nil {
-		return nil, "", lockstore.WithContext(classify(ctx, op, err), key, "")
+		return nil, "", lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
 	held, _, err := liveLock(reply, 0, 1)
 	if err != nil {
-		return nil, "", lockstore.WithContext(badReply(op, err), key, "")
+		return nil, "", lockstore.WithKeyLockID(badReply(op, err), key, "")
 	}
 	return held, norm, nil
 }
@@ -53,7 +53,7 @@ func (s *Store) readKey(ctx context.Context, op, key string, cleanup bool) (*sto
 // index and the lock are read in one script.
 func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
 	const op = "lookup"
-	if err := lockstore.BeginLockIDOp(ctx, op, lockID); err != nil {
+	if err := lockstore.PrecheckLockID(ctx, op, lockID); err != nil {
 		return nil, err
 	}
 	idKey, err := s.IndexKey(lockID)
@@ -62,13 +62,13 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 	}
 	reply, err := s.eval(ctx, readLockIDScript, []string{idKey}, lockID).Slice()
 	if err != nil {
-		return nil, lockstore.WithContext(classify(ctx, op, err), "", lockID)
+		return nil, lockstore.WithKeyLockID(classify(ctx, op, err), "", lockID)
 	}
 	held, _, err := liveLock(reply, 0, 1)
 	if err != nil {
-		return nil, lockstore.WithContext(badReply(op, err), "", lockID)
+		return nil, lockstore.WithKeyLockID(badReply(op, err), "", lockID)
 	}
-	// ADR-003, again on this side of the wire.
+	// docs/design.md, "Ownership re-verified", again on this side of the wire.
 	if held == nil || held.LockID != lockID {
 		return nil, nil
 	}
@@ -79,7 +79,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 // one script, at one server instant.
 func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
 	const op = "inspect"
-	norm, err := lockstore.BeginKeyOp(ctx, op, key)
+	norm, err := lockstore.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return lockstore.KeyState{}, err
 	}
@@ -89,21 +89,21 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	}
 	reply, err := s.eval(ctx, inspectScript, []string{lockKey, fenceKey}).Slice()
 	if err != nil {
-		return lockstore.KeyState{}, lockstore.WithContext(classify(ctx, op, err), key, "")
+		return lockstore.KeyState{}, lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
 	held, now, err := liveLock(reply, 0, 2)
 	if err != nil {
-		return lockstore.KeyState{}, lockstore.WithContext(badReply(op, err), key, "")
+		return lockstore.KeyState{}, lockstore.WithKeyLockID(badReply(op, err), key, "")
 	}
 	ks := lockstore.KeyState{NowMs: now}
 	if c, ok := reply[1].(string); ok {
 		n, err := strconv.ParseInt(c, 10, 64)
 		if err != nil {
-			return lockstore.KeyState{}, lockstore.WithContext(badReply(op, fmt.Errorf("fence counter is not an integer")), key, "")
+			return lockstore.KeyState{}, lockstore.WithKeyLockID(badReply(op, fmt.Errorf("fence counter is not an integer")), key, "")
 		}
 		if n > 0 {
 			if ks.LatestFence, err = lockstore.FormatFence(n); err != nil {
-				return lockstore.KeyState{}, lockstore.WithContext(badReply(op, err), key, "")
+				return lockstore.KeyState{}, lockstore.WithKeyLockID(badReply(op, err), key, "")
 			}
 		}
 	}

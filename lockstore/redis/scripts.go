@@ -132,7 +132,7 @@ if not lockKey then return 0 end
 local raw = redis.call('GET', lockKey)
 if not raw then return 0 end
 local ok, d = pcall(cjson.decode, raw)
--- ADR-003: the index could be stale; the lock must name this lockId.
+-- docs/design.md, "Ownership re-verified": the index could be stale; the lock must name this lockId.
 if not ok or type(d) ~= 'table' or type(d.expiresAtMs) ~= 'number' or d.lockId ~= ARGV[1] then return 0 end
 local t = redis.call('TIME')
 if not (d.expiresAtMs > t[1] * 1000 + math.floor(t[2] / 1000) - 1000) then return -1 end

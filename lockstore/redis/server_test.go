@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -52,20 +54,10 @@ func startServer(t *testing.T, args ...string) *redisServer {
 	if err != nil {
 		t.Fatal("redis-server is not on PATH; these tests start their own servers (install redis-server, e.g. apt-get install redis-server)")
 	}
-	r := &redisServer{t: t, bin: bin, port: freePort(t), dir: t.TempDir(), args: args}
+	r := &redisServer{t: t, bin: bin, port: testutil.FreePort(t), dir: t.TempDir(), args: args}
 	r.start()
 	t.Cleanup(r.kill)
 	return r
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
@@ -174,17 +166,6 @@ func openURLErr(t *testing.T, url string) (*Store, error) {
 	return s, err
 }
 
-func mustAcquire(t *testing.T, s *Store, key string, ttl time.Duration) lockstore.AcquireResult {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	r, err := s.Acquire(ctx, key, ttl)
-	if err != nil || !r.OK {
-		t.Fatalf("Acquire(%q) = %+v, %v", key, r, err)
-	}
-	return r
-}
-
 // ops are every store call, for the outage tests.
 func ops(s *Store, lockID string) map[string]func(context.Context) error {
 	return map[string]func(context.Context) error{
@@ -212,7 +193,7 @@ func ops(s *Store, lockID string) map[string]func(context.Context) error {
 func TestOutageKilled(t *testing.T) {
 	srv := startServer(t)
 	s := openURL(t, "redis://"+srv.addr()+"/0?prefix=outage")
-	r := mustAcquire(t, s, "k", time.Minute)
+	r := locktest.Acquire(t, s, "k", time.Minute)
 
 	srv.kill()
 	for name, op := range ops(s, r.LockID) {
@@ -247,7 +228,7 @@ func TestOutageKilled(t *testing.T) {
 	// The restarted server had no persistence: its data, counters included,
 	// is gone. The clock floor still issues a fence above the one handed out
 	// before the restart (without it, fences would start again at 1).
-	r2 := mustAcquire(t, s, "k", time.Minute)
+	r2 := locktest.Acquire(t, s, "k", time.Minute)
 	if r2.Fence <= r.Fence {
 		t.Errorf("fence on the restarted, empty server = %s, not above %s from before the restart", r2.Fence, r.Fence)
 	}
@@ -266,7 +247,7 @@ func TestOutageFrozen(t *testing.T) {
 	// shows the read timeout bounding a call without a deadline.
 	s := openURL(t, "redis://"+srv.addr()+"/0?prefix=frozen&read_timeout=10s&write_timeout=10s")
 	s1 := openURL(t, "redis://"+srv.addr()+"/0?prefix=frozen&read_timeout=1s&write_timeout=1s")
-	r := mustAcquire(t, s, "k", time.Minute)
+	r := locktest.Acquire(t, s, "k", time.Minute)
 	if _, err := s1.IsLocked(context.Background(), "k"); err != nil { // s1 has a pooled connection now
 		t.Fatal(err)
 	}
@@ -334,17 +315,17 @@ func TestPersistence(t *testing.T) {
 	ctx := context.Background()
 	var last lockstore.AcquireResult
 	for range 3 {
-		last = mustAcquire(t, s, "k", time.Minute)
+		last = locktest.Acquire(t, s, "k", time.Minute)
 		if res, err := s.Release(ctx, last.LockID); err != nil || !res.OK {
 			t.Fatalf("Release = %+v, %v", res, err)
 		}
 	}
-	held := mustAcquire(t, s, "held", time.Minute)
+	held := locktest.Acquire(t, s, "held", time.Minute)
 
 	if err := s.Client().Do(ctx, "DEBUG", "RELOAD").Err(); err != nil {
 		t.Fatalf("DEBUG RELOAD: %v", err)
 	}
-	afterReload := mustAcquire(t, s, "k", time.Second)
+	afterReload := locktest.Acquire(t, s, "k", time.Second)
 	if afterReload.Fence <= last.Fence {
 		t.Fatalf("fence after DEBUG RELOAD = %s, not above %s", afterReload.Fence, last.Fence)
 	}
@@ -361,7 +342,7 @@ func TestPersistence(t *testing.T) {
 	}
 	// Wait out the short lock so the key is free, then take it again.
 	time.Sleep(time.Until(time.UnixMilli(afterReload.ExpiresAtMs + lockstore.TimeToleranceMs + 100)))
-	after := mustAcquire(t, s2, "k", time.Second)
+	after := locktest.Acquire(t, s2, "k", time.Second)
 	if after.Fence <= afterReload.Fence {
 		t.Errorf("fence after crash+restart = %s, not above %s", after.Fence, afterReload.Fence)
 	}
@@ -382,7 +363,7 @@ func TestNoScript(t *testing.T) {
 	if ex, _ := s.Client().ScriptExists(ctx, acquireScript.Hash()).Result(); len(ex) != 1 || ex[0] {
 		t.Fatalf("SCRIPT EXISTS after flush = %v", ex)
 	}
-	r := mustAcquire(t, s, "k", time.Minute)
+	r := locktest.Acquire(t, s, "k", time.Minute)
 	if e, err := s.Extend(ctx, r.LockID, time.Minute); err != nil || !e.OK {
 		t.Fatalf("Extend after flush = %+v, %v", e, err)
 	}
@@ -423,7 +404,7 @@ func TestAuthErrors(t *testing.T) {
 		})
 	}
 	s := openURL(t, "redis://:right@"+srv.addr()+"/0?prefix=auth")
-	mustAcquire(t, s, "k", time.Second)
+	locktest.Acquire(t, s, "k", time.Second)
 
 	// A user that may connect but not run scripts.
 	if err := s.Client().Do(context.Background(), "ACL", "SETUSER", "limited", "on", ">pw", "~*", "+ping", "+hello", "+auth", "+client").Err(); err != nil {
@@ -456,7 +437,7 @@ func TestAuthErrors(t *testing.T) {
 // through a redis+sentinel URL.
 func TestSentinel(t *testing.T) {
 	master := startServer(t)
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
 	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor fgmaster 127.0.0.1 %d 1\nsentinel down-after-milliseconds fgmaster 2000\n", port, dir, master.port)
@@ -469,7 +450,7 @@ func TestSentinel(t *testing.T) {
 	t.Cleanup(sentinel.kill)
 
 	s := openURL(t, fmt.Sprintf("redis+sentinel://127.0.0.1:%d/0?master=fgmaster&prefix=sent", port))
-	r := mustAcquire(t, s, "k", time.Minute)
+	r := locktest.Acquire(t, s, "k", time.Minute)
 	if got, err := s.Client().ConfigGet(context.Background(), "port").Result(); err != nil || got["port"] != strconv.Itoa(master.port) {
 		t.Errorf("connected to the server on port %v (%v), want the master's %d", got, err, master.port)
 	}
@@ -514,7 +495,7 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal("redis-server is not on PATH")
 	}
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	srv := &redisServer{t: t, bin: bin, port: port, dir: dir,
 		tls: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}}
 	srv.args = []string{"--port", "0", "--tls-port", strconv.Itoa(port),
@@ -536,7 +517,7 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("Open over TLS: %v", err)
 	}
 	defer s.Close()
-	r := mustAcquire(t, s, "k", time.Second)
+	r := locktest.Acquire(t, s, "k", time.Second)
 	if res, err := s.Release(ctx, r.LockID); err != nil || !res.OK {
 		t.Fatalf("Release over TLS = %+v, %v", res, err)
 	}

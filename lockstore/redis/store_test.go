@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +15,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
@@ -83,16 +84,13 @@ func dropPrefix(tb testing.TB, c *goredis.Client, prefix string) {
 func TestConformance(t *testing.T) {
 	testURL(t)
 	storetest.Run(t, storetest.Harness{
-		BarrierExpiresItself: true, // PEXPIRE on every entries hash
-		Open: func(t *testing.T, ns string) lockstore.Store {
-			s := openPrefix(t, "syncguard_test_"+ns)
-			return s
-		},
-		OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
-			return openPrefix(t, "syncguard_test_"+ns, func(c *Config) { c.FenceFloor = lockstore.FloorOff })
-		},
-		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
-			return openPrefix(t, "syncguard_test_"+ns, func(c *Config) { c.AuditRetention = r })
+		Open: func(t *testing.T, ns string, o storetest.Options) (lockstore.Store, error) {
+			if o.Needs(storetest.SweepCounts) {
+				return nil, fmt.Errorf("%w: barrier entries leave by PEXPIRE; SweepBarrier is a no-op", storetest.ErrNotSupported)
+			}
+			return openPrefix(t, "syncguard_test_"+ns, func(c *Config) {
+				c.FenceFloor, c.AuditRetention = o.FenceFloor, o.AuditRetention
+			}), nil
 		},
 		SetFence: func(t *testing.T, st lockstore.Store, ns, key string, n int64) {
 			s := st.(*Store)
@@ -152,7 +150,7 @@ func TestLayout(t *testing.T) {
 		t.Errorf("keys naming resource:123 = %q, want %q", got, want)
 	}
 	if got := c.Get(ctx, idKey).Val(); got != lockKey {
-		t.Errorf("GET %s = %q, want the full lock key %q (ADR-013)", idKey, got, lockKey)
+		t.Errorf("GET %s = %q, want the full lock key %q (docs/design.md, \"Storage keys\")", idKey, got, lockKey)
 	}
 	// The counter holds the fence issued, an integer SyncGuard's INCR
 	// continues from: the clock floor's, or one more than before.
@@ -202,7 +200,7 @@ func TestLayout(t *testing.T) {
 	}
 }
 
-// TestTruncation (ADR-013): with a prefix long enough to hash every storage
+// TestTruncation (docs/design.md, "Storage keys"): with a prefix long enough to hash every storage
 // key, release, extend and both lookups still reach the lock, because the
 // index stores the full (hashed) lock key.
 func TestTruncation(t *testing.T) {
@@ -535,42 +533,24 @@ func TestRoundTrips(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for a slog handler and a reader.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestFenceWarnLog: past FenceWarn the store logs a warning naming the
 // key's hash — never the key or the lockId.
 func TestFenceWarnLog(t *testing.T) {
-	var logs lockedBuffer
+	var logs testutil.LogBuffer
 	s := openPrefix(t, "syncguard_test_warnlog", func(c *Config) {
-		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.Logger = testutil.Logger(&logs, slog.LevelDebug)
 		c.FenceFloor = lockstore.FloorOff // a counter at FenceWarn is far ahead of today's floor
 	})
 	t.Cleanup(func() { dropPrefix(t, s.Client(), s.Prefix()) })
 	ctx := context.Background()
 	const key = "customer-4711-secret"
-	r := mustAcquire(t, s, key, time.Second)
+	r := locktest.Acquire(t, s, key, time.Second)
 	if strings.Contains(logs.String(), "level=WARN") {
 		t.Fatalf("warning at fence %s:\n%s", r.Fence, logs.String())
 	}
 	s.Release(ctx, r.LockID)
 	s.Client().Set(ctx, mustKey(t, s.FenceKey, key), lockstore.FenceWarn, 0)
-	r = mustAcquire(t, s, key, time.Second)
+	r = locktest.Acquire(t, s, key, time.Second)
 	out := logs.String()
 	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "keyHash="+lockstore.HashKey(key)) {
 		t.Errorf("no warning with the keyHash past FenceWarn:\n%s", out)
@@ -588,7 +568,7 @@ func TestLongestTTL(t *testing.T) {
 	ctx := context.Background()
 	ttl := time.Duration(math.MaxInt64).Truncate(time.Millisecond)
 	before := time.Now().UnixMilli()
-	r := mustAcquire(t, s, "k", ttl)
+	r := locktest.Acquire(t, s, "k", ttl)
 	if d := r.ExpiresAtMs - before - ttl.Milliseconds(); d < -1000 || d > 1000 {
 		t.Errorf("expiresAtMs is %d ms off now+ttl", d)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
@@ -19,7 +18,7 @@ var HashKeyCollision = [2]string{"a/vhdtim3.lmlmmmnnnmllmmnmmnll", "b/victim2-mm
 // audit: every store keeps the audit trail. Events round-trip every field,
 // come back newest first, and filter by key (its digest, never its hash),
 // time and limit.
-func (s *suite) audit(t *testing.T) {
+func (s *suite) audit(t *caseT) {
 	st, _ := s.fresh(t)
 	al, ok := st.(lockstore.AuditLog)
 	if !ok {
@@ -34,7 +33,7 @@ func (s *suite) audit(t *testing.T) {
 
 	ha, hb := lockstore.HashKey("audit-a"), lockstore.HashKey("audit-b")
 	da, db := lockstore.KeyDigest("audit-a"), lockstore.KeyDigest("audit-b")
-	base := nowMs() - 60_000 // recent, well inside any retention age
+	base := t.nowMs() - 60_000 // recent, well inside any retention age
 	var all []lockstore.AuditEvent
 	for i := range 6 {
 		ev := lockstore.AuditEvent{
@@ -110,7 +109,7 @@ func (s *suite) audit(t *testing.T) {
 		{"collision-crafted", lockstore.AuditQuery{Key: crafted}, newestFirst(8)},
 		{"unknown-key", lockstore.AuditQuery{Key: "nobody"}, nil},
 		{"since", lockstore.AuditQuery{SinceMs: base + 2500}, newestFirst(6, 5, 4, 3)},
-		{"since-future", lockstore.AuditQuery{SinceMs: nowMs() + 60_000}, nil},
+		{"since-future", lockstore.AuditQuery{SinceMs: t.nowMs() + 60_000}, nil},
 		{"limit", lockstore.AuditQuery{Limit: 2}, newestFirst(6, 5)},
 		{"key-since-limit", lockstore.AuditQuery{Key: "audit-b", SinceMs: base + 500, Limit: 2}, newestFirst(5, 3)},
 		{"key-since-input", lockstore.AuditQuery{Key: "audit-b", SinceMs: base + 2100, Limit: 2}, newestFirst(5, 3)},
@@ -135,22 +134,14 @@ func (s *suite) audit(t *testing.T) {
 // send them) are kept within their own budget and never evict a decision event. A
 // flood of 300 input events, in the batches the auditor writes, leaves the
 // one stale event in place, and the newest input events are kept.
-func (s *suite) auditRetention(t *testing.T) {
+func (s *suite) auditRetention(t *caseT) {
 	ns := newNS(t)
-	st := s.h.OpenAudit(t, ns, lockstore.AuditRetention{MaxEvents: 20, MaxInputEvents: 20, MaxAge: time.Hour})
-	if st == nil {
-		t.Fatalf("Harness.OpenAudit(%q) returned nil", ns)
-	}
-	t.Cleanup(func() {
-		if err := st.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	st := s.openWith(t, ns, Options{AuditRetention: lockstore.AuditRetention{MaxEvents: 20, MaxInputEvents: 20, MaxAge: time.Hour}})
 	al, ok := st.(lockstore.AuditLog)
 	if !ok {
 		t.Fatalf("%T does not implement lockstore.AuditLog; every fencegate store must", st)
 	}
-	base := nowMs() - 60_000
+	base := t.nowMs() - 60_000
 	victim := lockstore.AuditEvent{TimeMs: base, DecisionID: "real-stale", Source: "authz-grpc",
 		KeyHash: lockstore.HashKey("orders/42"), KeyDigest: lockstore.KeyDigest("orders/42"),
 		Presented: "000000000000003", Current: "000000000000004", Reason: "stale", Policy: "holder", Mode: "enforce"}

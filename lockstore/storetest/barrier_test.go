@@ -38,7 +38,7 @@ func (s *refStore) Admit(ctx context.Context, key string, a lockstore.WriteAdmis
 
 // stateLocked reads key k's state; the caller holds the mutex.
 func (s *refStore) stateLocked(k string) lockstore.KeyState {
-	ks := lockstore.KeyState{NowMs: now()}
+	ks := lockstore.KeyState{NowMs: s.now()}
 	if n := s.d.fences[k]; n > 0 {
 		ks.LatestFence, _ = lockstore.FormatFence(n)
 	}
@@ -76,7 +76,7 @@ func (s *refStore) SweepBarrier(ctx context.Context, limit int) (int, error) {
 		return 0, err
 	}
 	defer unlock()
-	removed, t := 0, now()
+	removed, t := 0, s.now()
 	for k, entries := range s.d.writes {
 		for id, e := range entries {
 			if removed < limit && e.DeadlineMs <= t {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
@@ -24,18 +23,18 @@ const (
 // increasing, which also makes every fence unique. It runs on the default
 // store (the clock floor on), as gateways do; under lockstore.FloorOff the
 // sequence must also be dense, and stress/concurrency_floor_off checks that.
-func (s *suite) concurrency(t *testing.T) {
+func (s *suite) concurrency(t *caseT) {
 	st, _ := s.fresh(t)
 	s.stress(t, st, false)
 }
 
 // concurrencyFloorOff is concurrency under lockstore.FloorOff, where a
 // refused acquire that consumed a fence shows as a gap.
-func (s *suite) concurrencyFloorOff(t *testing.T) {
+func (s *suite) concurrencyFloorOff(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	s.stress(t, st, true)
 }
-func (s *suite) stress(t *testing.T, st lockstore.Store, dense bool) {
+func (s *suite) stress(t *caseT, st lockstore.Store, dense bool) {
 	cycles := max(5, int(float64(stressCycles)*s.scale))
 	// A TTL far beyond any plausible hold time, so no lock expires under a
 	// holder and the exclusion check is about the store, not the clock.

@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
@@ -10,15 +9,15 @@ import (
 // extendReplacesTTL: extend sets expiry to now+ttl — it does not add to
 // the old TTL nor keep the later of the two — and the lock then expires on
 // the new schedule, long before the original one.
-func (s *suite) extendReplacesTTL(t *testing.T) {
+func (s *suite) extendReplacesTTL(t *caseT) {
 	st, _ := s.fresh(t)
 	const key = "shrink"
 	r := acquire(t, st, key, 10*time.Second)
 	acquiredAt := lookupKey(t, st, key).AcquiredAtMs
 
-	before := nowMs()
+	before := t.nowMs()
 	e := extend(t, st, r.LockID, 2*time.Second)
-	after := nowMs()
+	after := t.nowMs()
 	if !e.OK {
 		t.Fatalf("Extend: OK=false Detail=%q", e.Detail)
 	}
@@ -38,7 +37,7 @@ func (s *suite) extendReplacesTTL(t *testing.T) {
 		t.Errorf("Extend changed the fence from %s to %s", r.Fence, li.Fence)
 	}
 
-	sleepUntil(s.freeAt(e.ExpiresAtMs))
+	t.sleepUntil(s.freeAt(e.ExpiresAtMs))
 	wantFree(t, st, key, r.LockID)
 	if release(t, st, r.LockID) {
 		t.Error("Release after the shortened lock expired: OK=true")
@@ -48,11 +47,11 @@ func (s *suite) extendReplacesTTL(t *testing.T) {
 // noResurrection: extending an expired lock fails and leaves the key free;
 // the next acquire continues the fence sequence (counted one by one, under
 // lockstore.FloorOff).
-func (s *suite) noResurrection(t *testing.T) {
+func (s *suite) noResurrection(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "lazarus"
 	r := acquire(t, st, key, 100*time.Millisecond)
-	sleepUntil(s.freeAt(r.ExpiresAtMs))
+	t.sleepUntil(s.freeAt(r.ExpiresAtMs))
 
 	if e := extend(t, st, r.LockID, 10*time.Second); e.OK {
 		t.Fatalf("Extend of an expired lock = OK (expiresAtMs %d); expired locks must not be resurrected", e.ExpiresAtMs)
@@ -71,7 +70,7 @@ func (s *suite) noResurrection(t *testing.T) {
 // still held ~600 ms after it was taken and gone once expiresAt+1000 (plus
 // a margin) has passed. If the machine is too loaded to probe inside the
 // window, the attempt is repeated with a fresh key rather than judged.
-func (s *suite) expiryTolerance(t *testing.T) {
+func (s *suite) expiryTolerance(t *caseT) {
 	st, _ := s.fresh(t)
 	for attempt := range 3 {
 		key := "tolerance-" + string(rune('a'+attempt))
@@ -79,12 +78,12 @@ func (s *suite) expiryTolerance(t *testing.T) {
 		// Everything probed must finish before the tolerance ends by our
 		// clock; 100 ms covers millisecond rounding between clocks.
 		deadline := r.ExpiresAtMs + lockstore.TimeToleranceMs - 100
-		sleepUntil(r.ExpiresAtMs + 400)
+		t.sleepUntil(r.ExpiresAtMs + 400)
 		locked := isLocked(t, st, key)
 		byKey := lookupKey(t, st, key)
 		byID := lookupID(t, st, r.LockID)
 		ks := inspect(t, st, key)
-		if nowMs() >= deadline {
+		if t.nowMs() >= deadline {
 			t.Logf("attempt %d: probes finished after the tolerance window; retrying", attempt)
 			continue
 		}
@@ -97,7 +96,7 @@ func (s *suite) expiryTolerance(t *testing.T) {
 			t.Fatalf("Inspect.Live within tolerance = %+v, want the lock", ks.Live)
 		}
 
-		sleepUntil(s.freeAt(r.ExpiresAtMs))
+		t.sleepUntil(s.freeAt(r.ExpiresAtMs))
 		wantFree(t, st, key, r.LockID)
 		if ks := inspect(t, st, key); ks.LatestFence != r.Fence {
 			t.Errorf("Inspect.LatestFence after expiry = %q, want %q", ks.LatestFence, r.Fence)

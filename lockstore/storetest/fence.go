@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"encoding/json"
-	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
@@ -11,7 +10,7 @@ import (
 // fenceSequence: under lockstore.FloorOff a key's fences are 15 digits,
 // start at 1, grow by one per successful acquire, and string order equals numeric order; JSON round
 // trips them unchanged.
-func (s *suite) fenceSequence(t *testing.T) {
+func (s *suite) fenceSequence(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "seq"
 	var prev string
@@ -39,7 +38,7 @@ func (s *suite) fenceSequence(t *testing.T) {
 }
 
 // fencePerKey: counters are per key; key A's acquires don't advance B's.
-func (s *suite) fencePerKey(t *testing.T) {
+func (s *suite) fencePerKey(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	b1 := acquire(t, st, "key-b", 10*time.Second)
 	release(t, st, b1.LockID)
@@ -63,7 +62,7 @@ func (s *suite) fencePerKey(t *testing.T) {
 
 // fenceSurvivesReopen: counters and live locks are durable — a closed and
 // reopened store continues the sequence and still sees the held lock.
-func (s *suite) fenceSurvivesReopen(t *testing.T) {
+func (s *suite) fenceSurvivesReopen(t *caseT) {
 	ns := newNS(t)
 	st := s.openConsecutive(t, ns)
 	r1 := acquire(t, st, "durable", 10*time.Second)
@@ -89,10 +88,10 @@ func (s *suite) fenceSurvivesReopen(t *testing.T) {
 
 // fenceOverflow: a counter at FenceMax refuses to issue more with Internal
 // and writes nothing: the key stays free and the counter is unchanged.
-func (s *suite) fenceOverflow(t *testing.T) {
+func (s *suite) fenceOverflow(t *caseT) {
 	st, ns := s.freshConsecutive(t)
 	const key = "overflow"
-	s.h.SetFence(t, st, ns, key, lockstore.FenceMax)
+	s.setFence(t, st, ns, key, lockstore.FenceMax)
 	r, err := st.Acquire(ctx(t), key, 10*time.Second)
 	if err == nil {
 		t.Fatalf("Acquire past FenceMax = %+v, want an Internal error", r)
@@ -107,7 +106,7 @@ func (s *suite) fenceOverflow(t *testing.T) {
 	}
 
 	// The last fence is still issuable: the overflow check is "> FenceMax".
-	s.h.SetFence(t, st, ns, key, lockstore.FenceMax-1)
+	s.setFence(t, st, ns, key, lockstore.FenceMax-1)
 	last := acquire(t, st, key, 10*time.Second)
 	if last.Fence != fence(t, lockstore.FenceMax) {
 		t.Fatalf("Acquire at FenceMax-1 issued %q, want %q", last.Fence, fence(t, lockstore.FenceMax))
@@ -120,10 +119,10 @@ func (s *suite) fenceOverflow(t *testing.T) {
 
 // fenceWarnLevel: fences past FenceWarn are still issued (the backend only
 // logs); the count continues from a seeded value.
-func (s *suite) fenceWarnLevel(t *testing.T) {
+func (s *suite) fenceWarnLevel(t *caseT) {
 	st, ns := s.freshConsecutive(t)
 	const key = "warn"
-	s.h.SetFence(t, st, ns, key, lockstore.FenceWarn)
+	s.setFence(t, st, ns, key, lockstore.FenceWarn)
 	r := acquire(t, st, key, time.Second)
 	if r.Fence != fence(t, lockstore.FenceWarn+1) {
 		t.Fatalf("Acquire after SetFence(FenceWarn) issued %q, want %q", r.Fence, fence(t, lockstore.FenceWarn+1))

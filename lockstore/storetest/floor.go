@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
@@ -22,18 +21,18 @@ func (s *suite) floorBounds(before, after int64) (lo, hi int64) {
 // fenceFloor: a fresh key's first fence, and an old counter's next one,
 // are the store clock's floor; fences still strictly increase within a
 // millisecond (the floor does not advance, the counter does).
-func (s *suite) fenceFloor(t *testing.T) {
+func (s *suite) fenceFloor(t *caseT) {
 	st, ns := s.fresh(t)
 	for _, c := range []struct {
 		key  string
 		seed int64 // 0: a fresh key
 	}{{"fresh", 0}, {"old-counter", 41}} {
 		if c.seed > 0 {
-			s.h.SetFence(t, st, ns, c.key, c.seed)
+			s.setFence(t, st, ns, c.key, c.seed)
 		}
-		before := nowMs()
+		before := t.nowMs()
 		r := acquire(t, st, c.key, 10*time.Second)
-		after := nowMs()
+		after := t.nowMs()
 		lo, hi := s.floorBounds(before, after)
 		if n := fenceNum(t, r.Fence); n < lo || n > hi {
 			t.Errorf("%s: fence %d outside the clock floor's [%d, %d]", c.key, n, lo, hi)
@@ -60,7 +59,7 @@ func (s *suite) fenceFloor(t *testing.T) {
 // (a failover to a lagging replica, a restart without persistence, a
 // restored backup): the counter goes back to an older value, or vanishes.
 // The next fence must still be above every fence issued before the loss.
-func (s *suite) fenceFloorSurvivesLostWrites(t *testing.T) {
+func (s *suite) fenceFloorSurvivesLostWrites(t *caseT) {
 	st, ns := s.fresh(t)
 	for _, c := range []struct {
 		key     string
@@ -78,12 +77,12 @@ func (s *suite) fenceFloorSurvivesLostWrites(t *testing.T) {
 			issued = append(issued, fenceNum(t, r.Fence))
 			// The lock is lost with the counter: it expires here, as a
 			// promoted replica that never saw it would not have it.
-			time.Sleep(time.Duration(200+lockstore.TimeToleranceMs+s.margin) * time.Millisecond)
+			t.sleep(time.Duration(200+lockstore.TimeToleranceMs+s.margin) * time.Millisecond)
 		}
-		s.h.SetFence(t, st, ns, c.key, c.lostTo)
+		s.setFence(t, st, ns, c.key, c.lostTo)
 		// A failover takes longer than this; a millisecond is what the
 		// floor needs to have moved past the last lost fence.
-		time.Sleep(5 * time.Millisecond)
+		t.sleep(5 * time.Millisecond)
 		r := acquire(t, st, c.key, 10*time.Second)
 		n := fenceNum(t, r.Fence)
 		for _, f := range issued {
@@ -101,11 +100,11 @@ func (s *suite) fenceFloorSurvivesLostWrites(t *testing.T) {
 // (the store clock stepped back, or a failover promoted a server whose
 // clock is behind) is refused with ServiceUnavailable and nothing is
 // written; an overflowing counter is still Internal.
-func (s *suite) fenceFloorLeadCap(t *testing.T) {
+func (s *suite) fenceFloorLeadCap(t *caseT) {
 	st, ns := s.fresh(t)
 	const key = "ahead"
-	ahead := lockstore.FenceFloorAt(nowMs()+s.margin) + 10*lockstore.FloorLeadMax
-	s.h.SetFence(t, st, ns, key, ahead)
+	ahead := lockstore.FenceFloorAt(t.nowMs()+s.margin) + 10*lockstore.FloorLeadMax
+	s.setFence(t, st, ns, key, ahead)
 	r, err := st.Acquire(ctx(t), key, 10*time.Second)
 	wantCode(t, "Acquire of a counter 10 s ahead of the floor", err, lockstore.ServiceUnavailable)
 	if r.OK {
@@ -118,13 +117,13 @@ func (s *suite) fenceFloorLeadCap(t *testing.T) {
 
 	// Within the cap the acquire goes through, one above the counter.
 	const near = "near"
-	within := lockstore.FenceFloorAt(nowMs()) + lockstore.FloorLeadMax/2
-	s.h.SetFence(t, st, ns, near, within)
+	within := lockstore.FenceFloorAt(t.nowMs()) + lockstore.FloorLeadMax/2
+	s.setFence(t, st, ns, near, within)
 	if got := acquire(t, st, near, time.Second); fenceNum(t, got.Fence) != within+1 {
 		t.Errorf("Acquire of a counter half the cap ahead issued %s, want %d", got.Fence, within+1)
 	}
 
-	s.h.SetFence(t, st, ns, "overflow", lockstore.FenceMax)
+	s.setFence(t, st, ns, "overflow", lockstore.FenceMax)
 	_, err = st.Acquire(ctx(t), "overflow", 10*time.Second)
 	wantCode(t, "Acquire past FenceMax under the floor", err, lockstore.Internal)
 }

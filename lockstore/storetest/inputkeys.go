@@ -1,9 +1,7 @@
 package storetest
 
 import (
-	"errors"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
@@ -20,11 +18,11 @@ var oddKeys = []string{
 }
 
 // inputKeys: every key is either an ordinary key or refused as input —
-// InvalidArgument with Op "validate", before any I/O — never a store
+// lockstore.IsBadInput (InvalidArgument from BadInputf), before any I/O — never a store
 // failure. The edge answers a refused key 400 "malformed"; anything else
 // would be a 503 that any client could provoke, polluting the outage
 // signal.
-func (s *suite) inputKeys(t *testing.T) {
+func (s *suite) inputKeys(t *caseT) {
 	st, _ := s.fresh(t)
 	for _, k := range oddKeys {
 		_, err := st.Inspect(ctx(t), k)
@@ -39,9 +37,8 @@ func (s *suite) inputKeys(t *testing.T) {
 			}
 			continue
 		}
-		var le *lockstore.Error
-		if !errors.As(err, &le) || le.Code != lockstore.InvalidArgument || le.Op != "validate" {
-			t.Errorf("Inspect(%q) = %v; want success or an input refusal (InvalidArgument, op validate)", k, err)
+		if !lockstore.IsBadInput(err) {
+			t.Errorf("Inspect(%q) = %v; want success or an input refusal (lockstore.IsBadInput)", k, err)
 			continue
 		}
 		if _, aerr := st.Acquire(ctx(t), k, 10*time.Second); lockstore.CodeOf(aerr) != lockstore.InvalidArgument {

@@ -3,13 +3,12 @@ package storetest
 import (
 	"strconv"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-func (s *suite) capabilities(t *testing.T) {
+func (s *suite) capabilities(t *caseT) {
 	st, _ := s.fresh(t)
 	c := st.Capabilities()
 	if c.Backend == "" {
@@ -25,7 +24,7 @@ func (s *suite) capabilities(t *testing.T) {
 
 // lifecycle walks one lock through acquire → isLocked → lookup → extend →
 // release → free, checking every read path at each step.
-func (s *suite) lifecycle(t *testing.T) {
+func (s *suite) lifecycle(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "resource:123"
 	wantFree(t, st, key, "")
@@ -41,9 +40,9 @@ func (s *suite) lifecycle(t *testing.T) {
 		t.Errorf("KeyHash of %q = %q, want the SyncGuard value e90a28c676a29a3291e2874a", key, li.KeyHash)
 	}
 
-	before := nowMs()
+	before := t.nowMs()
 	e := extend(t, st, r.LockID, 20*time.Second)
-	after := nowMs()
+	after := t.nowMs()
 	if !e.OK {
 		t.Fatalf("Extend of a live lock: OK=false Detail=%q", e.Detail)
 	}
@@ -63,7 +62,7 @@ func (s *suite) lifecycle(t *testing.T) {
 
 // contention: a held key refuses a second acquire with Reason "locked",
 // hands out nothing and consumes no fence.
-func (s *suite) contention(t *testing.T) {
+func (s *suite) contention(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "contended"
 	r1 := acquire(t, st, key, 10*time.Second)
@@ -95,7 +94,7 @@ func (s *suite) contention(t *testing.T) {
 
 // raceOneWinner: goroutines racing on one free key produce exactly one
 // holder per round; every fence ever handed out is distinct and grows.
-func (s *suite) raceOneWinner(t *testing.T) {
+func (s *suite) raceOneWinner(t *caseT) {
 	st, _ := s.fresh(t)
 	const (
 		racers = 16
@@ -152,7 +151,7 @@ func (s *suite) raceOneWinner(t *testing.T) {
 
 // doubleRelease: release is idempotent — true once, then false — and a
 // released lock can no longer be extended.
-func (s *suite) doubleRelease(t *testing.T) {
+func (s *suite) doubleRelease(t *caseT) {
 	st, _ := s.fresh(t)
 	r := acquire(t, st, "twice", 10*time.Second)
 	if !release(t, st, r.LockID) {
@@ -209,7 +208,7 @@ func (s *suite) doubleRelease(t *testing.T) {
 // a live lockId, "fence:" + a key) must not alias the lockId index or a
 // fence counter. A store may refuse such keys with InvalidArgument; if it
 // takes them, they are ordinary independent locks.
-func (s *suite) internalKeys(t *testing.T) {
+func (s *suite) internalKeys(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	victim := acquire(t, st, "victim", 10*time.Second)
 	for _, key := range []string{"id:" + victim.LockID, "fence:victim", "fence:" + victim.LockID, "id:"} {
@@ -242,7 +241,7 @@ func (s *suite) internalKeys(t *testing.T) {
 
 // manyKeys: concurrent acquires of distinct keys all succeed, each with
 // its own fence sequence.
-func (s *suite) manyKeys(t *testing.T) {
+func (s *suite) manyKeys(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const n = 24
 	var (
@@ -277,7 +276,7 @@ func (s *suite) manyKeys(t *testing.T) {
 // foreignLockIDs: a lockId that was never issued, a near miss of the live
 // one, and another key's live lockId can neither release nor extend this
 // key's lock.
-func (s *suite) foreignLockIDs(t *testing.T) {
+func (s *suite) foreignLockIDs(t *caseT) {
 	st, _ := s.fresh(t)
 	a := acquire(t, st, "key-a", 10*time.Second)
 	b := acquire(t, st, "key-b", 30*time.Second)
@@ -323,11 +322,11 @@ func (s *suite) foreignLockIDs(t *testing.T) {
 
 // staleHolder: after a lock expires and another holder takes the key, the
 // old lockId must not release or extend the new holder's lock.
-func (s *suite) staleHolder(t *testing.T) {
+func (s *suite) staleHolder(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "stale"
 	old := acquire(t, st, key, 100*time.Millisecond)
-	sleepUntil(s.freeAt(old.ExpiresAtMs))
+	t.sleepUntil(s.freeAt(old.ExpiresAtMs))
 	cur := acquire(t, st, key, 10*time.Second)
 	if got, want := fenceNum(t, cur.Fence), fenceNum(t, old.Fence)+1; got != want {
 		t.Errorf("fence after expiry = %d, want %d (an expired key's counter is never reset)", got, want)
@@ -345,12 +344,11 @@ func (s *suite) staleHolder(t *testing.T) {
 }
 
 // heldCounter checks HeldCounter where the backend offers it.
-func (s *suite) heldCounter(t *testing.T) {
+func (s *suite) heldCounter(t *caseT) {
 	st, _ := s.fresh(t)
 	hc, ok := st.(lockstore.HeldCounter)
 	if !ok {
-		t.Logf("%T does not implement lockstore.HeldCounter; nothing to check", st)
-		return
+		t.Skipf("%T does not implement lockstore.HeldCounter (optional)", st)
 	}
 	count := func() int64 {
 		t.Helper()
@@ -375,9 +373,9 @@ func (s *suite) heldCounter(t *testing.T) {
 }
 
 // closeIdempotent: Close twice is fine.
-func (s *suite) closeIdempotent(t *testing.T) {
+func (s *suite) closeIdempotent(t *caseT) {
 	ns := newNS(t)
-	st := s.h.Open(t, ns)
+	st := s.open(t, ns)
 	acquire(t, st, "k", time.Second)
 	if err := st.Close(); err != nil {
 		t.Fatalf("first Close: %v", err)

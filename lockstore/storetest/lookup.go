@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
@@ -10,7 +9,7 @@ import (
 
 // lookupSanitised: both lookups return the same hashed view, whose
 // timestamps satisfy expiresAt - acquiredAt = ttl, and nil once released.
-func (s *suite) lookupSanitised(t *testing.T) {
+func (s *suite) lookupSanitised(t *caseT) {
 	st, _ := s.fresh(t)
 	const key = "lookup:me"
 	r := acquire(t, st, key, 7*time.Second)
@@ -37,12 +36,12 @@ func (s *suite) lookupSanitised(t *testing.T) {
 }
 
 // lookupReadOnly: reads don't move expiry or anything else.
-func (s *suite) lookupReadOnly(t *testing.T) {
+func (s *suite) lookupReadOnly(t *caseT) {
 	st, _ := s.fresh(t)
 	const key = "readonly"
 	r := acquire(t, st, key, 5*time.Second)
 	first := lookupKey(t, st, key)
-	time.Sleep(30 * time.Millisecond)
+	t.sleep(30 * time.Millisecond)
 	for range 3 {
 		lookupKey(t, st, key)
 		lookupID(t, st, r.LockID)
@@ -57,7 +56,7 @@ func (s *suite) lookupReadOnly(t *testing.T) {
 }
 
 // nfcKeys: canonically equivalent spellings name one lock and one counter.
-func (s *suite) nfcKeys(t *testing.T) {
+func (s *suite) nfcKeys(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const (
 		decomposed = "caf" + "e\u0301"
@@ -84,7 +83,7 @@ func (s *suite) nfcKeys(t *testing.T) {
 
 // maxKey: keys of exactly 512 bytes after NFC work end to end, including
 // one that is longer before normalisation.
-func (s *suite) maxKey(t *testing.T) {
+func (s *suite) maxKey(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	for _, c := range []struct{ name, key string }{
 		{"ascii-512", strings.Repeat("k", 512)},
@@ -92,18 +91,17 @@ func (s *suite) maxKey(t *testing.T) {
 		{"nfd-768-nfc-512", strings.Repeat("e\u0301", 256)},
 		{"ascii-511-colons", strings.Repeat(":", 511)},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			r := acquire(t, st, c.key, 10*time.Second)
-			wantLocked(t, st, c.key, true)
-			wantInfo(t, "LookupKey", lookupKey(t, st, c.key), c.key, r)
-			if ks := inspect(t, st, c.key); ks.Live == nil || ks.LatestFence != r.Fence {
-				t.Errorf("Inspect = %+v, want the live lock with fence %s", ks, r.Fence)
-			}
-			if !release(t, st, r.LockID) {
-				t.Fatal("Release OK=false")
-			}
-			wantFree(t, st, c.key, r.LockID)
-		})
+		t.Logf("key %s", c.name)
+		r := acquire(t, st, c.key, 10*time.Second)
+		wantLocked(t, st, c.key, true)
+		wantInfo(t, "LookupKey("+c.name+")", lookupKey(t, st, c.key), c.key, r)
+		if ks := inspect(t, st, c.key); ks.Live == nil || ks.LatestFence != r.Fence {
+			t.Errorf("%s: Inspect = %+v, want the live lock with fence %s", c.name, ks, r.Fence)
+		}
+		if !release(t, st, r.LockID) {
+			t.Fatalf("%s: Release OK=false", c.name)
+		}
+		wantFree(t, st, c.key, r.LockID)
 	}
 	// Two long keys sharing a 511-byte prefix are distinct locks, even on
 	// backends that hash long storage keys.
@@ -116,15 +114,15 @@ func (s *suite) maxKey(t *testing.T) {
 
 // inspect: Inspect reports the live lock and the latest fence ever issued,
 // which outlives the lock.
-func (s *suite) inspect(t *testing.T) {
+func (s *suite) inspect(t *caseT) {
 	st, _ := s.fresh(t)
 	const key = "inspect"
-	before := nowMs()
+	before := t.nowMs()
 	ks := inspect(t, st, key)
 	if ks.Live != nil || ks.LatestFence != "" {
 		t.Fatalf("Inspect of a never-locked key = %+v, want no live lock and LatestFence \"\"", ks)
 	}
-	if ks.NowMs < before-lockstore.TimeToleranceMs || ks.NowMs > nowMs()+lockstore.TimeToleranceMs {
+	if ks.NowMs < before-lockstore.TimeToleranceMs || ks.NowMs > t.nowMs()+lockstore.TimeToleranceMs {
 		t.Errorf("Inspect.NowMs = %d, want about %d", ks.NowMs, before)
 	}
 

@@ -8,12 +8,28 @@
 // AuditLog, HeldCounter), which is what makes the backends interchangeable:
 // a case that passes on one backend and fails on another is a bug in the
 // second, not a backend-specific allowance.
+//
+// Time: a store whose time authority is this process (bolt, Firestore)
+// gets each case's own fake clock through Options.Now, and the suite moves
+// it instead of sleeping (and checks that the store follows it); stores on
+// server time (Redis, PostgreSQL) are waited for in real time, each wait
+// bounded by the case's TTLs.
+//
+// Optional features: a case that needs one names it in Options.Need; a
+// harness whose backend legitimately lacks it answers ErrNotSupported and
+// the case is skipped with the reason. Anything else Open returns (a
+// server that is not there) fails the case.
+//
+// Every case and helper runs on a *caseT over a TB (*testing.T, or the recorder
+// BarrierFailures uses to prove the write-barrier cases catch broken
+// stores).
 package storetest
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,17 +40,16 @@ import (
 // Harness tells the suite how to reach one backend.
 type Harness struct {
 	// Open returns a store over namespace ns (a key prefix, table-name
-	// suffix or file name). Opening ns again after the previous store was
-	// closed must reach the same data. ns is at most 28 bytes of [a-z0-9_],
-	// starting with a letter. Open fails the test itself on error.
-	Open func(t *testing.T, ns string) lockstore.Store
-	// OpenAudit is Open with the given audit retention (the audit
-	// retention case needs a small one).
-	OpenAudit func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store
-	// OpenFloorOff is Open with lockstore.FloorOff: consecutive fences, for
-	// the cases that count them. Open (and OpenAudit) use the backend's
-	// default, lockstore.FloorClock.
-	OpenFloorOff func(t *testing.T, ns string) lockstore.Store
+	// suffix or file name), configured as o asks. Opening ns again after
+	// the previous store was closed must reach the same data. ns is at most
+	// 28 bytes of [a-z0-9_], starting with a letter. t is the case's own
+	// test (BarrierFailures: its caller's).
+	//
+	// An error fails the case, except one that wraps ErrNotSupported: the
+	// backend legitimately lacks a feature in o.Need, and the suite skips
+	// the case with the error as the reason. A server that cannot be
+	// reached is an error like any other, never ErrNotSupported.
+	Open func(t *testing.T, ns string, o Options) (lockstore.Store, error)
 	// SetFence seeds the fence counter of user key `key` in ns to n, so the
 	// next successful acquire of key issues fence n+1 under FloorOff (used
 	// for overflow), and so that a store that lost writes can be played.
@@ -47,14 +62,50 @@ type Harness struct {
 	ConcurrencyScale float64
 	// ExtraClockMargin is added to the margin the suite waits past a lock's
 	// expiresAt+TimeToleranceMs before it insists the lock is gone, for a
-	// time authority whose clock may trail this process's. Zero is right
-	// for servers on this machine.
+	// server time authority whose clock may trail this process's. Zero is
+	// right for servers on this machine, and for client-time stores (their
+	// time is the case's fake clock).
 	ExtraClockMargin time.Duration
-	// BarrierExpiresItself says the backend removes expired barrier
-	// entries by itself (Redis: PEXPIRE), so its SweepBarrier may report 0
-	// removed; every other store must report the expired entry it removed.
-	BarrierExpiresItself bool
 }
+
+// Options is how a case asks Harness.Open to configure a store.
+type Options struct {
+	// FenceFloor is lockstore.FloorClock (the zero value, every backend's
+	// default) or lockstore.FloorOff (consecutive fences, for the cases
+	// that count them).
+	FenceFloor lockstore.FenceFloor
+	// AuditRetention is the audit retention; the zero value is the
+	// backend's default.
+	AuditRetention lockstore.AuditRetention
+	// Now is the case's fake clock, set when the backend's time authority
+	// is this process (Capabilities().TimeAuthority == lockstore.ClientTime:
+	// bolt, Firestore): the store must read its time from it, and the
+	// suite then moves time by advancing it instead of sleeping (the suite
+	// checks that the store follows it). Nil for a store on server time
+	// (Redis, PostgreSQL): it keeps its server's clock and the suite waits
+	// in real time, each wait bounded by the case's TTLs.
+	Now func() time.Time
+	// Need lists the optional features the case needs beyond the contract
+	// every store keeps.
+	Need []Feature
+}
+
+// Needs reports whether the case asked for feature f.
+func (o Options) Needs(f Feature) bool { return slices.Contains(o.Need, f) }
+
+// Feature is an optional behaviour a case needs beyond lockstore.Store's
+// contract. A harness whose backend legitimately lacks it answers Open
+// with an error wrapping ErrNotSupported that says why.
+type Feature string
+
+// SweepCounts: SweepBarrier removes an expired entry itself and counts it.
+// Redis lacks it: its entries leave by PEXPIRE and its SweepBarrier is a
+// no-op that reports 0.
+const SweepCounts Feature = "SweepBarrier removes and counts expired entries"
+
+// ErrNotSupported is what Harness.Open wraps when the backend legitimately
+// lacks a feature a case needs; the suite skips that case with the reason.
+var ErrNotSupported = errors.New("storetest: not supported by this backend")
 
 // baseClockMargin is how long past expiresAt+tolerance the suite waits before
 // asserting a lock is free: it absorbs millisecond rounding and scheduling
@@ -71,40 +122,58 @@ type suite struct {
 	h      Harness
 	margin int64 // ms past expiresAt+tolerance before "must be free"
 	scale  float64
+	// fake: the backend's time authority is this process, so every case
+	// runs on a fake clock of its own (Options.Now).
+	fake bool
 }
 
 // testCase is one conformance case.
 type testCase struct {
 	name string
-	fn   func(t *testing.T)
+	fn   func(t *caseT)
 }
 
-// Run runs the conformance suite against the backend h opens. The
-// conformance cases run in parallel, each in its own namespace; the
-// concurrency stress case runs alone afterwards so its load does not skew
-// the timing-sensitive cases.
-func Run(t *testing.T, h Harness) {
+// newSuite applies h's defaults and asks the backend, on a store over a
+// namespace of its own, whose clock it keeps.
+func newSuite(t *testing.T, h Harness) *suite {
 	t.Helper()
-	if h.Open == nil || h.SetFence == nil || h.OpenAudit == nil || h.OpenFloorOff == nil {
-		t.Fatal("storetest: Harness.Open, Harness.OpenAudit, Harness.OpenFloorOff and Harness.SetFence are required")
+	if h.Open == nil || h.SetFence == nil {
+		t.Fatal("storetest: Harness.Open and Harness.SetFence are required")
 	}
-	s := &suite{h: h, scale: h.ConcurrencyScale}
+	s := &suite{h: h, scale: h.ConcurrencyScale, margin: (baseClockMargin + h.ExtraClockMargin).Milliseconds()}
 	if s.scale <= 0 || s.scale > 1 {
 		s.scale = 1
 	}
-	s.margin = (baseClockMargin + h.ExtraClockMargin).Milliseconds()
+	st, err := h.Open(t, newNS(t), Options{})
+	if err != nil || st == nil {
+		t.Fatalf("storetest: Harness.Open of a probe store = %v, %v", st, err)
+	}
+	s.fake = st.Capabilities().TimeAuthority == lockstore.ClientTime
+	if err := st.Close(); err != nil {
+		t.Fatalf("storetest: Close of the probe store: %v", err)
+	}
+	return s
+}
 
+// Run runs the conformance suite against the backend h opens. The
+// conformance cases run in parallel, each in its own namespace (and, for a
+// client-time store, on its own fake clock); the concurrency stress case
+// runs alone afterwards so its load does not skew the timing-sensitive
+// cases.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	s := newSuite(t, h)
 	t.Run("conformance", func(t *testing.T) {
 		for _, c := range append(s.cases(), s.barrierCases()...) {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
-				c.fn(t)
+				c.fn(s.newCaseT(t, t))
 			})
 		}
 	})
 	t.Run("stress", func(t *testing.T) {
-		t.Run("concurrency", s.concurrency)
-		t.Run("concurrency_floor_off", s.concurrencyFloorOff)
+		t.Run("concurrency", func(t *testing.T) { s.concurrency(s.newCaseT(t, t)) })
+		t.Run("concurrency_floor_off", func(t *testing.T) { s.concurrencyFloorOff(s.newCaseT(t, t)) })
 	})
 }
 
@@ -149,7 +218,10 @@ func (s *suite) cases() []testCase {
 // newNS derives a namespace from the running case's name plus a random
 // suffix: short, [a-z0-9_] only, starting with a letter, because backends
 // turn it into a Redis prefix, an SQL identifier or a file name.
-func newNS(t TB) string {
+func newNS(t interface {
+	Name() string
+	Fatalf(string, ...any)
+}) string {
 	name := t.Name()
 	if i := strings.LastIndexByte(name, '/'); i >= 0 {
 		name = name[i+1:]
@@ -175,70 +247,14 @@ func newNS(t TB) string {
 	return b.String()
 }
 
-// open opens a store over ns and closes it when the test ends. A test that
-// closes it earlier exercises Close's idempotency through this cleanup.
-func (s *suite) open(t *testing.T, ns string) lockstore.Store {
+// setFence seeds key's counter through the harness.
+func (s *suite) setFence(t *caseT, st lockstore.Store, ns, key string, n int64) {
 	t.Helper()
-	st := s.h.Open(t, ns)
-	if st == nil {
-		t.Fatalf("Harness.Open(%q) returned nil", ns)
-	}
-	t.Cleanup(func() {
-		if err := st.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return st
+	s.h.SetFence(t.testT, st, ns, key, n)
 }
 
-// fresh opens a store over a new namespace.
-func (s *suite) fresh(t *testing.T) (lockstore.Store, string) {
-	t.Helper()
-	ns := newNS(t)
-	return s.open(t, ns), ns
-}
-
-// freshConsecutive opens a store with lockstore.FloorOff over a new
-// namespace, for the cases that count fences one by one.
-func (s *suite) freshConsecutive(t *testing.T) (lockstore.Store, string) {
-	t.Helper()
-	ns := newNS(t)
-	return s.openConsecutive(t, ns), ns
-}
-
-// openConsecutive is open with lockstore.FloorOff.
-func (s *suite) openConsecutive(t *testing.T, ns string) lockstore.Store {
-	t.Helper()
-	st := s.h.OpenFloorOff(t, ns)
-	if st == nil {
-		t.Fatalf("Harness.OpenFloorOff(%q) returned nil", ns)
-	}
-	t.Cleanup(func() {
-		if err := st.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return st
-}
-
-// ctx returns a context bounded by opTimeout for one store call.
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(t.Context(), opTimeout)
-	t.Cleanup(cancel)
-	return c
-}
-
-func nowMs() int64 { return time.Now().UnixMilli() }
-
-// sleepUntil sleeps until this process's clock reaches ms (Unix ms).
-func sleepUntil(ms int64) {
-	if d := time.Until(time.UnixMilli(ms)); d > 0 {
-		time.Sleep(d)
-	}
-}
-
-// freeAt is the local time after which a lock expiring at expiresAtMs must
-// be gone on every backend.
+// freeAt is the time (by the case's clock) after which a lock expiring at
+// expiresAtMs must be gone on every backend.
 func (s *suite) freeAt(expiresAtMs int64) int64 {
 	return expiresAtMs + lockstore.TimeToleranceMs + s.margin
 }

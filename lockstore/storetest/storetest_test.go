@@ -3,6 +3,8 @@ package storetest_test
 import (
 	"cmp"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -22,25 +24,25 @@ import (
 func TestReferenceStore(t *testing.T) {
 	var mu sync.Mutex
 	spaces := map[string]*refData{}
-	open := func(ns string, r lockstore.AuditRetention, floor lockstore.FenceFloor) lockstore.Store {
-		mu.Lock()
-		defer mu.Unlock()
-		d, ok := spaces[ns]
-		if !ok {
-			d = &refData{locks: map[string]refLock{}, fences: map[string]int64{}}
-			spaces[ns] = d
-		}
-		return &refStore{d: d, retention: r.WithDefaults(), floor: floor, broken: os.Getenv(brokenEnv)}
-	}
 	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T, ns string) lockstore.Store {
-			return open(ns, lockstore.AuditRetention{}, lockstore.FloorClock)
-		},
-		OpenFloorOff: func(t *testing.T, ns string) lockstore.Store {
-			return open(ns, lockstore.AuditRetention{}, lockstore.FloorOff)
-		},
-		OpenAudit: func(t *testing.T, ns string, r lockstore.AuditRetention) lockstore.Store {
-			return open(ns, r, lockstore.FloorClock)
+		Open: func(t *testing.T, ns string, o storetest.Options) (lockstore.Store, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			d, ok := spaces[ns]
+			if !ok {
+				d = &refData{locks: map[string]refLock{}, fences: map[string]int64{}}
+				spaces[ns] = d
+			}
+			broken := os.Getenv(brokenEnv)
+			if o.Needs(storetest.SweepCounts) {
+				switch broken {
+				case "lacks-sweep": // a backend that legitimately lacks the feature
+					return nil, fmt.Errorf("%w: the reference store's entries expire by themselves", storetest.ErrNotSupported)
+				case "server-down": // a missing server is a failure, never a skip
+					return nil, errors.New("dial 127.0.0.1:1: connection refused")
+				}
+			}
+			return &refStore{d: d, retention: o.AuditRetention.WithDefaults(), floor: o.FenceFloor, clock: o.Now, broken: broken}, nil
 		},
 		SetFence: func(t *testing.T, s lockstore.Store, ns, key string, n int64) {
 			d := s.(*refStore).d
@@ -73,7 +75,8 @@ type refStore struct {
 	d         *refData
 	retention lockstore.AuditRetention
 	floor     lockstore.FenceFloor
-	broken    string // a deliberate bug (brokenEnv), for TestSuiteCatches
+	clock     func() time.Time // the suite's fake clock (Options.Now); nil: time.Now
+	broken    string           // a deliberate bug (brokenEnv), for TestSuiteCatches
 	closed    atomic.Bool
 }
 
@@ -97,6 +100,11 @@ func TestSuiteCatches(t *testing.T) {
 		{"no-floor", "conformance/fence_floor_survives_lost_writes"},
 		// The floor without its lead cap: a clock that stepped back goes unnoticed.
 		{"no-lead-cap", "conformance/fence_floor_lead_cap"},
+		// A client-time store that ignores the case's fake clock: the suite's
+		// skipped waits would never have happened.
+		{"real-clock", "conformance/expiry_tolerance"},
+		// Open cannot reach the backend: the case fails, it is not skipped.
+		{"server-down", "conformance/barrier_sweep_counts"},
 	} {
 		t.Run(c.bug, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestReferenceStore$/^conformance$/^"+
@@ -113,6 +121,27 @@ func TestSuiteCatches(t *testing.T) {
 	}
 }
 
+// TestSuiteSkipsNotSupported: a harness answering ErrNotSupported for a
+// feature its backend lacks skips the case that needs it, with the reason,
+// and the suite passes.
+func TestSuiteSkipsNotSupported(t *testing.T) {
+	if os.Getenv(brokenEnv) != "" {
+		t.Skip("running as the child")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestReferenceStore$/^conformance$/^barrier_sweep", "-test.v")
+	cmd.Env = append(os.Environ(), brokenEnv+"=lacks-sweep")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the suite failed a store lacking an optional feature (%v):\n%s", err, out)
+	}
+	for _, want := range []string{"--- SKIP: TestReferenceStore/conformance/barrier_sweep_counts", "entries expire by themselves",
+		"--- PASS: TestReferenceStore/conformance/barrier_sweep "} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("child output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func (s *refStore) start(ctx context.Context, op string) (func(), error) {
 	if err := lockstore.ContextError(ctx, op); err != nil {
 		return nil, err
@@ -124,7 +153,13 @@ func (s *refStore) start(ctx context.Context, op string) (func(), error) {
 	return s.d.mu.Unlock, nil
 }
 
-func now() int64 { return time.Now().UnixMilli() }
+// now is the store's time: the suite's fake clock when it gave one.
+func (s *refStore) now() int64 {
+	if s.broken == "real-clock" || s.clock == nil {
+		return time.Now().UnixMilli()
+	}
+	return s.clock().UnixMilli()
+}
 
 func (s *refStore) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	k, err := lockstore.NormalizeKey(key)
@@ -140,7 +175,7 @@ func (s *refStore) Acquire(ctx context.Context, key string, ttl time.Duration) (
 		return lockstore.AcquireResult{}, err
 	}
 	defer unlock()
-	n := now()
+	n := s.now()
 	if l, ok := s.d.locks[k]; ok && lockstore.IsLive(l.exps, n) {
 		return lockstore.AcquireResult{Reason: lockstore.ReasonLocked}, nil
 	}
@@ -172,7 +207,7 @@ func (s *refStore) Acquire(ctx context.Context, key string, ttl time.Duration) (
 // byID finds the live lock lockID holds; the caller holds the mutex.
 func (s *refStore) byID(id string) (refLock, bool) {
 	for _, l := range s.d.locks {
-		if l.id == id && lockstore.IsLive(l.exps, now()) {
+		if l.id == id && lockstore.IsLive(l.exps, s.now()) {
 			return l, true
 		}
 	}
@@ -213,7 +248,7 @@ func (s *refStore) Extend(ctx context.Context, lockID string, ttl time.Duration)
 	if !ok {
 		return lockstore.ExtendResult{Detail: lockstore.DetailNotFound}, nil
 	}
-	l.exps = now() + ms
+	l.exps = s.now() + ms
 	s.d.locks[l.key] = l
 	return lockstore.ExtendResult{OK: true, ExpiresAtMs: l.exps}, nil
 }
@@ -239,7 +274,7 @@ func (s *refStore) LookupKey(ctx context.Context, key string) (*lockstore.LockIn
 		return nil, err
 	}
 	defer unlock()
-	if l, ok := s.d.locks[k]; ok && lockstore.IsLive(l.exps, now()) {
+	if l, ok := s.d.locks[k]; ok && lockstore.IsLive(l.exps, s.now()) {
 		return info(l), nil
 	}
 	return nil, nil
@@ -270,7 +305,7 @@ func (s *refStore) Inspect(ctx context.Context, key string) (lockstore.KeyState,
 		return lockstore.KeyState{}, err
 	}
 	defer unlock()
-	ks := lockstore.KeyState{NowMs: now()}
+	ks := lockstore.KeyState{NowMs: s.now()}
 	if n := s.d.fences[k]; n > 0 {
 		ks.LatestFence, _ = lockstore.FormatFence(n)
 	}
@@ -341,7 +376,7 @@ func (s *refStore) CountHeld(ctx context.Context) (int64, error) {
 	defer unlock()
 	var n int64
 	for _, l := range s.d.locks {
-		if lockstore.IsLive(l.exps, now()) {
+		if lockstore.IsLive(l.exps, s.now()) {
 			n++
 		}
 	}

@@ -3,7 +3,6 @@ package storetest
 import (
 	"context"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
@@ -55,7 +54,7 @@ type op struct {
 // on every operation, before any I/O — proved by passing an already
 // cancelled context, which an operation that reached the backend would
 // report as Aborted — and leave no trace.
-func (s *suite) validation(t *testing.T) {
+func (s *suite) validation(t *caseT) {
 	st, _ := s.fresh(t)
 	const goodKey = "valid"
 	live := acquire(t, st, "live", 10*time.Second)
@@ -144,7 +143,7 @@ func (s *suite) validation(t *testing.T) {
 // contextErrors: an already cancelled context is Aborted and an already
 // expired deadline is NetworkTimeout, on every operation, and neither
 // changes anything.
-func (s *suite) contextErrors(t *testing.T) {
+func (s *suite) contextErrors(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "ctx"
 	live := acquire(t, st, "live", 10*time.Second)
@@ -185,7 +184,7 @@ func (s *suite) contextErrors(t *testing.T) {
 	if al != nil {
 		ops = append(ops,
 			op{"AppendAudit", func(c context.Context) error {
-				return al.AppendAudit(c, []lockstore.AuditEvent{{TimeMs: nowMs(), KeyHash: lockstore.HashKey(key), Reason: "stale"}})
+				return al.AppendAudit(c, []lockstore.AuditEvent{{TimeMs: t.nowMs(), KeyHash: lockstore.HashKey(key), Reason: "stale"}})
 			}},
 			op{"QueryAudit", func(c context.Context) error { _, err := al.QueryAudit(c, lockstore.AuditQuery{}); return err }},
 		)

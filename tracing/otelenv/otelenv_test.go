@@ -3,7 +3,6 @@ package otelenv
 import (
 	"bytes"
 	"context"
-	"net"
 	"net/http"
 	"reflect"
 	"runtime/pprof"
@@ -15,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/tracing"
 )
 
@@ -130,10 +130,7 @@ func TestTracingOffSetsNothingUp(t *testing.T) {
 	}
 
 	// The broken variant: the same checks see a set-up SDK.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testutil.Listen(t)
 	addr := l.Addr().String()
 	l.Close() // nothing listens: the exporter's sends fail, which is fine here
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+addr)

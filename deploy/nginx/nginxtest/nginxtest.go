@@ -5,6 +5,7 @@ package nginxtest
 
 import (
 	"fmt"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"net"
 	"os"
 	"os/exec"
@@ -29,18 +30,6 @@ const (
 func ConfigPath() string {
 	_, self, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(filepath.Dir(self)), "nginx.conf")
-}
-
-// FreePort returns a loopback address nobody listens on right now.
-func FreePort(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
 }
 
 // Start runs nginx with the shipped config in front of fencegateAddr (its
@@ -69,7 +58,7 @@ func StartWithCredential(t testing.TB, fencegateAddr, appAddr, credential string
 		t.Fatal(err)
 	}
 	text := string(conf)
-	listen := FreePort(t)
+	listen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	prefix := t.TempDir()
 	for from, to := range map[string]string{
 		shippedListen:     "listen " + listen + ";",

@@ -1,5 +1,5 @@
 // The fencegate lock API over gRPC. It carries the same fields as the
-// HTTP/JSON API (API.md, "Lock API over HTTP/JSON"): times are Unix
+// HTTP/JSON API (docs/api.md, "Lock API over HTTP/JSON"): times are Unix
 // milliseconds, fences are 15-digit decimal strings, and lookups return
 // hashKey values, never a raw key or lockId.
 //

@@ -1,0 +1,58 @@
+package authz
+
+import (
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/fencecheck"
+)
+
+// TestExtProcMaxWait: fence_max_wait is the barrier's wait on ext_proc. W1
+// is in flight; W2 under a newer fence on a route with fence_max_wait 2s
+// waits (the check's own timeout, the default, is 50 ms here) and is
+// admitted when W1's response headers arrive. The same route without the
+// option is refused draining at once (its default: check.timeout), so the
+// option is what made W2 wait. Values that do not parse, fence_max_wait
+// without the barrier, and one above check.maxWaitCap fail closed.
+func TestExtProcMaxWait(t *testing.T) {
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	c := serveExtProc(t, fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, MaxWaitCap: 10 * time.Second}))
+	wait := map[string]string{ExtKey: "acct", ExtBarrier: "on", ExtMaxWrite: "1m", ExtMaxWait: "2s"}
+	l1 := locktest.Acquire(t, s, "acct", time.Minute)
+	w1 := openStream(t, c, barrierOpts)
+	mustAllow(t, w1.roundTrip(write(l1.Fence)))
+	locktest.Release(t, s, l1.LockID)
+	l2 := locktest.Acquire(t, s, "acct", time.Minute)
+
+	mustDrain(t, openStream(t, c, barrierOpts).roundTrip(write(l2.Fence)))
+
+	w2 := openStream(t, c, wait)
+	if err := w2.s.Send(write(l2.Fence)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // six times the default wait
+	finished := time.Now()
+	w1.roundTrip(envoyResponseHeaders(200))
+	resp, err := w2.s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAllow(t, resp)
+	if took := time.Since(finished); took > time.Second {
+		t.Errorf("W2 admitted %v after W1 finished", took)
+	}
+	w2.roundTrip(envoyResponseHeaders(200))
+
+	for _, bad := range []map[string]string{
+		{ExtKey: "acct", ExtBarrier: "on", ExtMaxWait: "soon"},
+		{ExtKey: "acct", ExtBarrier: "on", ExtMaxWait: "0s"},
+		{ExtKey: "acct", ExtMaxWait: "2s"},
+		{ExtKey: "acct", ExtBarrier: "on", ExtMaxWait: "1m"}, // above check.maxWaitCap (10 s)
+	} {
+		code, hs, _ := immediateOf(t, openStream(t, c, bad).roundTrip(write(l2.Fence)))
+		if code != 503 || hs[HeaderReason] != "unavailable" {
+			t.Errorf("%v: %d %v, want 503 unavailable", bad, code, hs)
+		}
+	}
+}

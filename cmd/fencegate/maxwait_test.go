@@ -1,0 +1,28 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/proxy"
+)
+
+// TestMaxWaitWiring: config restates the barrier wait's defaults of
+// fencecheck and proxy, and a proxy route's maxWait reaches proxy.Route.
+func TestMaxWaitWiring(t *testing.T) {
+	if config.DefaultMaxWaitCap != fencecheck.DefaultMaxWaitCap {
+		t.Errorf("config.DefaultMaxWaitCap %s, fencecheck.DefaultMaxWaitCap %s", config.DefaultMaxWaitCap, fencecheck.DefaultMaxWaitCap)
+	}
+	if config.DefaultProxyMaxWait != proxy.DefaultMaxWait {
+		t.Errorf("config.DefaultProxyMaxWait %s, proxy.DefaultMaxWait %s", config.DefaultProxyMaxWait, proxy.DefaultMaxWait)
+	}
+	cfg := config.Config{Proxy: config.Proxy{Routes: []config.ProxyRoute{{
+		Prefix: "/o", Upstream: "http://127.0.0.1:1", Barrier: true, MaxWait: config.Duration(1500 * time.Millisecond),
+	}}}}
+	routes, err := proxyRoutes(cfg.ProxyEntries())
+	if err != nil || len(routes) != 1 || routes[0].MaxWait != 1500*time.Millisecond {
+		t.Fatalf("proxyRoutes: %+v %v", routes, err)
+	}
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/deploy/mesh"
+)
+
+// selectorFlag collects repeated --selector k=v labels.
+type selectorFlag map[string]string
+
+func (s selectorFlag) String() string {
+	var parts []string
+	for k, v := range s {
+		parts = append(parts, k+"="+v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (s selectorFlag) Set(v string) error {
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || val == "" || strings.Contains(kv, "*") {
+			return fmt.Errorf("want key=value labels without wildcards, got %q", kv)
+		}
+		if _, dup := s[k]; dup {
+			return fmt.Errorf("label %q given twice", k)
+		}
+		s[k] = val
+	}
+	return nil
+}
+
+// routesIstio prints the Istio AuthorizationPolicy (action CUSTOM) whose
+// rules cover every entry of the config file's route table, and the
+// DestinationRule giving the selected proxies fencegate's client
+// certificate (`fencegate routes istio`; deploy/mesh).
+func routesIstio(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("routes istio", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "the config file whose routes: to cover (required)")
+	var o mesh.Options
+	fs.StringVar(&o.Namespace, "namespace", "default", "namespace of the AuthorizationPolicy (the protected workload's; Istio's root namespace: mesh-wide)")
+	selector := selectorFlag{}
+	fs.Var(selector, "selector", "workload selector label key=value (repeat or comma-separate); none: every workload in --namespace")
+	fs.StringVar(&o.Provider, "provider", "fencegate", "the meshConfig.extensionProviders entry naming fencegate's ext_authz service")
+	fs.StringVar(&o.Service, "service", "fencegate", "fencegate's Service")
+	fs.StringVar(&o.ServiceNamespace, "service-namespace", "fencegate", "fencegate's Service's namespace")
+	fs.IntVar(&o.Port, "port", 9191, "fencegate's authz port")
+	fs.StringVar(&o.ClientSecret, "client-secret", "fencegate-authz-client", "Secret (in --namespace) with fencegate's authz client certificate")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fencegate routes istio: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "fencegate routes istio: --config is required")
+		return exitUsage
+	}
+	if o.Port < 1 || o.Port > 65535 {
+		fmt.Fprintln(stderr, "fencegate routes istio: --port must be in 1..65535")
+		return exitUsage
+	}
+	o.Selector = selector
+	c := config.Default()
+	if err := c.LoadFile(*path); err != nil {
+		fmt.Fprintln(stderr, "fencegate routes istio:", err)
+		return exitFailure
+	}
+	out, err := mesh.Istio(c.Routes, o)
+	if err != nil {
+		fmt.Fprintln(stderr, "fencegate routes istio:", err)
+		return exitFailure
+	}
+	if _, err := stdout.Write(out); err != nil {
+		fmt.Fprintln(stderr, "fencegate routes istio:", err)
+		return exitFailure
+	}
+	return exitOK
+}

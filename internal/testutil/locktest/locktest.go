@@ -1,0 +1,68 @@
+// Package locktest holds the test helpers that need lockstore: a real
+// embedded (bolt) store in a temporary directory, and taking and releasing
+// locks that must succeed. It is apart from testutil only because it
+// imports lockstore/bolt, which lockstore's and bolt's own tests (users of
+// testutil) cannot import back. Tests only, like testutil.
+package locktest
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/bolt"
+)
+
+// OpenBolt opens a bolt store on a fresh file in tb's temporary directory,
+// configured as production opens it but with a discarding logger; edit,
+// if given, changes the Config first (FloorOff, Logger, Path, ...). The
+// store is closed at cleanup.
+func OpenBolt(tb testing.TB, edit ...func(*bolt.Config)) *bolt.Store {
+	tb.Helper()
+	cfg := bolt.Config{
+		Path:   filepath.Join(tb.TempDir(), "fence.db"),
+		Logger: slog.New(slog.DiscardHandler),
+	}
+	for _, e := range edit {
+		e(&cfg)
+	}
+	// Not tb.Context(): the store outlives the test body into cleanups.
+	s, err := bolt.Open(context.Background(), cfg)
+	if err != nil {
+		tb.Fatalf("open bolt store %s: %v", cfg.Path, err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// FloorOff is an edit for OpenBolt: consecutive fences (1, 2, 3, ...), for
+// tests that count them.
+func FloorOff(c *bolt.Config) { c.FenceFloor = lockstore.FloorOff }
+
+// opTimeout bounds each call of Acquire and Release.
+const opTimeout = 30 * time.Second
+
+// Acquire takes key for ttl and fails tb unless the store granted it.
+func Acquire(tb testing.TB, s lockstore.Store, key string, ttl time.Duration) lockstore.AcquireResult {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	r, err := s.Acquire(ctx, key, ttl)
+	if err != nil || !r.OK {
+		tb.Fatalf("Acquire(%q) = %+v, %v; want the lock", key, r, err)
+	}
+	return r
+}
+
+// Release releases lockID and fails tb unless it was held.
+func Release(tb testing.TB, s lockstore.Store, lockID string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if r, err := s.Release(ctx, lockID); err != nil || !r.OK {
+		tb.Fatalf("Release = %+v, %v; want the held lock released", r, err)
+	}
+}
