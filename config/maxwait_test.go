@@ -53,11 +53,11 @@ func TestMaxWait(t *testing.T) {
 	if err != nil || cfg.Check.MaxWaitCap.Std() != 10*time.Second || cfg.Check.BarrierMaxWaiters != 32 || cfg.Proxy.Routes[0].MaxWait.Std() != 2*time.Second {
 		t.Fatalf("load: %+v %+v %v", cfg.Check, cfg.Proxy.Routes, err)
 	}
-	if d := cfg.Proxy.Drain(); d != 20*time.Second {
+	if d := cfg.Drain(); d != 20*time.Second {
 		t.Errorf("Drain() = %v, want the 20 s default (2 s + 10 s + 5 s is less)", d)
 	}
 	cfg.Proxy.Routes[0].MaxWrite = Duration(20 * time.Second)
-	if d := cfg.Proxy.Drain(); d != 27*time.Second {
+	if d := cfg.Drain(); d != 27*time.Second {
 		t.Errorf("Drain() = %v, want maxWait 2 s + maxWrite 20 s + 5 s", d)
 	}
 }
