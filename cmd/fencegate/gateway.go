@@ -94,9 +94,10 @@ func startGateway(ctx context.Context, cfg config.Config, set gatewaySettings, l
 	if err != nil {
 		return nil, err
 	}
-	gw.goBG(gw.health.Run)
-
 	if gw.replication, err = watchReplication(ctx, gw.store, gw.reg, log); err != nil {
+		return nil, err
+	}
+	if gw.health, err = health.New(health.Options{Store: gw.store, Replication: gw.replication, Registerer: gw.reg, Logger: log}); err != nil {
 		return nil, err
 	}
 	tel := lockstore.WithTelemetry(gw.store, lockstore.TelemetryOptions{OnEvent: sm.Observe, Logger: log})
@@ -110,6 +111,8 @@ func startGateway(ctx context.Context, cfg config.Config, set gatewaySettings, l
 		bg.Add(1)
 		go func() { defer bg.Done(); fn(bgCtx) }()
 	}
+
+	gw.goBG(gw.health.Run)
 
 	// Expired barrier entries of keys never written again.
 	if err := startBarrierSweep(gw.store, barrierSweepInterval, gw.reg, gw.goBG, log); err != nil {
