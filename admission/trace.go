@@ -6,7 +6,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	admissionv1 "k8s.io/api/admission/v1"
 
-	"github.com/fencegate/fencegate/tracing"
+	"github.com/fencegate/fencegate/internal/tracing"
 )
 
 // tracedReview runs Review inside a tracing.SpanAdmissionReview span, a

@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/admission"
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/tracing"
+	"github.com/fencegate/fencegate/internal/tracing"
 )
 
 // TestTracingReviewSpan: a review is a fencegate.admission.review server

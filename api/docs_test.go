@@ -90,12 +90,12 @@ func docItems(t *testing.T) []docItem {
 		add("metric", false, m)
 	}
 	// The console's routes (method and path, as registered), the OTEL_*
-	// variables tracing/otelenv reads, and the span names and attribute
+	// variables internal/tracing/otelenv reads, and the span names and attribute
 	// keys of package tracing, all read from the source.
 	add("console route", true, consoleRoutes(t)...)
 	add("OTEL variable", false, otelVars(t)...)
-	add("span name", true, stringConsts(t, "../tracing", "Span")...)
-	add("span attribute", false, stringConsts(t, "../tracing", "Attr")...)
+	add("span name", true, stringConsts(t, "../internal/tracing", "Span")...)
+	add("span attribute", false, stringConsts(t, "../internal/tracing", "Attr")...)
 	return items
 }
 
@@ -132,7 +132,7 @@ func consoleRoutes(t *testing.T) []string {
 	t.Helper()
 	var base string
 	var methods, suffixes []string
-	for _, src := range sourceOf(t, "../console") {
+	for _, src := range sourceOf(t, "../internal/console") {
 		if m := consolePathRE.FindStringSubmatch(src); m != nil {
 			base = m[1]
 		}
@@ -144,7 +144,7 @@ func consoleRoutes(t *testing.T) []string {
 	// A console with fewer routes than its pages, stream, login, logout
 	// and assets means the scan no longer reads console.Register.
 	if base == "" || len(methods) < 7 {
-		t.Fatalf("found console path %q and %d routes: the scan of console/ is broken", base, len(methods))
+		t.Fatalf("found console path %q and %d routes: the scan of internal/console/ is broken", base, len(methods))
 	}
 	routes := make([]string, len(methods))
 	for i := range methods {
@@ -153,12 +153,12 @@ func consoleRoutes(t *testing.T) []string {
 	return routes
 }
 
-// otelVars returns every OTEL_* variable tracing/otelenv reads itself.
+// otelVars returns every OTEL_* variable internal/tracing/otelenv reads itself.
 func otelVars(t *testing.T) []string {
 	t.Helper()
 	seen := map[string]bool{}
 	var out []string
-	for _, src := range sourceOf(t, "../tracing/otelenv") {
+	for _, src := range sourceOf(t, "../internal/tracing/otelenv") {
 		for _, m := range otelVarRE.FindAllStringSubmatch(src, -1) {
 			if !seen[m[1]] {
 				seen[m[1]] = true
@@ -167,7 +167,7 @@ func otelVars(t *testing.T) []string {
 		}
 	}
 	if len(out) < 5 {
-		t.Fatalf("found %d OTEL_* variables in tracing/otelenv: the scan is broken", len(out))
+		t.Fatalf("found %d OTEL_* variables in internal/tracing/otelenv: the scan is broken", len(out))
 	}
 	return out
 }

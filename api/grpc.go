@@ -7,8 +7,8 @@ import (
 	"time"
 
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/internal/tracing"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/tracing"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"

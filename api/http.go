@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fencegate/fencegate/api/wire"
+	"github.com/fencegate/fencegate/internal/tracing"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/tracing"
 )
 
 // The error body under short local names (middleware renders it too);

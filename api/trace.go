@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/fencegate/fencegate/tracing"
+	"github.com/fencegate/fencegate/internal/tracing"
 )
 
 // Transports, for the span's tracing.AttrTransport.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
-	"github.com/fencegate/fencegate/tracing"
+	"github.com/fencegate/fencegate/internal/tracing"
 )
 
 // TestTracingLockSpans: each lock call over HTTP is one

@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/tracing"
+	"github.com/fencegate/fencegate/internal/tracing"
 )
 
 // HTTPPath is where the forward-auth handler is mounted, with every path

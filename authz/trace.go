@@ -3,7 +3,7 @@ package authz
 import (
 	"context"
 
-	"github.com/fencegate/fencegate/tracing"
+	"github.com/fencegate/fencegate/internal/tracing"
 )
 
 // grpcTraceContext is the trace context of an ext_authz call: the call's

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/fencegate/fencegate/certwatch"
-	"github.com/fencegate/fencegate/certwatch/certtest"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/certwatch"
+	"github.com/fencegate/fencegate/internal/certwatch/certtest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )

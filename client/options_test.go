@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/certwatch/certtest"
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/internal/certwatch/certtest"
 	"github.com/fencegate/fencegate/lockstore"
 	"google.golang.org/grpc"
 )

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/certwatch/certtest"
+	"github.com/fencegate/fencegate/internal/certwatch/certtest"
 )
 
 // TestAdmissionListenerInTheBinary: `fencegate serve` with a webhook

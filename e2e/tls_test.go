@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/fencegate/fencegate/certwatch/certtest"
+	"github.com/fencegate/fencegate/internal/certwatch/certtest"
 )
 
 // TestTLSListeners: every listener serves TLS from files named in the config

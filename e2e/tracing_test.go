@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
-	"github.com/fencegate/fencegate/certwatch/certtest"
+	"github.com/fencegate/fencegate/internal/certwatch/certtest"
 	"github.com/fencegate/fencegate/internal/testutil"
 )
 
@@ -342,7 +342,7 @@ func TestTracingSpans(t *testing.T) {
 // not asked for: with OTEL_SDK_DISABLED=true over a full configuration, or
 // OTEL_TRACES_EXPORTER=none, the receiver gets no span (checked after the
 // gateway exited, which flushes whatever it had); with no OTEL variable the
-// gateway does not set tracing up at all (tracing/otelenv's tests show no
+// gateway does not set tracing up at all (internal/tracing/otelenv's tests show no
 // SDK goroutine then; here, no "tracing on" line).
 func TestTracingOffByDefault(t *testing.T) {
 	for _, tc := range []struct {

@@ -6,7 +6,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 
-	"github.com/fencegate/fencegate/tracing"
+	"github.com/fencegate/fencegate/internal/tracing"
 )
 
 // tracedCheck runs check inside a tracing.SpanCheck span (a child of the

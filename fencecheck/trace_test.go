@@ -10,8 +10,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/tracing"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/tracing"
 )
 
 // TestTracingCheckSpan: each check is one fencegate.check span with the

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/tracing"
+	"github.com/fencegate/fencegate/internal/tracing"
 )
 
 // Source names the proxy in audit events.

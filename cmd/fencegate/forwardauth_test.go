@@ -16,8 +16,8 @@ import (
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
-	"github.com/fencegate/fencegate/console"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/console"
 )
 
 // forwardAuthGateway runs the lock API's HTTP listener as serve builds it

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/tap"
 
-	"github.com/fencegate/fencegate/certwatch"
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/internal/certwatch"
 	"github.com/fencegate/fencegate/internal/health"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/tracing/otelenv"
 	"github.com/fencegate/fencegate/proxy"
-	"github.com/fencegate/fencegate/tracing/otelenv"
 	"github.com/fencegate/fencegate/writeproof"
 )
 

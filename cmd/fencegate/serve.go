@@ -22,12 +22,12 @@ import (
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
-	"github.com/fencegate/fencegate/console"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/console"
 	"github.com/fencegate/fencegate/internal/health"
+	"github.com/fencegate/fencegate/internal/tracing/otelenv"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/routes"
-	"github.com/fencegate/fencegate/tracing/otelenv"
 	"github.com/fencegate/fencegate/writeproof"
 )
 

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/fencegate/fencegate/tracing/otelenv"
+	"github.com/fencegate/fencegate/internal/tracing/otelenv"
 )
 
 // tracingFlushTimeout bounds the flush of queued spans at exit.

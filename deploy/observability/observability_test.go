@@ -24,8 +24,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/certwatch/certtest"
 	"github.com/fencegate/fencegate/cmd/fencegate/fencegatetest"
+	"github.com/fencegate/fencegate/internal/certwatch/certtest"
 	"gopkg.in/yaml.v3"
 )
 

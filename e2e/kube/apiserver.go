@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/certwatch/certtest"
+	"github.com/fencegate/fencegate/internal/certwatch/certtest"
 )
 
 // User is an identity the API server authenticates by static bearer token

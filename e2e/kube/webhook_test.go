@@ -25,10 +25,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fencegate/fencegate/admission"
-	"github.com/fencegate/fencegate/certwatch"
-	"github.com/fencegate/fencegate/certwatch/certtest"
 	"github.com/fencegate/fencegate/deploy/k8s"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/certwatch"
+	"github.com/fencegate/fencegate/internal/certwatch/certtest"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/tracing"
+	"github.com/fencegate/fencegate/internal/tracing"
 )
 
 func envOf(kv ...string) func(string) string {

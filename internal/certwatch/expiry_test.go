@@ -4,8 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/fencegate/fencegate/certwatch"
-	"github.com/fencegate/fencegate/certwatch/certtest"
+	"github.com/fencegate/fencegate/internal/certwatch"
+	"github.com/fencegate/fencegate/internal/certwatch/certtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"log/slog"

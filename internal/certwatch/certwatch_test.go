@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/certwatch"
-	"github.com/fencegate/fencegate/certwatch/certtest"
+	"github.com/fencegate/fencegate/internal/certwatch"
+	"github.com/fencegate/fencegate/internal/certwatch/certtest"
 	"github.com/fencegate/fencegate/internal/testutil"
 )
 
