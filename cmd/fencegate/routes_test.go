@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -188,6 +189,41 @@ func TestRestartKeys(t *testing.T) {
 	for _, want := range []string{"store", "check", "upstream entries"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("restartKeys = %s, lacks %s", got, want)
+		}
+	}
+}
+
+// TestReadmeIstioTable: the route table README.md shows under "Behind
+// Istio" loads, and PUT /orders/42 on its host governs the lock orders/42,
+// as the README says. A table the gateway refuses (the broken variant: the
+// same entry with a proof mode that does not exist) fails it.
+func TestReadmeIstioTable(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "## Behind Istio")
+	_, block, ok2 := strings.Cut(section, "```yaml\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("README.md has no yaml block under \"## Behind Istio\"")
+	}
+	for _, tc := range []struct {
+		name, table string
+		want        int
+		out         string
+	}{
+		{"README", block, exitOK, `key "orders/42"`},
+		{"broken", strings.Replace(block, "proof: signed", "proof: forged", 1), 2, ""},
+	} {
+		path := filepath.Join(t.TempDir(), "fencegate.yaml")
+		if err := os.WriteFile(path, []byte(tc.table), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr strings.Builder
+		code := routesCheck(t.Context(), []string{"--config", path, "--request", "PUT https://api.example.com/orders/42"}, &stdout, &stderr)
+		if code != tc.want || !strings.Contains(stdout.String(), tc.out) {
+			t.Errorf("%s: exit %d, want %d; stdout %q, stderr %q", tc.name, code, tc.want, stdout.String(), stderr.String())
 		}
 	}
 }
