@@ -106,7 +106,11 @@ func TestTransportStampsFenceHeaders(t *testing.T) {
 // opening one per request (http.DefaultTransport keeps 2 per host). A
 // client on the default transport is the broken variant.
 func TestNewKeepsConnectionsForConcurrentCallers(t *testing.T) {
-	const workers, rounds = 16, 25
+	// Each round starts every worker at once and waits for all of them,
+	// so that even a loaded machine has the round's requests in flight
+	// together: the default transport keeps 2 of their connections and
+	// dials again in the next round.
+	const workers, rounds = 16, 40
 	for _, tc := range []struct {
 		name   string
 		opts   []client.Option
@@ -126,18 +130,17 @@ func TestNewKeepsConnectionsForConcurrentCallers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var wg sync.WaitGroup
-			for range workers {
-				wg.Go(func() {
-					for range rounds {
+			for range rounds {
+				var wg sync.WaitGroup
+				for range workers {
+					wg.Go(func() {
 						if _, err := c.IsLocked(context.Background(), "orders/1"); err != nil {
 							t.Error(err)
-							return
 						}
-					}
-				})
+					})
+				}
+				wg.Wait()
 			}
-			wg.Wait()
 			n := opened.Load()
 			t.Logf("%d connections for %d requests from %d goroutines", n, workers*rounds, workers)
 			if churn := n > 2*workers; churn != tc.broken {
