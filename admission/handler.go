@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"k8s.io/apimachinery/pkg/types"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"

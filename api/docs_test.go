@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"github.com/fencegate/fencegate/auth"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -19,6 +18,7 @@ import (
 	"github.com/fencegate/fencegate/admission"
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/api/wire"
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"

@@ -1,8 +1,9 @@
 package api
 
 import (
-	"github.com/fencegate/fencegate/lockstore"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // newFenceWarnings returns fencegate_fence_warnings_total. The backends log

@@ -2,19 +2,20 @@ package api
 
 import (
 	"context"
-	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"time"
 
-	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
-	"github.com/fencegate/fencegate/internal/tracing"
-	"github.com/fencegate/fencegate/lockstore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+
+	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/auth"
+	"github.com/fencegate/fencegate/internal/tracing"
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // grpcOps maps the Locks service's methods to operations (scopes, metrics).

@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/fencegate/fencegate/auth"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Tokens used across the tests. Their secrets must never show up in logs.

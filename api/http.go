@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/fencegate/fencegate/auth"
 	"net/http"
 	"sync"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fencegate/fencegate/api/wire"
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/internal/tracing"
 	"github.com/fencegate/fencegate/lockstore"
 )

@@ -2,13 +2,14 @@ package api
 
 import (
 	"context"
-	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"math"
 	"time"
 
-	"github.com/fencegate/fencegate/lockstore"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/auth"
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // Metric outcomes besides the LockError codes.

@@ -1,12 +1,12 @@
 package api
 
 import (
-	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/lockstore"
 )
 

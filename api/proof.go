@@ -2,10 +2,10 @@ package api
 
 import (
 	"context"
-	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"net/http"
 
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/lockstore"
 )
 

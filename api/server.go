@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/writeproof"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultMaxWait is the cap on waitMs when Options.MaxWait is zero.
@@ -19,10 +20,10 @@ const DefaultMaxWait = 30 * time.Second
 // Options configure a Server. The zero value of every field but Store is
 // usable.
 type Options struct {
-	// Store serves the lock operations. Required. Readiness pings the
-	// lockstore.Pinger that lockstore.As finds in it (New fails without
-	// one); fencegate_locks_held counts with its lockstore.HeldCounter, if
+	// Store serves the lock operations. Required. fencegate_locks_held
+	// counts with the lockstore.HeldCounter lockstore.As finds in it, if
 	// any; its lockstore.Describer names the backend in metrics.
+	// Readiness is not the API's (internal/health).
 	Store lockstore.Locks
 	// Audit serves GET /v1/audit. Nil answers 501 with code
 	// ServiceUnavailable and a message saying the audit log is off.

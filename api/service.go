@@ -3,10 +3,10 @@ package api
 import (
 	"context"
 	"fmt"
-	"github.com/fencegate/fencegate/auth"
 	"math"
 	"time"
 
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 )

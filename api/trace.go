@@ -2,12 +2,12 @@ package api
 
 import (
 	"context"
-	"github.com/fencegate/fencegate/auth"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/internal/tracing"
 )
 

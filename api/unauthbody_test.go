@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"github.com/fencegate/fencegate/internal/testutil"
-	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"io"
 	"net"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // TestUnauthenticatedBodyIsNotAwaited: a lock API request without a valid

@@ -98,45 +98,51 @@ func newDecider(c *fencecheck.Checker, o Options) decider {
 // options; the table entry the request's host, path and method match.
 // Without a table every caller's options apply, as before the table. With
 // one, a caller that is not trusted cannot choose or override an entry:
-// its options are ignored. fromTable reports a route of the operator's
-// own configuration (trusted for the barrier whoever asks); refuse, a
-// path the table cannot route (not canonical, or ambiguous).
-func (d decider) resolve(v requestView, ro routeOptions) (rt *fencecheck.Route, fromTable bool, refuse error) {
-	tbl := d.routes.Load()
+// its options are ignored (under check.unmatchedWrites: defaults, they
+// govern the requests no entry matches). refuse: a path the table cannot
+// route (not canonical, or ambiguous).
+func (d decider) resolve(tbl *routes.Table, v requestView, ro routeOptions) (rt *fencecheck.Route, refuse error) {
 	if tbl == nil {
-		return d.inline.get(ro), false, nil
+		return d.inline.get(ro), nil
 	}
 	if v.caller.trusted {
 		if e := tbl.Named(ro.name); e != nil {
-			return e.Route, true, nil
+			return e.Route, nil
 		}
 		if ro.inline() {
-			return d.inline.get(ro), false, nil
+			return d.inline.get(ro), nil
 		}
 	}
 	e, err := tbl.Match(v.host, v.path, v.method)
 	switch {
 	case err != nil:
-		return nil, true, err
+		return nil, err
 	case e != nil:
-		return e.Route, true, nil
+		return e.Route, nil
 	case tbl.Unmatched() == routes.UnmatchedDefaults:
-		return d.inline.get(ro), false, nil
+		return d.inline.get(ro), nil
 	}
-	return tbl.NoRoute(), true, nil
+	return tbl.NoRoute(), nil
 }
 
 func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fencecheck.Decision, error) {
-	rt, fromTable, refuse := d.resolve(v, ro)
+	// One table for the whole request: a reload swaps the holder, never
+	// the table a request already resolved against.
+	tbl := d.routes.Load()
+	rt, refuse := d.resolve(tbl, v, ro)
 	var req fencecheck.Request
 	if refuse != nil {
-		req = d.routes.Load().Refuse(v.input(v.caller.trusted))
+		req = tbl.Refuse(v.input(v.caller.trusted))
 		if req.Write {
 			d.log.LogAttrs(ctx, slog.LevelDebug, "authz: the route table cannot route this path; writes refused", slog.Any("error", refuse))
 		}
 	} else {
 		var kerr error
-		req, kerr = rt.Request(v.input(v.caller.trusted || fromTable))
+		// Trust is who calls, never which route: a table entry's barrier
+		// from an untrusted caller is refused like its own (a dropped
+		// ext_proc stream would leave an entry holding the key's next
+		// holder back for maxWrite).
+		req, kerr = rt.Request(v.input(v.caller.trusted))
 		if kerr != nil {
 			level := slog.LevelDebug
 			if errors.Is(kerr, fencecheck.ErrBadTemplate) || errors.Is(kerr, fencecheck.ErrRouteOption) {

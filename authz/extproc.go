@@ -43,7 +43,8 @@ const MetadataNamespace = "fencegate"
 // The filter must run with processing_mode request_header_mode SEND,
 // response_header_mode SEND, bodies NONE, trailers SKIP (deploy/envoy/
 // envoy-extproc.yaml). Route options (the context_extensions names:
-// fence_key, fence_policy, …, plus fence_barrier and fence_max_write) come
+// fence_key, fence_policy, fence_proof, …, plus fence_barrier, fence_max_write
+// and fence_max_wait) come
 // from the stream's gRPC initial metadata (the per-route
 // ExtProcPerRoute.overrides.grpc_initial_metadata), falling back to the
 // string fields of metadata_context's "fencegate" namespace.
@@ -56,9 +57,10 @@ const MetadataNamespace = "fencegate"
 //     x-fence-decision-id, x-fence-would-deny set or removed as ext_authz
 //     does.
 //   - response headers: a write admitted under the barrier is finished —
-//     unless the status is 502, 503 or 504, which Envoy also answers itself
-//     when the upstream exchange failed or timed out (the API may still
-//     commit): that write is abandoned, its entry expires at maxWrite.
+//     unless the status is one Envoy also answers itself when the upstream
+//     exchange failed or timed out (408, 413, any 5xx; upstreamCompleted),
+//     where the API may still commit: that write is abandoned, its entry
+//     expires at maxWrite.
 //   - a stream that ends without response headers: the write is abandoned.
 //
 // Completion is at the response headers, not the end of the body: an API

@@ -1,11 +1,11 @@
 package authz
 
 import (
-	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // TestExtProcMaxWait: fence_max_wait is the barrier's wait on ext_proc. W1

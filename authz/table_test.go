@@ -3,7 +3,6 @@ package authz
 import (
 	"context"
 	"fmt"
-	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/routes"
 )
 
@@ -215,9 +215,11 @@ func TestInlineRouteCacheIsBounded(t *testing.T) {
 	}
 }
 
-// TestTableBarrierOnExtProc: a table entry is the operator's own, so its
-// barrier is kept on ext_proc whoever the caller is, while the same
-// options sent by an untrusted caller without a table are refused.
+// TestTableBarrierOnExtProc: a table entry's barrier is kept on ext_proc
+// for a trusted caller (here: loopback with TrustLoopback), and refused to
+// an untrusted one like its own options: trust is who calls, not which
+// route, or anyone reaching the port could leave barrier entries behind
+// by dropping streams.
 func TestTableBarrierOnExtProc(t *testing.T) {
 	s := locktest.OpenBolt(t, locktest.FloorOff)
 	c := fencecheck.New(s, fencecheck.Options{Timeout: time.Second})
@@ -227,8 +229,12 @@ func TestTableBarrierOnExtProc(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := locktest.Acquire(t, s, "acct", time.Minute)
-	withTable := openStream(t, serveExtProcWith(t, c, Options{Routes: routes.NewHolder(tbl)}), nil).roundTrip(write(l.Fence))
-	mustAllow(t, withTable)
+	trusted := openStream(t, serveExtProcWith(t, c, Options{Routes: routes.NewHolder(tbl), TrustLoopback: true}), nil).roundTrip(write(l.Fence))
+	mustAllow(t, trusted)
+	untrusted := openStream(t, serveExtProcWith(t, c, Options{Routes: routes.NewHolder(tbl)}), nil).roundTrip(write(l.Fence))
+	if untrusted.GetRequestHeaders() != nil {
+		t.Fatal("an untrusted caller's write on a table barrier entry was admitted")
+	}
 	without := openStream(t, serveExtProcWith(t, c, Options{}), barrierOpts).roundTrip(write(l.Fence))
 	if without.GetRequestHeaders() != nil {
 		t.Fatal("an untrusted caller's barrier was admitted")

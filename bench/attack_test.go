@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
-	"github.com/fencegate/fencegate/auth"
 	"io"
 	"net"
 	"net/http"
@@ -31,6 +30,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/client"
 	"github.com/fencegate/fencegate/lock"

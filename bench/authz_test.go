@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
-	"github.com/fencegate/fencegate/auth"
 	"io"
 	"os"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/lockstore"
 	redisstore "github.com/fencegate/fencegate/lockstore/redis"

@@ -3,7 +3,6 @@ package client_test
 import (
 	"crypto/tls"
 	"errors"
-	"github.com/fencegate/fencegate/auth"
 	"io"
 	"log/slog"
 	"net"
@@ -13,15 +12,17 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/client"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/writeproof"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/status"
 )
 
 const token = "fg_test_token"

@@ -149,8 +149,8 @@ func (c *Config) routeProblems() []string {
 			add("%s.name: %q is used by another entry", where, r.Name)
 		}
 		seen[r.Name] = true
-		if r.MaxWrite < 0 || r.MaxWait < 0 {
-			add("%s: maxWrite and maxWait must not be negative", where)
+		if r.MaxWrite < 0 {
+			add("%s.maxWrite: must not be negative", where) // maxWait: maxWaitProblems
 		}
 		if r.MaxWrite > 0 && !r.Barrier {
 			add("%s.maxWrite: set without barrier: true", where)

@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/fencegate/fencegate/internal/testutil"
 	"io"
 	"net/http"
 	"net/url"
@@ -24,6 +23,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/cmd/fencegate/fencegatetest"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // binary is the fencegate executable under test: the one `make test` built

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"github.com/fencegate/fencegate/internal/testutil"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // routesTable is the route table of these tests: /orders/{int} governed

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"errors"
-	"github.com/fencegate/fencegate/internal/testutil"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // TestStartupFailures: every way `fencegate serve` can be misconfigured

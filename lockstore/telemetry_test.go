@@ -3,12 +3,13 @@ package lockstore
 import (
 	"context"
 	"fmt"
-	"github.com/fencegate/fencegate/internal/testutil"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // eventSink collects events delivered by the decorator.

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
 // TestProxyBarrierMaxWait: the route's maxWait is the barrier's wait (a

@@ -73,7 +73,6 @@ type Entry struct {
 	hosts   []string // lower case; "*.example.com" wildcards; empty: every host
 	path    pathMatch
 	methods []string // exact request methods; empty: every method
-	order   int      // position in the file, the last tie-break
 }
 
 // Table is a compiled route table. It is immutable and safe for
@@ -117,7 +116,7 @@ func Compile(entries []config.Route, o Options) (*Table, error) {
 		if c.Name != "" {
 			where += fmt.Sprintf(" (%s)", c.Name)
 		}
-		e, err := compileEntry(c, i)
+		e, err := compileEntry(c)
 		if err != nil {
 			for _, line := range strings.Split(err.Error(), "\n") {
 				errs = append(errs, fmt.Errorf("%s: %s", where, line))
@@ -163,7 +162,7 @@ func Compile(entries []config.Route, o Options) (*Table, error) {
 	return t, nil
 }
 
-func compileEntry(c config.Route, order int) (*Entry, error) {
+func compileEntry(c config.Route) (*Entry, error) {
 	var errs []error
 	if c.Name == "" {
 		errs = append(errs, errors.New("name: required"))
@@ -175,7 +174,7 @@ func compileEntry(c config.Route, order int) (*Entry, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	e := &Entry{Name: c.Name, Route: rt, Config: c, order: order}
+	e := &Entry{Name: c.Name, Route: rt, Config: c}
 	for _, h := range c.Match.Hosts {
 		n, err := normalizeHostPattern(h)
 		if err != nil {

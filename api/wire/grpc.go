@@ -1,10 +1,11 @@
 package wire
 
 import (
-	"github.com/fencegate/fencegate/lockstore"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of fencegate's gRPC errors.

@@ -2,13 +2,14 @@ package main
 
 import (
 	"bytes"
-	"github.com/fencegate/fencegate/internal/testutil"
 	"log"
 	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // TestServerErrorLogIsBounded: net/http's per-connection error lines — a

@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"net/http"
 
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"

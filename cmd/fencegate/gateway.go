@@ -23,8 +23,7 @@ import (
 // listener follows (health), the owner of the background work (the
 // barrier sweep, the audit pipeline's writer, the readiness loop), the
 // audit pipeline and the edge checker. close undoes it in reverse order,
-// after the listeners have drained. (It was named runtime, which shadowed
-// the standard package.)
+// after the listeners have drained.
 type gateway struct {
 	// store is the opened store: each consumer takes its role from it
 	// (the checker its edge state, the console its Inspect), and the

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"github.com/fencegate/fencegate/auth"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )

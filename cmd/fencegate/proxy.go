@@ -28,7 +28,7 @@ import (
 func runProxy(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "YAML config file with proxy.routes (env FENCEGATE_CONFIG)")
+	configPath := fs.String("config", "", "YAML config file with the routes: entries that have an upstream, or proxy.routes (env FENCEGATE_CONFIG)")
 	listen := fs.String("listen", "", "proxy listener host:port (default proxy.addr, else "+config.DefaultProxyAddr+")")
 	store := fs.String("store", "", "store URL; overrides the config's store (env FENCEGATE_STORE)")
 	metricsAddr := fs.String("metrics-addr", "", "listener for /metrics, /healthz, /readyz, or \"off\" (default proxy.metricsAddr, else off)")
@@ -41,7 +41,7 @@ func runProxy(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return err
 	})
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: fencegate proxy --config FILE [flags]\n\nA fencing reverse proxy: every write on a route is checked against the store\nbefore it reaches the upstream. Routes come from the config file's proxy.routes.\n\nflags:")
+		fmt.Fprintln(stderr, "usage: fencegate proxy --config FILE [flags]\n\nA fencing reverse proxy: every write on a route is checked against the store\nbefore it reaches the upstream. Routes come from the config file's routes: entries that\nhave an upstream (or proxy.routes).\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -88,7 +88,7 @@ func proxyConfig(path string, getenv func(string) string, flags func(*config.Con
 		path = getenv("FENCEGATE_CONFIG")
 	}
 	if path == "" {
-		return c, proxySettings{}, errors.New("a config file with proxy.routes is required (--config or FENCEGATE_CONFIG)")
+		return c, proxySettings{}, errors.New("a config file with routes (routes: entries with an upstream, or proxy.routes) is required (--config or FENCEGATE_CONFIG)")
 	}
 	if err := c.LoadFile(path); err != nil {
 		return c, proxySettings{}, err

@@ -10,10 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"reflect"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,20 +46,25 @@ var routesPollInterval = 2 * time.Second
 // the served one in place: every problem is logged, the failure counted.
 type tableReloader struct {
 	path   string
+	hup    <-chan os.Signal
 	holder *routes.Holder
 	log    *slog.Logger
 	// loaded is the file as last applied (routes included), to tell which
 	// other keys changed; sum its content's hash.
-	loaded  config.Config
-	sum     [32]byte
+	loaded config.Config
+	sum    [32]byte
+	// running is check: as the process started with it: the caps the
+	// checker enforces until a restart.
+	running config.Check
 	reloads *prometheus.CounterVec
 	entries prometheus.Gauge
 }
 
 // newTableReloader watches path for the table held by h, counting
-// reloads on reg.
-func newTableReloader(path string, h *routes.Holder, reg prometheus.Registerer, log *slog.Logger) *tableReloader {
-	r := &tableReloader{path: path, holder: h, log: log,
+// reloads on reg: loaded and sum are the file as the served table was
+// read from it, hup delivers SIGHUP.
+func newTableReloader(path string, loaded config.Config, sum [32]byte, hup <-chan os.Signal, h *routes.Holder, reg prometheus.Registerer, log *slog.Logger) *tableReloader {
+	r := &tableReloader{path: path, hup: hup, holder: h, log: log, loaded: loaded, sum: sum, running: loaded.Check,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencegate_routes_reload_total",
 			Help: "Route table reloads (SIGHUP or a changed config file), by result: ok or error (the old table kept serving)."}, []string{"result"}),
 		entries: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencegate_routes_entries",
@@ -71,7 +74,6 @@ func newTableReloader(path string, h *routes.Holder, reg prometheus.Registerer, 
 	r.reloads.WithLabelValues("error")
 	r.entries.Set(float64(h.Load().Len()))
 	reg.MustRegister(r.reloads, r.entries)
-	r.loaded, r.sum, _ = readConfigFile(path)
 	return r
 }
 
@@ -87,16 +89,17 @@ func readConfigFile(path string) (config.Config, [32]byte, error) {
 
 // run reloads on SIGHUP and on a changed file until ctx ends.
 func (r *tableReloader) run(ctx context.Context) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	t := time.NewTicker(routesPollInterval)
 	defer t.Stop()
+	// An edit made between the start's read and now is applied at once.
+	if b, err := os.ReadFile(r.path); err == nil && sha256.Sum256(b) != r.sum {
+		r.reload("file changed")
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-hup:
+		case <-r.hup:
 			r.reload("SIGHUP")
 		case <-t.C:
 			b, err := os.ReadFile(r.path)
@@ -115,16 +118,26 @@ func (r *tableReloader) reload(trigger string) {
 	if err != nil {
 		problems = append(problems, err.Error())
 	} else {
-		if err := c.ValidateRoutes(); err != nil {
+		// The caps are restart-only: a table is checked against the ones
+		// the running checker enforces, not the file's new values.
+		v := c
+		v.Check.MaxWriteCap, v.Check.MaxWaitCap = r.running.MaxWriteCap, r.running.MaxWaitCap
+		if err := v.ValidateRoutes(); err != nil {
 			problems = append(problems, err.(config.Problems)...)
 		}
 		if len(problems) == 0 {
 			t, err := compileTable(&c)
-			if err == nil {
+			switch {
+			case err != nil:
+				problems = append(problems, strings.Split(err.Error(), "\n")...)
+			case t == nil && r.holder.Load() != nil:
+				// A file whose routes: went missing (a YAML slip) would
+				// hand every route choice back to the callers: refused.
+				problems = append(problems, "routes: empty, while a route table is served; removing the table takes a restart")
+			default:
 				r.apply(trigger, c, t)
 				return
 			}
-			problems = append(problems, strings.Split(err.Error(), "\n")...)
 		}
 	}
 	r.reloads.WithLabelValues("error").Inc()

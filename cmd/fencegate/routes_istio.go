@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/fencegate/fencegate/config"
@@ -42,7 +43,7 @@ func (s selectorFlag) Set(v string) error {
 func routesIstio(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("routes istio", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("config", "", "the config file whose routes: to cover (required)")
+	path := fs.String("config", "", "the config file whose routes: to cover (env FENCEGATE_CONFIG)")
 	var o mesh.Options
 	fs.StringVar(&o.Namespace, "namespace", "default", "namespace of the AuthorizationPolicy (the protected workload's; Istio's root namespace: mesh-wide)")
 	selector := selectorFlag{}
@@ -60,7 +61,10 @@ func routesIstio(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if *path == "" {
-		fmt.Fprintln(stderr, "fencegate routes istio: --config is required")
+		*path = os.Getenv("FENCEGATE_CONFIG")
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "fencegate routes istio: --config (or FENCEGATE_CONFIG) is required")
 		return exitUsage
 	}
 	if o.Port < 1 || o.Port > 65535 {
@@ -71,6 +75,16 @@ func routesIstio(args []string, stdout, stderr io.Writer) int {
 	c := config.Default()
 	if err := c.LoadFile(*path); err != nil {
 		fmt.Fprintln(stderr, "fencegate routes istio:", err)
+		return exitFailure
+	}
+	// A policy for a table the gateway would refuse would send requests
+	// to a fencegate that does not serve it: the table is compiled first.
+	if err := c.ValidateRoutes(); err != nil {
+		fmt.Fprintln(stderr, "fencegate routes istio: the route table does not load:", err)
+		return exitFailure
+	}
+	if _, err := compileTable(&c); err != nil {
+		fmt.Fprintln(stderr, "fencegate routes istio: the route table does not load:", err)
 		return exitFailure
 	}
 	out, err := mesh.Istio(c.Routes, o)

@@ -7,12 +7,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/fencegate/fencegate/auth"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/fencegate/fencegate/admission"
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
@@ -35,6 +37,11 @@ import (
 const storeOpenTimeout = 15 * time.Second
 
 func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
+	// SIGHUP reloads the route table; caught from the start, so that one
+	// sent while the store opens neither kills the process nor is lost.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	build := config.Flags(fs)
@@ -51,6 +58,12 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 		return exitUsage
 	}
 	set.configPath = cmp.Or(fs.Lookup("config").Value.String(), os.Getenv("FENCEGATE_CONFIG"))
+	set.hup = hup
+	if set.configPath != "" {
+		// The file as this start read it: a reload compares against it, so
+		// an edit made while the store opens is applied, not taken as seen.
+		set.configFile, set.configSum, _ = readConfigFile(set.configPath)
+	}
 	log := newLogger(cfg.Log, stderr)
 	routeRedisLogs(log)
 	if err := serve(ctx, cfg, set, log); err != nil {
@@ -81,6 +94,11 @@ type serveSettings struct {
 	// configPath the file it is reloaded from ("": no reloads).
 	table      *routes.Table
 	configPath string
+	// configFile and configSum are the file as loaded at start (over the
+	// defaults only) and its content's hash; hup delivers SIGHUP.
+	configFile config.Config
+	configSum  [32]byte
+	hup        <-chan os.Signal
 }
 
 // loadServeConfig loads the configuration and parses what the packages own
@@ -194,7 +212,18 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	// a reload (SIGHUP, a changed config file) swaps.
 	table := routes.NewHolder(set.table)
 	if set.configPath != "" {
-		goBG(newTableReloader(set.configPath, table, reg, log).run)
+		goBG(newTableReloader(set.configPath, set.configFile, set.configSum, set.hup, table, reg, log).run)
+	} else if set.hup != nil {
+		goBG(func(ctx context.Context) {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-set.hup:
+					log.Warn("SIGHUP ignored: no config file to reload the route table from (--config or FENCEGATE_CONFIG)")
+				}
+			}
+		})
 	}
 	if set.table != nil {
 		log.Info("route table loaded", "routes", set.table.Len(), "hash", set.table.Hash(), "unmatched_writes", string(set.table.Unmatched()))

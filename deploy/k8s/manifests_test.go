@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/fencegate/fencegate/auth"
 	"io"
 	"io/fs"
 	"net"
@@ -26,6 +25,7 @@ import (
 	sigsjson "sigs.k8s.io/json"
 
 	"github.com/fencegate/fencegate/admission"
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/deploy/k8s"
 )

@@ -35,9 +35,10 @@ type istioRule struct {
 }
 
 type istioOperation struct {
-	Hosts   []string `yaml:"hosts,omitempty"`
-	Paths   []string `yaml:"paths,omitempty"`
-	Methods []string `yaml:"methods,omitempty"`
+	Hosts      []string `yaml:"hosts,omitempty"`
+	Paths      []string `yaml:"paths,omitempty"`
+	Methods    []string `yaml:"methods,omitempty"`
+	NotMethods []string `yaml:"notMethods,omitempty"`
 }
 
 // IstioPaths are the Istio `paths` covering an entry's path match (Istio
@@ -55,32 +56,68 @@ func IstioPaths(p config.RoutePath) ([]string, bool, error) {
 	}
 	switch {
 	case p.Type == "Exact":
-		return []string{p.Value}, false, nil
+		return withSlash(p.Value), false, nil
 	case p.Type == "Template" && hasVariable(segs):
 		return []string{literalPrefix(segs) + "/*"}, true, nil
 	case p.Type == "Template":
 		// No variable: the template is one path.
-		return []string{literalPrefix(segs)}, false, nil
+		return withSlash(literalPrefix(segs)), false, nil
 	default: // PathPrefix, segment-wise
 		prefix := literalPrefix(segs)
 		return []string{prefix, prefix + "/*"}, false, nil
 	}
 }
 
+// withSlash is an exact path and the same path with a trailing "/",
+// which fencegate's table matches as the same path and Istio, comparing
+// exactly, would not send.
+func withSlash(p string) []string {
+	if p == "/" {
+		return []string{p}
+	}
+	return []string{p, p + "/"}
+}
+
 // IstioHosts are the Istio `hosts` covering an entry's hosts: Istio
-// compares the Host header with its port, fencegate without, so an exact
-// name also matches "name:*". A "*." wildcard cannot take a port pattern
-// too (one "*" per value): requests to such a host with an explicit port
-// are not matched by Istio, and the table's hosts should name them.
+// compares the Host header as sent, with its port and a trailing dot,
+// fencegate without either, so an exact name also matches "name:*",
+// "name." and "name.:*". A "*." wildcard cannot take a port pattern too
+// (one "*" per value): such a host with an explicit port is left to the
+// policy's catch-all rule for writes (Istio), which names no host when
+// any entry has a wildcard.
 func IstioHosts(hosts []string) []string {
 	var out []string
 	for _, h := range hosts {
 		h = strings.ToLower(h)
 		if strings.HasPrefix(h, "*.") {
-			out = append(out, h)
+			out = append(out, h, h+".")
 			continue
 		}
-		out = append(out, h, h+":*")
+		out = append(out, h, h+":*", h+".", h+".:*")
+	}
+	return out
+}
+
+// readMethods are the methods every entry's default write methods leave
+// out; the catch-all rule sends every other method to fencegate.
+var readMethods = []string{"GET", "HEAD", "OPTIONS"}
+
+// catchAllHosts are the hosts the policy's catch-all rule for writes
+// names: every entry's (IstioHosts), or none (every host) when an entry
+// names no host or a "*." wildcard, whose requests with a port Istio
+// could not name.
+func catchAllHosts(routes []config.Route) []string {
+	var out []string
+	for _, r := range routes {
+		if len(r.Match.Hosts) == 0 {
+			return nil
+		}
+		for _, h := range r.Match.Hosts {
+			if strings.HasPrefix(h, "*.") {
+				return nil
+			}
+		}
+		out = append(out, IstioHosts(r.Match.Hosts)...)
 	}
 	return out
 }
@@ -120,6 +157,16 @@ func Istio(routes []config.Route, o Options) ([]byte, error) {
 		}
 		notes = append(notes, note)
 	}
+	// Istio compares paths exactly and case-sensitively; fencegate's table
+	// also reads "/Orders/42", "/orders%2F42" and the like, and refuses
+	// writes it cannot route to one entry. Those writes must reach it: the
+	// last rule sends every write on the table's hosts.
+	p.Spec.Rules = append(p.Spec.Rules, istioRule{To: []struct {
+		Operation istioOperation `yaml:"operation"`
+	}{{istioOperation{Hosts: catchAllHosts(routes), NotMethods: readMethods}}}})
+	notes = append(notes, fmt.Sprintf("rules[%d]: every write (not GET, HEAD, OPTIONS) on the table's hosts, whatever its path: fencegate\n"+
+		"  refuses a write no entry routes (check.unmatchedWrites: deny); give unfenced write paths an entry\n"+
+		"  with policy: off", len(routes)))
 	return render(generated(""), []document{{
 		comment: "Every request these rules match is checked by the extension provider " + o.Provider + "\n" +
 			"(meshconfig.yaml): fencegate's ext_authz service. Istio sends no context_extensions, so\n" +

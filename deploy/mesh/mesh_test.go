@@ -125,7 +125,8 @@ func TestIstioPathsCoverEveryEntry(t *testing.T) {
 		want []string
 	}{
 		{config.RoutePath{Type: "PathPrefix", Value: "/orders"}, []string{"/orders", "/orders/*"}},
-		{config.RoutePath{Type: "Exact", Value: "/checkout"}, []string{"/checkout"}},
+		{config.RoutePath{Type: "Exact", Value: "/checkout"}, []string{"/checkout", "/checkout/"}}, // fencegate reads both as /checkout
+		{config.RoutePath{Type: "Template", Value: "/a/b"}, []string{"/a/b", "/a/b/"}},
 		{config.RoutePath{Type: "Template", Value: "/orders/{int}/items/*"}, []string{"/orders/*"}},
 		{config.RoutePath{Type: "Template", Value: "/{int}"}, []string{"/*"}},
 		{config.RoutePath{Type: "PathPrefix", Value: "/"}, nil},
@@ -297,11 +298,11 @@ func TestRefusesWhatNoMeshExpresses(t *testing.T) {
 	}
 }
 
-// TestIstioHosts: an exact host also matches with a port (Istio compares
-// the Host header with it, fencegate without).
+// TestIstioHosts: an exact host also matches with a port and a trailing
+// dot (Istio compares the Host header as sent, fencegate without either).
 func TestIstioHosts(t *testing.T) {
 	got := mesh.IstioHosts([]string{"API.example.com", "*.example.org"})
-	want := []string{"api.example.com", "api.example.com:*", "*.example.org"}
+	want := []string{"api.example.com", "api.example.com:*", "api.example.com.", "api.example.com.:*", "*.example.org", "*.example.org."}
 	if !slices.Equal(got, want) {
 		t.Fatalf("IstioHosts = %q, want %q", got, want)
 	}

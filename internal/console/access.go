@@ -2,10 +2,10 @@ package console
 
 import (
 	"errors"
-	"github.com/fencegate/fencegate/auth"
 	"net/http"
 	"net/url"
 
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/lockstore"
 )
 

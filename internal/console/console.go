@@ -3,12 +3,12 @@ package console
 import (
 	"context"
 	"errors"
-	"github.com/fencegate/fencegate/auth"
 	"log/slog"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/lockstore"
 )
 

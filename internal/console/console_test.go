@@ -3,7 +3,6 @@ package console
 import (
 	"bufio"
 	"context"
-	"github.com/fencegate/fencegate/auth"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"

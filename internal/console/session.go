@@ -3,10 +3,11 @@ package console
 import (
 	"crypto/rand"
 	"encoding/base64"
-	"github.com/fencegate/fencegate/auth"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/fencegate/fencegate/auth"
 )
 
 // Session bounds. A session is a random id the browser holds in a cookie;

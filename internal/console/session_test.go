@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"github.com/fencegate/fencegate/auth"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/lockstore"
 )
 

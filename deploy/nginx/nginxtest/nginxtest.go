@@ -5,7 +5,6 @@ package nginxtest
 
 import (
 	"fmt"
-	"github.com/fencegate/fencegate/internal/testutil"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // The addresses the shipped config names, replaced by the test's own.
