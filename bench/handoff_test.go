@@ -337,14 +337,16 @@ func runHandoffFor(b testing.TB, gw *handoffGateway, up *handoffAPI, prefix stri
 							}
 							if !time.Now().Before(holdEnd) {
 								// The holder's last write: decided; the holder
-								// may hand over while it is in flight.
-								decided.Done()
-								done = true
+								// may hand over while it is in flight. Counted
+								// (or handed to tails) before Done, so that
+								// nothing writes run once the keys are done.
 								if got {
 									count(a)
 								} else {
 									tails.Go(func() { count(<-res) })
 								}
+								done = true
+								decided.Done()
 								return
 							}
 							if !got {
