@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -26,6 +28,9 @@ import (
 // against a store URL (the gateway's Redis, PostgreSQL or Firestore, or a
 // local bolt file), with routes from the config file's proxy section.
 func runProxy(ctx context.Context, args []string, _, stderr io.Writer) int {
+	// The proxy's routes apply at start; a SIGHUP (meant for a reload)
+	// must not stop it.
+	signal.Ignore(syscall.SIGHUP)
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "YAML config file with the routes: entries that have an upstream, or proxy.routes (env FENCEGATE_CONFIG)")
