@@ -1,6 +1,7 @@
 // Package locktest holds the test helpers that need lockstore: a real
-// embedded (bolt) store in a temporary directory, and taking and releasing
-// locks that must succeed. It is apart from testutil only because it
+// embedded (bolt) store in a temporary directory, taking and releasing
+// locks that must succeed, and MemStore, the in-memory fake store that
+// package lock's and lockstore's helper tests share. It is apart from testutil only because it
 // imports lockstore/bolt, which lockstore's and bolt's own tests (users of
 // testutil) cannot import back. Tests only, like testutil.
 package locktest
