@@ -27,6 +27,7 @@ func TestNotInBinary(t *testing.T) {
 		t.Fatalf("go list -deps ./cmd/fencegate listed %d packages without lockstore; the check would prove nothing:\n%s", len(deps), out)
 	}
 	for _, bad := range []string{"github.com/fencegate/fencegate/internal/testutil", "github.com/fencegate/fencegate/internal/testutil/locktest",
+		"github.com/fencegate/fencegate/internal/testutil/redistest",
 		"github.com/fencegate/fencegate/lockstore/storetest"} {
 		if contains(deps, bad) {
 			t.Errorf("cmd/fencegate links %s: a production package imports test-only code", bad)

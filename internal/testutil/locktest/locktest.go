@@ -67,3 +67,11 @@ func Release(tb testing.TB, s lockstore.Store, lockID string) {
 		tb.Fatalf("Release = %+v, %v; want the held lock released", r, err)
 	}
 }
+
+// HandOver releases l (which must be held) and takes key again for ttl:
+// the next holder, under a newer fence.
+func HandOver(tb testing.TB, s lockstore.Store, l lockstore.AcquireResult, key string, ttl time.Duration) lockstore.AcquireResult {
+	tb.Helper()
+	Release(tb, s, l.LockID)
+	return Acquire(tb, s, key, ttl)
+}
