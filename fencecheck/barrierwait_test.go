@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/internal/testutil/redistest"
 	"github.com/fencegate/fencegate/lockstore"
@@ -234,10 +235,10 @@ func TestBarrierMaxWaitExhausted(t *testing.T) {
 			if h := DenialHeaders(r.d); h[len(h)-1] != [2]string{"retry-after", "2"} {
 				t.Errorf("denial headers %v", h)
 			}
-			if n := testutil.CollectAndCount(reg, "fencegate_barrier_wait_seconds"); n != 1 {
+			if n := promtest.CollectAndCount(reg, "fencegate_barrier_wait_seconds"); n != 1 {
 				t.Errorf("wait histogram series %d", n)
 			}
-			if g := testutil.ToFloat64(c.m.waiters); g != 0 {
+			if g := promtest.ToFloat64(c.m.waiters); g != 0 {
 				t.Errorf("fencegate_barrier_waiters = %v after the wait", g)
 			}
 		})
@@ -300,13 +301,13 @@ func TestBarrierWaiterCap(t *testing.T) {
 	w1 := admitted(t, c, key, l1.Fence)
 	l2 := locktest.HandOver(t, s, l1, key, time.Minute)
 	first := waitingWrite(t.Context(), c, key, l2.Fence, 10*time.Second)
-	waitUntil(t, "the first waiter", func() bool { return c.waiters.Load() == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the first waiter", func() bool { return c.waiters.Load() == 1 })
 	start := time.Now()
 	r := <-waitingWrite(t.Context(), c, key, l2.Fence, 10*time.Second)
 	if r.d.Allowed || r.d.Reason != ReasonDraining || time.Since(start) > time.Second {
 		t.Fatalf("second waiter: %+v after %v, want draining at once", r.d, time.Since(start))
 	}
-	if n := testutil.ToFloat64(c.m.waitersFull); n != 1 {
+	if n := promtest.ToFloat64(c.m.waitersFull); n != 1 {
 		t.Errorf("fencegate_barrier_waiters_full_total = %v", n)
 	}
 	_ = c.Finish(t.Context(), w1)
@@ -334,50 +335,6 @@ func TestBarrierMaxWaitCap(t *testing.T) {
 	}
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
-// api is a protected resource in-process: it records, per key, the writes
-// in flight by fence, and counts overlaps (a write arriving while one under
-// another fence is in flight) and backward commits (a commit under a fence
-// lower than one already committed).
-type api struct {
-	mu                  sync.Mutex
-	inflight            map[string]map[string]int
-	committed           map[string]string
-	overlaps, backwards int
-}
-
-func (a *api) write(key, fence string, hold time.Duration) {
-	a.mu.Lock()
-	for f, n := range a.inflight[key] {
-		if f != fence && n > 0 {
-			a.overlaps++
-		}
-	}
-	if a.inflight[key] == nil {
-		a.inflight[key] = map[string]int{}
-	}
-	a.inflight[key][fence]++
-	a.mu.Unlock()
-	time.Sleep(hold)
-	a.mu.Lock()
-	a.inflight[key][fence]--
-	if fence < a.committed[key] {
-		a.backwards++
-	} else {
-		a.committed[key] = fence
-	}
-	a.mu.Unlock()
-}
-
 // TestBarrierHandoffNoOverlap: holders hand keys over while their writes
 // are in flight (each holder starts its writes, lets them be decided, then
 // releases; the next acquires at once), through one Checker on a real
@@ -397,7 +354,7 @@ func TestBarrierHandoffNoOverlap(t *testing.T) {
 				s, _ := st.open(t)
 				c := New(s, Options{Timeout: 150 * time.Millisecond})
 				c.broken = tc.broken
-				a := &api{inflight: map[string]map[string]int{}, committed: map[string]string{}}
+				var a testutil.WriteLedger
 				const keys, holders, writesPer = 3, 4, 4
 				var refused, total atomic.Int64
 				var wg sync.WaitGroup
@@ -418,7 +375,9 @@ func TestBarrierHandoffNoOverlap(t *testing.T) {
 										refused.Add(1)
 										return
 									}
-									a.write(key, l.Fence, time.Duration(10+rand.N(40))*time.Millisecond)
+									end := a.Begin(key, l.Fence)
+									time.Sleep(time.Duration(10+rand.N(40)) * time.Millisecond)
+									end()
 									_ = c.Finish(context.Background(), d)
 								})
 							}
@@ -433,9 +392,7 @@ func TestBarrierHandoffNoOverlap(t *testing.T) {
 					})
 				}
 				wg.Wait()
-				a.mu.Lock()
-				overlaps, backwards := a.overlaps, a.backwards
-				a.mu.Unlock()
+				overlaps, backwards := a.Counts()
 				t.Logf("%d writes, %d refused, %d overlaps, %d backward commits", total.Load(), refused.Load(), overlaps, backwards)
 				switch tc.broken {
 				case brokenNone:
