@@ -37,23 +37,38 @@ func TestSIGTERMTurnsUnreadyBeforeDraining(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := StartGateway(t, "bolt://"+filepath.Join(t.TempDir(), "fg.db"), "--shutdown-delay", tc.delay.String(), "--log-level", "info")
 			err := drainOrder(t, g, tc.delay)
-			switch {
-			case !tc.broken && err != nil:
-				t.Fatal(err)
-			case tc.broken && err == nil:
-				t.Fatal("the broken variant passed: the test cannot tell the old order from the new")
-			case tc.broken:
-				t.Logf("broken variant caught: %v", err)
-			}
-			select {
-			case <-g.done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("gateway still running 30s after SIGTERM")
-			}
+			orderVerdict(t, tc.broken, err)
+			awaitExit(t, g, "gateway")
 			if g.err != nil {
 				t.Errorf("exit after SIGTERM: %v", g.err)
 			}
 		})
+	}
+}
+
+// orderVerdict fails t unless err fits the variant: nil for the correct
+// one; for the broken one an error (it was caught), or the test cannot
+// tell the old order from the new.
+func orderVerdict(t *testing.T, broken bool, err error) {
+	t.Helper()
+	switch {
+	case !broken && err != nil:
+		t.Fatal(err)
+	case broken && err == nil:
+		t.Fatal("the broken variant passed: the test cannot tell the old order from the new")
+	case broken:
+		t.Logf("broken variant caught: %v", err)
+	}
+}
+
+// awaitExit waits up to 30 s for g (what: gateway or proxy) to exit after
+// SIGTERM.
+func awaitExit(t *testing.T, g *Gateway, what string) {
+	t.Helper()
+	select {
+	case <-g.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s still running 30s after SIGTERM", what)
 	}
 }
 
@@ -234,19 +249,8 @@ func TestProxySIGTERMTurnsUnreadyBeforeDraining(t *testing.T) {
 				t.Logf("SIGTERM → proxy connection closed: %v", closed)
 				return err
 			}()
-			switch {
-			case !tc.broken && err != nil:
-				t.Fatal(err)
-			case tc.broken && err == nil:
-				t.Fatal("the broken variant passed: the test cannot tell the old order from the new")
-			case tc.broken:
-				t.Logf("broken variant caught: %v", err)
-			}
-			select {
-			case <-p.done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("proxy still running 30s after SIGTERM")
-			}
+			orderVerdict(t, tc.broken, err)
+			awaitExit(t, p, "proxy")
 		})
 	}
 }
