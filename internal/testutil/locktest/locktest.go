@@ -75,3 +75,22 @@ func HandOver(tb testing.TB, s lockstore.Store, l lockstore.AcquireResult, key s
 	Release(tb, s, l.LockID)
 	return Acquire(tb, s, key, ttl)
 }
+
+// DecisionKeys are the locks the edges' decision tables (ext_authz,
+// ext_proc, the proxy) run against: orders/1 held under Cur, its second
+// fence (Old, its first, lost to a release); orders/2 released (Gone: no
+// holder, its latest fence Gone.Fence); orders/42 held under Tpl (reached
+// through a key template).
+type DecisionKeys struct{ Old, Cur, Gone, Tpl lockstore.AcquireResult }
+
+// NewDecisionKeys takes DecisionKeys' locks on s, in that order.
+func NewDecisionKeys(tb testing.TB, s lockstore.Store) DecisionKeys {
+	tb.Helper()
+	var k DecisionKeys
+	k.Old = Acquire(tb, s, "orders/1", time.Minute)
+	k.Cur = HandOver(tb, s, k.Old, "orders/1", time.Minute)
+	k.Gone = Acquire(tb, s, "orders/2", time.Minute)
+	Release(tb, s, k.Gone.LockID)
+	k.Tpl = Acquire(tb, s, "orders/42", time.Minute)
+	return k
+}
