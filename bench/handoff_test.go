@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/client"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/testutil"
@@ -124,29 +121,12 @@ type handoffGateway struct {
 // behaviour before the change).
 func startHandoffGateway(tb testing.TB, bin, storeURL, apiURL string, oldWait bool) *handoffGateway {
 	tb.Helper()
-	sum := auth.HashToken(benchToken)
 	maxWait := ""
 	if oldWait {
 		maxWait = "\n      maxWait: " + handoffCheckTimeout.String()
 	}
-	cfg := filepath.Join(tb.TempDir(), "serve.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, `http:
-  addr: 127.0.0.1:0
-grpc:
-  addr: 127.0.0.1:0
-authz:
+	cfg := writeServeConfig(tb, "off", handoffCheckTimeout, fmt.Sprintf(`admission:
   addr: "off"
-admission:
-  addr: "off"
-tokens:
-  - name: bench
-    sha256: %s
-    prefixes: ["bench/"]
-log:
-  level: info
-  format: json
-check:
-  timeout: %s
 proxy:
   addr: 127.0.0.1:0
   routes:
@@ -154,9 +134,7 @@ proxy:
       prefix: /w
       upstream: %s
       barrier: true%s
-`, hex.EncodeToString(sum[:]), handoffCheckTimeout, apiURL, maxWait), 0o600); err != nil {
-		tb.Fatal(err)
-	}
+`, apiURL, maxWait))
 	p := startProc(tb, []string{"FENCEGATE_CONFIG=", "FENCEGATE_STORE=" + storeURL}, readyJSON("fencegate ready"), bin, "serve", "--config", cfg)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 1024
