@@ -29,11 +29,7 @@ import (
 // connection closes before any prober hears 503, and the test catches it.
 func TestSIGTERMTurnsUnreadyBeforeDraining(t *testing.T) {
 	const delay = 3 * time.Second
-	for _, tc := range []struct {
-		name   string
-		delay  time.Duration
-		broken bool
-	}{{"shutdown delay 3s", delay, false}, {"broken: delay 0s (straight to draining)", 0, true}} {
+	for _, tc := range delayVariants(delay) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := StartGateway(t, "bolt://"+filepath.Join(t.TempDir(), "fg.db"), "--shutdown-delay", tc.delay.String(), "--log-level", "info")
 			err := drainOrder(t, g, tc.delay)
@@ -44,6 +40,20 @@ func TestSIGTERMTurnsUnreadyBeforeDraining(t *testing.T) {
 			}
 		})
 	}
+}
+
+// delayVariant is a run with --shutdown-delay delay; the broken one (0s)
+// is the behaviour before the delay existed.
+type delayVariant struct {
+	name   string
+	delay  time.Duration
+	broken bool
+}
+
+// delayVariants are the SIGTERM tests' runs: with delay (correct) and
+// straight to draining (broken, to be caught).
+func delayVariants(delay time.Duration) []delayVariant {
+	return []delayVariant{{fmt.Sprintf("shutdown delay %v", delay), delay, false}, {"broken: delay 0s (straight to draining)", 0, true}}
 }
 
 // orderVerdict fails t unless err fits the variant: nil for the correct
@@ -219,11 +229,7 @@ func TestProxySIGTERMTurnsUnreadyBeforeDraining(t *testing.T) {
 	const delay = 3 * time.Second
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "upstream\n") }))
 	defer app.Close()
-	for _, tc := range []struct {
-		name   string
-		delay  time.Duration
-		broken bool
-	}{{"shutdown delay 3s", delay, false}, {"broken: delay 0s (straight to draining)", 0, true}} {
+	for _, tc := range delayVariants(delay) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := StartProxy(t, "bolt://"+filepath.Join(t.TempDir(), "fg.db"), proxyRoutesConfig(t, route("r", app.URL, false, "")),
 				"--log-level", "info", "--metrics-addr", "127.0.0.1:0", "--shutdown-delay", tc.delay.String())
