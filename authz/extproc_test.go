@@ -16,13 +16,10 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -37,18 +34,7 @@ func serveExtProc(t testing.TB, c *fencecheck.Checker) extprocv3.ExternalProcess
 // serveExtProcWith is serveExtProc with the transports' options.
 func serveExtProcWith(t testing.TB, c *fencecheck.Checker, o Options) extprocv3.ExternalProcessorClient {
 	t.Helper()
-	lis := testutil.Listen(t)
-	g := grpc.NewServer()
-	NewServer(c, o).Register(g)
-	NewExtProc(c, o).Register(g)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return extprocv3.NewExternalProcessorClient(conn)
+	return extprocv3.NewExternalProcessorClient(serveOn(t, NewServer(c, o).Register, NewExtProc(c, o).Register))
 }
 
 // envoyHeaders builds the request_headers message as Envoy's ext_proc
@@ -145,11 +131,8 @@ func immediateOf(t testing.TB, resp *extprocv3.ProcessingResponse) (int, map[str
 // ImmediateResponse with ext_authz's status, headers and body.
 func TestExtProcDecisions(t *testing.T) {
 	s := locktest.OpenBolt(t, locktest.FloorOff)
-	old := locktest.Acquire(t, s, "orders/1", time.Minute)
-	locktest.Release(t, s, old.LockID)
-	cur := locktest.Acquire(t, s, "orders/1", time.Minute)
-	gone := locktest.Acquire(t, s, "orders/2", time.Minute)
-	locktest.Release(t, s, gone.LockID)
+	k := locktest.NewDecisionKeys(t, s)
+	old, cur, gone := k.Old, k.Cur, k.Gone
 	otherID, _ := lockstore.NewLockID()
 	c := serveExtProc(t, fencecheck.New(s, fencecheck.Options{}))
 

@@ -32,14 +32,10 @@ func TestGRPCCheck(t *testing.T) {
 	ctx := t.Context()
 
 	// orders/1: held with fence 2 (fence 1 was lost to a release).
-	old := locktest.Acquire(t, s, "orders/1", time.Minute)
-	locktest.Release(t, s, old.LockID)
-	cur := locktest.Acquire(t, s, "orders/1", time.Minute)
 	// orders/2: released, nobody holds it; its latest fence is 1.
-	gone := locktest.Acquire(t, s, "orders/2", time.Minute)
-	locktest.Release(t, s, gone.LockID)
 	// orders/42: held; reached through the key template.
-	tpl := locktest.Acquire(t, s, "orders/42", time.Minute)
+	k := locktest.NewDecisionKeys(t, s)
+	old, cur, gone, tpl := k.Old, k.Cur, k.Gone, k.Tpl
 
 	otherID, _ := lockstore.NewLockID()
 	tests := []struct {

@@ -27,9 +27,18 @@ func (hangingStore) Inspect(ctx context.Context, _ string) (lockstore.KeyState, 
 // and returns a client connection.
 func serveGRPC(t testing.TB, c *fencecheck.Checker) *grpc.ClientConn {
 	t.Helper()
+	return serveOn(t, NewServer(c, Options{}).Register)
+}
+
+// serveOn runs a real grpc.Server on loopback with the services register
+// adds, stopped at cleanup, and returns a client connection to it.
+func serveOn(t testing.TB, register ...func(*grpc.Server)) *grpc.ClientConn {
+	t.Helper()
 	lis := testutil.Listen(t)
 	g := grpc.NewServer()
-	NewServer(c, Options{}).Register(g)
+	for _, r := range register {
+		r(g)
+	}
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -3,15 +3,12 @@ package authz
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
@@ -37,20 +34,7 @@ func testTable(t testing.TB, unmatched routes.Unmatched) *routes.Table {
 // serveGRPCWith is serveGRPC with options.
 func serveGRPCWith(t testing.TB, c *fencecheck.Checker, o Options) authv3.AuthorizationClient {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	NewServer(c, o).Register(g)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return authv3.NewAuthorizationClient(conn)
+	return authv3.NewAuthorizationClient(serveOn(t, NewServer(c, o).Register))
 }
 
 // edgeStatus is the HTTP status an ext_authz answer gives the client.

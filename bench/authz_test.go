@@ -121,18 +121,29 @@ func startFencegateServe(tb testing.TB, store *redisstore.Store) *proc {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sum := auth.HashToken(benchToken)
 	debug := ""
 	if *serveDebugAddr != "" {
 		debug = "debug:\n  addr: " + *serveDebugAddr + "\n"
 	}
+	cfg := writeServeConfig(tb, "127.0.0.1:0", benchCheckTimeout, debug)
+	return startProc(tb, []string{"FENCEGATE_CONFIG=", "FENCEGATE_STORE=" + redisStoreURL(tb, store)},
+		readyJSON("fencegate ready"), bin, "serve", "--config", cfg)
+}
+
+// writeServeConfig writes a `fencegate serve` config and returns its path:
+// the lock API over HTTP and gRPC on loopback, ext_authz on authzAddr
+// ("off" for none), the bench token, JSON logs at info and check.timeout
+// timeout; extra (more top-level sections) is appended.
+func writeServeConfig(tb testing.TB, authzAddr string, timeout time.Duration, extra string) string {
+	tb.Helper()
+	sum := auth.HashToken(benchToken)
 	cfg := filepath.Join(tb.TempDir(), "serve.yaml")
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, `http:
   addr: 127.0.0.1:0
 grpc:
   addr: 127.0.0.1:0
 authz:
-  addr: 127.0.0.1:0
+  addr: %q
 tokens:
   - name: bench
     sha256: %s
@@ -142,11 +153,10 @@ log:
   format: json
 check:
   timeout: %s
-%s`, hex.EncodeToString(sum[:]), benchCheckTimeout, debug), 0o600); err != nil {
+%s`, authzAddr, hex.EncodeToString(sum[:]), timeout, extra), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	return startProc(tb, []string{"FENCEGATE_CONFIG=", "FENCEGATE_STORE=" + redisStoreURL(tb, store)},
-		readyJSON("fencegate ready"), bin, "serve", "--config", cfg)
+	return cfg
 }
 
 // authzSuite runs the no-op floor first, then fencegate.

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/client"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // BenchmarkBarrierHandoff (issue #20 item 7): holders hand keys over while
@@ -123,29 +121,12 @@ type handoffGateway struct {
 // behaviour before the change).
 func startHandoffGateway(tb testing.TB, bin, storeURL, apiURL string, oldWait bool) *handoffGateway {
 	tb.Helper()
-	sum := auth.HashToken(benchToken)
 	maxWait := ""
 	if oldWait {
 		maxWait = "\n      maxWait: " + handoffCheckTimeout.String()
 	}
-	cfg := filepath.Join(tb.TempDir(), "serve.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, `http:
-  addr: 127.0.0.1:0
-grpc:
-  addr: 127.0.0.1:0
-authz:
+	cfg := writeServeConfig(tb, "off", handoffCheckTimeout, fmt.Sprintf(`admission:
   addr: "off"
-admission:
-  addr: "off"
-tokens:
-  - name: bench
-    sha256: %s
-    prefixes: ["bench/"]
-log:
-  level: info
-  format: json
-check:
-  timeout: %s
 proxy:
   addr: 127.0.0.1:0
   routes:
@@ -153,9 +134,7 @@ proxy:
       prefix: /w
       upstream: %s
       barrier: true%s
-`, hex.EncodeToString(sum[:]), handoffCheckTimeout, apiURL, maxWait), 0o600); err != nil {
-		tb.Fatal(err)
-	}
+`, apiURL, maxWait))
 	p := startProc(tb, []string{"FENCEGATE_CONFIG=", "FENCEGATE_STORE=" + storeURL}, readyJSON("fencegate ready"), bin, "serve", "--config", cfg)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 1024, 1024
@@ -170,16 +149,13 @@ proxy:
 // handoffAPI is the protected API: it holds each write X-Bench-Hold, and
 // counts overlaps and backward commits per key (the path after /w/).
 type handoffAPI struct {
-	mu        sync.Mutex
-	inflight  map[string]map[string]int // key → fence → writes in flight
-	committed map[string]string         // key → highest fence committed
-	arrived   map[string]chan struct{}  // write id → closed when it reaches the API
-	overlaps  atomic.Int64
-	backwards atomic.Int64
+	ledger  testutil.WriteLedger
+	mu      sync.Mutex
+	arrived map[string]chan struct{} // write id → closed when it reaches the API
 }
 
 func newHandoffAPI() *handoffAPI {
-	return &handoffAPI{inflight: map[string]map[string]int{}, committed: map[string]string{}, arrived: map[string]chan struct{}{}}
+	return &handoffAPI{arrived: map[string]chan struct{}{}}
 }
 
 // expect registers write id; the channel is closed when it reaches the API.
@@ -202,30 +178,16 @@ func (a *handoffAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := strings.TrimPrefix(r.URL.Path, "/w/")
 	fence := r.Header.Get(fencecheck.HeaderVerified)
 	hold, _ := time.ParseDuration(r.Header.Get("X-Bench-Hold"))
+	// In flight before its arrival is told: the ledger sees it first.
+	end := a.ledger.Begin(key, fence)
 	a.mu.Lock()
 	if ch := a.arrived[r.Header.Get("X-Bench-Write")]; ch != nil {
 		close(ch)
 		delete(a.arrived, r.Header.Get("X-Bench-Write"))
 	}
-	for f, n := range a.inflight[key] {
-		if f != fence && n > 0 {
-			a.overlaps.Add(1)
-		}
-	}
-	if a.inflight[key] == nil {
-		a.inflight[key] = map[string]int{}
-	}
-	a.inflight[key][fence]++
 	a.mu.Unlock()
 	time.Sleep(hold)
-	a.mu.Lock()
-	a.inflight[key][fence]--
-	if fence < a.committed[key] {
-		a.backwards.Add(1)
-	} else {
-		a.committed[key] = fence
-	}
-	a.mu.Unlock()
+	end()
 	_, _ = io.WriteString(w, "stored\n")
 }
 
@@ -252,7 +214,7 @@ func runHandoff(b testing.TB, gw *handoffGateway, up *handoffAPI, prefix string)
 }
 
 func runHandoffFor(b testing.TB, gw *handoffGateway, up *handoffAPI, prefix string, d time.Duration) handoffRun {
-	ov0, bw0 := up.overlaps.Load(), up.backwards.Load()
+	ov0, bw0 := up.ledger.Counts()
 	var (
 		mu  sync.Mutex
 		run = handoffRun{otherBy: map[int]int64{}}
@@ -368,7 +330,8 @@ func runHandoffFor(b testing.TB, gw *handoffGateway, up *handoffAPI, prefix stri
 		})
 	}
 	keys.Wait()
-	run.overlaps, run.backwards = up.overlaps.Load()-ov0, up.backwards.Load()-bw0
+	ov, bw := up.ledger.Counts()
+	run.overlaps, run.backwards = ov-ov0, bw-bw0
 	return run
 }
 

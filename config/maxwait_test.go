@@ -1,7 +1,6 @@
 package config
 
 import (
-	"strings"
 	"testing"
 	"time"
 )
@@ -36,17 +35,7 @@ func TestMaxWait(t *testing.T) {
 			c := Default()
 			c.Check.MaxWaitCap, c.Check.BarrierMaxWaiters = Duration(tc.cap), tc.waiters
 			c.Proxy.Routes = []ProxyRoute{tc.route}
-			for name, err := range map[string]error{"Validate": c.Validate(), "ValidateProxy": c.ValidateProxy()} {
-				if tc.problem == "" {
-					if err != nil {
-						t.Fatalf("%s: %v", name, err)
-					}
-					continue
-				}
-				if err == nil || !strings.Contains(err.Error(), tc.problem) {
-					t.Fatalf("%s: want a problem %q, got %v", name, tc.problem, err)
-				}
-			}
+			wantProblem(t, &c, tc.problem)
 		})
 	}
 	cfg, err := load(t, []string{"--config", writeFile(t, "check: {maxWaitCap: 10s, barrierMaxWaiters: 32}\nproxy:\n  routes:\n    - {prefix: /o, upstream: 'http://127.0.0.1:1', barrier: true, maxWait: 2s, maxWrite: 10s}\n")}, nil)

@@ -30,17 +30,7 @@ func TestMaxWriteCapRefusesOperatorRoutes(t *testing.T) {
 			c := Default()
 			c.Check.MaxWriteCap = Duration(tc.cap)
 			c.Proxy.Routes = []ProxyRoute{tc.route}
-			for name, err := range map[string]error{"Validate": c.Validate(), "ValidateProxy": c.ValidateProxy()} {
-				if tc.problem == "" {
-					if err != nil {
-						t.Fatalf("%s: %v", name, err)
-					}
-					continue
-				}
-				if err == nil || !strings.Contains(err.Error(), tc.problem) {
-					t.Fatalf("%s: want a problem %q, got %v", name, tc.problem, err)
-				}
-			}
+			wantProblem(t, &c, tc.problem)
 		})
 	}
 }
@@ -60,5 +50,22 @@ func TestForwardAuthListener(t *testing.T) {
 	c.Authz.HTTP.Addr = "127.0.0.1:8081"
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// wantProblem: both validators (Validate, ValidateProxy) accept c when
+// problem is "", and otherwise report a problem containing it.
+func wantProblem(t *testing.T, c *Config, problem string) {
+	t.Helper()
+	for name, err := range map[string]error{"Validate": c.Validate(), "ValidateProxy": c.ValidateProxy()} {
+		if problem == "" {
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), problem) {
+			t.Fatalf("%s: want a problem %q, got %v", name, problem, err)
+		}
 	}
 }

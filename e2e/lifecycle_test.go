@@ -29,31 +29,56 @@ import (
 // connection closes before any prober hears 503, and the test catches it.
 func TestSIGTERMTurnsUnreadyBeforeDraining(t *testing.T) {
 	const delay = 3 * time.Second
-	for _, tc := range []struct {
-		name   string
-		delay  time.Duration
-		broken bool
-	}{{"shutdown delay 3s", delay, false}, {"broken: delay 0s (straight to draining)", 0, true}} {
+	for _, tc := range delayVariants(delay) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := StartGateway(t, "bolt://"+filepath.Join(t.TempDir(), "fg.db"), "--shutdown-delay", tc.delay.String(), "--log-level", "info")
 			err := drainOrder(t, g, tc.delay)
-			switch {
-			case !tc.broken && err != nil:
-				t.Fatal(err)
-			case tc.broken && err == nil:
-				t.Fatal("the broken variant passed: the test cannot tell the old order from the new")
-			case tc.broken:
-				t.Logf("broken variant caught: %v", err)
-			}
-			select {
-			case <-g.done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("gateway still running 30s after SIGTERM")
-			}
+			orderVerdict(t, tc.broken, err)
+			awaitExit(t, g, "gateway")
 			if g.err != nil {
 				t.Errorf("exit after SIGTERM: %v", g.err)
 			}
 		})
+	}
+}
+
+// delayVariant is a run with --shutdown-delay delay; the broken one (0s)
+// is the behaviour before the delay existed.
+type delayVariant struct {
+	name   string
+	delay  time.Duration
+	broken bool
+}
+
+// delayVariants are the SIGTERM tests' runs: with delay (correct) and
+// straight to draining (broken, to be caught).
+func delayVariants(delay time.Duration) []delayVariant {
+	return []delayVariant{{fmt.Sprintf("shutdown delay %v", delay), delay, false}, {"broken: delay 0s (straight to draining)", 0, true}}
+}
+
+// orderVerdict fails t unless err fits the variant: nil for the correct
+// one; for the broken one an error (it was caught), or the test cannot
+// tell the old order from the new.
+func orderVerdict(t *testing.T, broken bool, err error) {
+	t.Helper()
+	switch {
+	case !broken && err != nil:
+		t.Fatal(err)
+	case broken && err == nil:
+		t.Fatal("the broken variant passed: the test cannot tell the old order from the new")
+	case broken:
+		t.Logf("broken variant caught: %v", err)
+	}
+}
+
+// awaitExit waits up to 30 s for g (what: gateway or proxy) to exit after
+// SIGTERM.
+func awaitExit(t *testing.T, g *Gateway, what string) {
+	t.Helper()
+	select {
+	case <-g.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s still running 30s after SIGTERM", what)
 	}
 }
 
@@ -204,11 +229,7 @@ func TestProxySIGTERMTurnsUnreadyBeforeDraining(t *testing.T) {
 	const delay = 3 * time.Second
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "upstream\n") }))
 	defer app.Close()
-	for _, tc := range []struct {
-		name   string
-		delay  time.Duration
-		broken bool
-	}{{"shutdown delay 3s", delay, false}, {"broken: delay 0s (straight to draining)", 0, true}} {
+	for _, tc := range delayVariants(delay) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := StartProxy(t, "bolt://"+filepath.Join(t.TempDir(), "fg.db"), proxyRoutesConfig(t, route("r", app.URL, false, "")),
 				"--log-level", "info", "--metrics-addr", "127.0.0.1:0", "--shutdown-delay", tc.delay.String())
@@ -234,19 +255,8 @@ func TestProxySIGTERMTurnsUnreadyBeforeDraining(t *testing.T) {
 				t.Logf("SIGTERM → proxy connection closed: %v", closed)
 				return err
 			}()
-			switch {
-			case !tc.broken && err != nil:
-				t.Fatal(err)
-			case tc.broken && err == nil:
-				t.Fatal("the broken variant passed: the test cannot tell the old order from the new")
-			case tc.broken:
-				t.Logf("broken variant caught: %v", err)
-			}
-			select {
-			case <-p.done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("proxy still running 30s after SIGTERM")
-			}
+			orderVerdict(t, tc.broken, err)
+			awaitExit(t, p, "proxy")
 		})
 	}
 }

@@ -5,19 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/internal/testutil/redistest"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/bolt"
-	"github.com/fencegate/fencegate/lockstore/redis"
 )
 
 // The barrier's wait (issue #20 item 7) against real stores: a waiter is
@@ -38,57 +37,14 @@ type waitStore struct {
 func waitStores() []waitStore {
 	return []waitStore{
 		{"bolt", func(t *testing.T) (lockstore.Store, lockstore.Store) {
-			s, err := bolt.Open(t.Context(), bolt.Config{Path: filepath.Join(t.TempDir(), "fence.db")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
+			s := locktest.OpenBolt(t)
 			return s, s
 		}},
 		{"redis", func(t *testing.T) (lockstore.Store, lockstore.Store) {
 			prefix := fmt.Sprintf("fencecheck-wait-%d", time.Now().UnixNano())
-			return openRedisStore(t, prefix), openRedisStore(t, prefix)
+			return redistest.Open(t, prefix), redistest.Open(t, prefix)
 		}},
 	}
-}
-
-// openRedisStore opens the Redis store on REDIS_URL under prefix; a test
-// without REDIS_URL fails.
-func openRedisStore(t *testing.T, prefix string) lockstore.Store {
-	t.Helper()
-	u := os.Getenv("REDIS_URL")
-	if u == "" {
-		t.Fatal("REDIS_URL is not set; run the tests with scripts/testenv (it starts a throwaway Redis), or export REDIS_URL=redis://127.0.0.1:PORT/0")
-	}
-	cfg, err := redis.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Prefix = prefix
-	s, err := redis.Open(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
-func mustAcquire(t *testing.T, s lockstore.Store, key string) lockstore.AcquireResult {
-	t.Helper()
-	r, err := s.Acquire(t.Context(), key, time.Minute)
-	if err != nil || !r.OK {
-		t.Fatalf("acquire %q: %+v %v", key, r, err)
-	}
-	return r
-}
-
-// handOver releases l and acquires key again: a newer fence.
-func handOver(t *testing.T, s lockstore.Store, l lockstore.AcquireResult, key string) lockstore.AcquireResult {
-	t.Helper()
-	if r, err := s.Release(t.Context(), l.LockID); err != nil || !r.OK {
-		t.Fatalf("release: %+v %v", r, err)
-	}
-	return mustAcquire(t, s, key)
 }
 
 // admitted is a barrier write admitted under fence through c; it fails the
@@ -139,9 +95,9 @@ const (
 // answered before W1's Finish, and must then be admitted within within.
 func admittedAfterFinish(t *testing.T, sa, sb lockstore.Store, a, b *Checker, within time.Duration) error {
 	const key = "acct"
-	l1 := mustAcquire(t, sa, key)
+	l1 := locktest.Acquire(t, sa, key, time.Minute)
 	w1 := admitted(t, a, key, l1.Fence)
-	l2 := handOver(t, sb, l1, key)
+	l2 := locktest.HandOver(t, sb, l1, key, time.Minute)
 	w2 := waitingWrite(t.Context(), b, key, l2.Fence, 10*time.Second)
 	select {
 	case r := <-w2:
@@ -231,7 +187,7 @@ func TestBarrierWaiterAcrossGateways(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prefix := fmt.Sprintf("fencecheck-gw-%d", time.Now().UnixNano())
-			sa, sb := openRedisStore(t, prefix), openRedisStore(t, prefix)
+			sa, sb := redistest.Open(t, prefix), redistest.Open(t, prefix)
 			a := New(sa, Options{Timeout: 150 * time.Millisecond})
 			b := New(sb, Options{Timeout: 150 * time.Millisecond})
 			b.broken = tc.broken
@@ -258,10 +214,10 @@ func TestBarrierMaxWaitExhausted(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			c := New(s, Options{Timeout: 150 * time.Millisecond, Registerer: reg})
 			const key, maxWait = "acct", 1200 * time.Millisecond
-			l1 := mustAcquire(t, s, key)
+			l1 := locktest.Acquire(t, s, key, time.Minute)
 			w1 := admitted(t, c, key, l1.Fence)
 			defer func() { _ = c.Finish(context.Background(), w1) }()
-			l2 := handOver(t, s, l1, key)
+			l2 := locktest.HandOver(t, s, l1, key, time.Minute)
 			start := time.Now()
 			r := <-waitingWrite(t.Context(), c, key, l2.Fence, maxWait)
 			took := time.Since(start)
@@ -279,10 +235,10 @@ func TestBarrierMaxWaitExhausted(t *testing.T) {
 			if h := DenialHeaders(r.d); h[len(h)-1] != [2]string{"retry-after", "2"} {
 				t.Errorf("denial headers %v", h)
 			}
-			if n := testutil.CollectAndCount(reg, "fencegate_barrier_wait_seconds"); n != 1 {
+			if n := promtest.CollectAndCount(reg, "fencegate_barrier_wait_seconds"); n != 1 {
 				t.Errorf("wait histogram series %d", n)
 			}
-			if g := testutil.ToFloat64(c.m.waiters); g != 0 {
+			if g := promtest.ToFloat64(c.m.waiters); g != 0 {
 				t.Errorf("fencegate_barrier_waiters = %v after the wait", g)
 			}
 		})
@@ -299,9 +255,9 @@ func TestBarrierClientLeavesWhileWaiting(t *testing.T) {
 			s, _ := st.open(t)
 			c := New(s, Options{Timeout: 150 * time.Millisecond})
 			const key = "acct"
-			l1 := mustAcquire(t, s, key)
+			l1 := locktest.Acquire(t, s, key, time.Minute)
 			w1 := admitted(t, c, key, l1.Fence)
-			l2 := handOver(t, s, l1, key)
+			l2 := locktest.HandOver(t, s, l1, key, time.Minute)
 			ctx, cancel := context.WithCancel(t.Context())
 			w2 := waitingWrite(ctx, c, key, l2.Fence, 20*time.Second)
 			time.Sleep(200 * time.Millisecond)
@@ -324,7 +280,7 @@ func TestBarrierClientLeavesWhileWaiting(t *testing.T) {
 			if err := c.Finish(t.Context(), w1); err != nil {
 				t.Fatal(err)
 			}
-			l3 := handOver(t, s, l2, key)
+			l3 := locktest.HandOver(t, s, l2, key, time.Minute)
 			d, err := c.Check(t.Context(), Request{Key: key, Write: true, Fence: l3.Fence, Barrier: true, MaxWait: time.Millisecond})
 			if err != nil || !d.Allowed {
 				t.Fatalf("a newer fence after W1 finished: %+v %v (W2 left an entry?)", d, err)
@@ -341,17 +297,17 @@ func TestBarrierWaiterCap(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := New(s, Options{Timeout: 150 * time.Millisecond, BarrierMaxWaiters: 1, Registerer: reg})
 	const key = "acct"
-	l1 := mustAcquire(t, s, key)
+	l1 := locktest.Acquire(t, s, key, time.Minute)
 	w1 := admitted(t, c, key, l1.Fence)
-	l2 := handOver(t, s, l1, key)
+	l2 := locktest.HandOver(t, s, l1, key, time.Minute)
 	first := waitingWrite(t.Context(), c, key, l2.Fence, 10*time.Second)
-	waitUntil(t, "the first waiter", func() bool { return c.waiters.Load() == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the first waiter", func() bool { return c.waiters.Load() == 1 })
 	start := time.Now()
 	r := <-waitingWrite(t.Context(), c, key, l2.Fence, 10*time.Second)
 	if r.d.Allowed || r.d.Reason != ReasonDraining || time.Since(start) > time.Second {
 		t.Fatalf("second waiter: %+v after %v, want draining at once", r.d, time.Since(start))
 	}
-	if n := testutil.ToFloat64(c.m.waitersFull); n != 1 {
+	if n := promtest.ToFloat64(c.m.waitersFull); n != 1 {
 		t.Errorf("fencegate_barrier_waiters_full_total = %v", n)
 	}
 	_ = c.Finish(t.Context(), w1)
@@ -379,50 +335,6 @@ func TestBarrierMaxWaitCap(t *testing.T) {
 	}
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
-// api is a protected resource in-process: it records, per key, the writes
-// in flight by fence, and counts overlaps (a write arriving while one under
-// another fence is in flight) and backward commits (a commit under a fence
-// lower than one already committed).
-type api struct {
-	mu                  sync.Mutex
-	inflight            map[string]map[string]int
-	committed           map[string]string
-	overlaps, backwards int
-}
-
-func (a *api) write(key, fence string, hold time.Duration) {
-	a.mu.Lock()
-	for f, n := range a.inflight[key] {
-		if f != fence && n > 0 {
-			a.overlaps++
-		}
-	}
-	if a.inflight[key] == nil {
-		a.inflight[key] = map[string]int{}
-	}
-	a.inflight[key][fence]++
-	a.mu.Unlock()
-	time.Sleep(hold)
-	a.mu.Lock()
-	a.inflight[key][fence]--
-	if fence < a.committed[key] {
-		a.backwards++
-	} else {
-		a.committed[key] = fence
-	}
-	a.mu.Unlock()
-}
-
 // TestBarrierHandoffNoOverlap: holders hand keys over while their writes
 // are in flight (each holder starts its writes, lets them be decided, then
 // releases; the next acquires at once), through one Checker on a real
@@ -442,7 +354,7 @@ func TestBarrierHandoffNoOverlap(t *testing.T) {
 				s, _ := st.open(t)
 				c := New(s, Options{Timeout: 150 * time.Millisecond})
 				c.broken = tc.broken
-				a := &api{inflight: map[string]map[string]int{}, committed: map[string]string{}}
+				var a testutil.WriteLedger
 				const keys, holders, writesPer = 3, 4, 4
 				var refused, total atomic.Int64
 				var wg sync.WaitGroup
@@ -451,7 +363,7 @@ func TestBarrierHandoffNoOverlap(t *testing.T) {
 					wg.Go(func() {
 						var inflight sync.WaitGroup
 						for range holders {
-							l := mustAcquire(t, s, key)
+							l := locktest.Acquire(t, s, key, time.Minute)
 							var decided sync.WaitGroup
 							for range writesPer {
 								decided.Add(1)
@@ -463,7 +375,9 @@ func TestBarrierHandoffNoOverlap(t *testing.T) {
 										refused.Add(1)
 										return
 									}
-									a.write(key, l.Fence, time.Duration(10+rand.N(40))*time.Millisecond)
+									end := a.Begin(key, l.Fence)
+									time.Sleep(time.Duration(10+rand.N(40)) * time.Millisecond)
+									end()
 									_ = c.Finish(context.Background(), d)
 								})
 							}
@@ -478,9 +392,7 @@ func TestBarrierHandoffNoOverlap(t *testing.T) {
 					})
 				}
 				wg.Wait()
-				a.mu.Lock()
-				overlaps, backwards := a.overlaps, a.backwards
-				a.mu.Unlock()
+				overlaps, backwards := a.Counts()
 				t.Logf("%d writes, %d refused, %d overlaps, %d backward commits", total.Load(), refused.Load(), overlaps, backwards)
 				switch tc.broken {
 				case brokenNone:

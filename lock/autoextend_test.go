@@ -40,13 +40,13 @@ func TestKeepAliveStop(t *testing.T) {
 		if !errors.Is(context.Cause(lease.Context()), ErrKeepAliveStopped) || lease.Lost() != nil {
 			t.Errorf("cause %v, Lost %v: a stop is not a loss", context.Cause(lease.Context()), lease.Lost())
 		}
-		_, before, _ := m.counts()
+		_, before, _ := m.Counts()
 		time.Sleep(5 * time.Second)
-		if _, after, _ := m.counts(); after != before || before != 2 {
+		if _, after, _ := m.Counts(); after != before || before != 2 {
 			t.Errorf("extends: %d before Stop (want 2), %d after", before, after)
 		}
 		// Stop does not release: the lock is still there until its TTL.
-		if len(m.releases) != 0 {
+		if len(m.Releases()) != 0 {
 			t.Error("Stop released the lock")
 		}
 	})
@@ -87,8 +87,8 @@ func TestKeepAliveUnknownSendTimeExtendsAtOnce(t *testing.T) {
 		}
 		defer lease.Stop()
 		synctest.Wait()
-		if len(m.extends) != 1 || !m.extends[0].Equal(start) {
-			t.Fatalf("extends %v, want one at once", offsets(m.extends))
+		if len(m.Extends()) != 1 || !m.Extends()[0].Equal(start) {
+			t.Fatalf("extends %v, want one at once", offsets(m.Extends()))
 		}
 		if got := lease.Held().ExpiresAtMs(); got != start.Add(10*time.Second).UnixMilli() {
 			t.Errorf("lease Held ExpiresAtMs = %d", got)
@@ -110,7 +110,7 @@ func TestKeepAliveExtendAtFraction(t *testing.T) {
 		}
 		time.Sleep(8 * time.Second)
 		lease.Stop()
-		if got := offsets(append([]time.Time{start}, m.extends...)); !equalInts(got, []int64{0, 2500, 5000, 7500}) {
+		if got := offsets(append([]time.Time{start}, m.Extends()...)); !equalInts(got, []int64{0, 2500, 5000, 7500}) {
 			t.Errorf("extends at %v ms, want every 2.5s", got)
 		}
 	})
@@ -135,7 +135,7 @@ func TestKeepAliveValidation(t *testing.T) {
 			t.Errorf("%s: %v, want InvalidArgument", c.name, err)
 		}
 	}
-	if len(m.extends) != 0 {
+	if len(m.Extends()) != 0 {
 		t.Error("an invalid KeepAlive called Extend")
 	}
 }

@@ -20,7 +20,7 @@ func TestLockRunsAndReleases(t *testing.T) {
 		var got Held
 		err := Lock(context.Background(), m, "resource:123", func(ctx context.Context, h Held) error {
 			got = h
-			if m.holder("resource:123") != h.LockID {
+			if m.Holder("resource:123") != h.LockID {
 				t.Error("fn runs without holding the lock")
 			}
 			if ctx.Err() != nil {
@@ -37,8 +37,8 @@ func TestLockRunsAndReleases(t *testing.T) {
 		if want := time.Now().Add(lockstore.DefaultTTL).UnixMilli(); got.ExpiresAtMs() != want {
 			t.Errorf("ExpiresAtMs = %d, want %d (now + default TTL)", got.ExpiresAtMs(), want)
 		}
-		if len(m.releases) != 1 || m.releases[0].lockID != got.LockID || m.holder("resource:123") != "" {
-			t.Errorf("release calls %+v; lock still held: %v", m.releases, m.holder("resource:123") != "")
+		if len(m.Releases()) != 1 || m.Releases()[0].LockID != got.LockID || m.Holder("resource:123") != "" {
+			t.Errorf("release calls %+v; lock still held: %v", m.Releases(), m.Holder("resource:123") != "")
 		}
 	})
 }
@@ -46,7 +46,7 @@ func TestLockRunsAndReleases(t *testing.T) {
 func TestLockFnErrorWinsOverReleaseError(t *testing.T) {
 	m := newMemStore()
 	releaseErr := &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: "release"}
-	m.onRelease = func(context.Context, string) (lockstore.ReleaseResult, error, bool) {
+	m.OnRelease = func(context.Context, string) (lockstore.ReleaseResult, error, bool) {
 		return lockstore.ReleaseResult{}, releaseErr, true
 	}
 	fnErr := errors.New("work failed")
@@ -93,8 +93,8 @@ func TestLockReleasesOnPanic(t *testing.T) {
 		})
 		t.Error("Lock returned instead of panicking")
 	}()
-	if len(m.releases) != 1 || m.releases[0].lockID != lockID || m.holder("k") != "" {
-		t.Errorf("lock not released after panic: %+v", m.releases)
+	if len(m.Releases()) != 1 || m.Releases()[0].LockID != lockID || m.Holder("k") != "" {
+		t.Errorf("lock not released after panic: %+v", m.Releases())
 	}
 }
 
@@ -110,8 +110,8 @@ func TestLockReleasesWithFreshContextAfterCancel(t *testing.T) {
 		if !errors.Is(err, context.Canceled) || errors.Is(err, ErrLockLost) {
 			t.Errorf("Lock = %v, want fn's context.Canceled and no lost lock", err)
 		}
-		if len(m.releases) != 1 || m.releases[0].ctxErr != nil || m.holder("k") != "" {
-			t.Errorf("release %+v: want one release on a live context", m.releases)
+		if len(m.Releases()) != 1 || m.Releases()[0].CtxErr != nil || m.Holder("k") != "" {
+			t.Errorf("release %+v: want one release on a live context", m.Releases())
 		}
 	})
 }
@@ -119,7 +119,7 @@ func TestLockReleasesWithFreshContextAfterCancel(t *testing.T) {
 func TestLockReleaseTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := newMemStore()
-		m.onRelease = func(ctx context.Context, _ string) (lockstore.ReleaseResult, error, bool) {
+		m.OnRelease = func(ctx context.Context, _ string) (lockstore.ReleaseResult, error, bool) {
 			<-ctx.Done() // a backend that never answers
 			return lockstore.ReleaseResult{}, errors.New("driver: i/o timeout"), true
 		}
@@ -146,8 +146,8 @@ func TestLockAcquireFailure(t *testing.T) {
 		called := false
 		err := Lock(context.Background(), m, "k", func(context.Context, Held) error { called = true; return nil },
 			WithRetry(RetryPolicy{MaxRetries: 2, Jitter: JitterNone}))
-		if lockstore.CodeOf(err) != lockstore.AcquisitionTimeout || called || len(m.acquires) != 3 || len(m.releases) != 0 {
-			t.Errorf("err %v, fn called %v, %d acquires, %d releases", err, called, len(m.acquires), len(m.releases))
+		if lockstore.CodeOf(err) != lockstore.AcquisitionTimeout || called || len(m.Acquires()) != 3 || len(m.Releases()) != 0 {
+			t.Errorf("err %v, fn called %v, %d acquires, %d releases", err, called, len(m.Acquires()), len(m.Releases()))
 		}
 	})
 }
@@ -165,8 +165,8 @@ func TestLockRejectsBadOptionsBeforeAcquiring(t *testing.T) {
 	}
 	for name, opts := range cases {
 		m := newMemStore()
-		if err := Lock(context.Background(), m, "k", fn, opts...); lockstore.CodeOf(err) != lockstore.InvalidArgument || len(m.acquires) != 0 {
-			t.Errorf("%s: err %v after %d acquires", name, err, len(m.acquires))
+		if err := Lock(context.Background(), m, "k", fn, opts...); lockstore.CodeOf(err) != lockstore.InvalidArgument || len(m.Acquires()) != 0 {
+			t.Errorf("%s: err %v after %d acquires", name, err, len(m.Acquires()))
 		}
 	}
 	if err := Lock(context.Background(), newMemStore(), "k", nil); lockstore.CodeOf(err) != lockstore.InvalidArgument {
@@ -195,7 +195,7 @@ func TestLockWithoutAutoExtendCancelsAtExpiry(t *testing.T) {
 		if !errors.Is(err, ErrLockLost) {
 			t.Errorf("Lock = %v, want ErrLockLost: fn's work outlived the lock", err)
 		}
-		if n := len(m.extends); n != 0 {
+		if n := len(m.Extends()); n != 0 {
 			t.Errorf("%d extends without auto-extend", n)
 		}
 	})
@@ -234,10 +234,10 @@ func TestLockAutoExtendKeepsLockPastTTL(t *testing.T) {
 		if n := extended.Load(); n != 20 {
 			t.Errorf("%d extends in 10.25s at TTL/2, want 20", n)
 		}
-		if got := offsets(m.extends)[:3]; !equalInts(got, []int64{0, 500, 1000}) {
+		if got := offsets(m.Extends())[:3]; !equalInts(got, []int64{0, 500, 1000}) {
 			t.Errorf("extends at %v ms from the first, want every 500ms", got)
 		}
-		if m.holder("k") != "" {
+		if m.Holder("k") != "" {
 			t.Error("lock not released after fn")
 		}
 	})
@@ -277,13 +277,13 @@ func TestLockAutoExtendLoss(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				m := newMemStore()
 				if tt.extend != nil {
-					m.onExtend = func(ctx context.Context, n int, _ string) (lockstore.ExtendResult, error, bool) {
+					m.OnExtend = func(ctx context.Context, n int, _ string) (lockstore.ExtendResult, error, bool) {
 						return tt.extend(ctx, n)
 					}
 				}
 				start := time.Now()
 				if tt.steal {
-					time.AfterFunc(200*time.Millisecond, func() { m.drop("k") })
+					time.AfterFunc(200*time.Millisecond, func() { m.Drop("k") })
 				}
 				var after time.Duration
 				var cause error
@@ -309,8 +309,8 @@ func TestLockAutoExtendLoss(t *testing.T) {
 				if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrLockLost) {
 					t.Errorf("Lock = %v, want fn's error joined with the loss", err)
 				}
-				if len(m.releases) != 1 {
-					t.Errorf("%d releases, want 1 even after a loss", len(m.releases))
+				if len(m.Releases()) != 1 {
+					t.Errorf("%d releases, want 1 even after a loss", len(m.Releases()))
 				}
 			})
 		})
@@ -320,7 +320,7 @@ func TestLockAutoExtendLoss(t *testing.T) {
 func TestLockAutoExtendRetriesTransientErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := newMemStore()
-		m.onExtend = func(_ context.Context, n int, _ string) (lockstore.ExtendResult, error, bool) {
+		m.OnExtend = func(_ context.Context, n int, _ string) (lockstore.ExtendResult, error, bool) {
 			if n <= 2 {
 				return lockstore.ExtendResult{}, &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: "extend"}, true
 			}
@@ -337,7 +337,7 @@ func TestLockAutoExtendRetriesTransientErrors(t *testing.T) {
 		if err != nil {
 			t.Fatalf("two failed extends with time to spare lost the lock: %v", err)
 		}
-		if _, ext, _ := m.counts(); ext < 7 {
+		if _, ext, _ := m.Counts(); ext < 7 {
 			t.Errorf("%d extends in 3s", ext)
 		}
 	})

@@ -123,7 +123,7 @@ func equalInts(a, b []int64) bool {
 
 // alwaysHeld makes m's key permanently contended.
 func alwaysHeld(m *memStore) {
-	m.onAcquire = func(context.Context, string) (lockstore.AcquireResult, error, bool) {
+	m.OnAcquire = func(context.Context, string) (lockstore.AcquireResult, error, bool) {
 		return lockstore.AcquireResult{Reason: lockstore.ReasonLocked}, nil, true
 	}
 }
@@ -165,7 +165,7 @@ func TestAcquireWithRetryAttempts(t *testing.T) {
 				if r.OK || r.Reason != lockstore.ReasonLocked {
 					t.Errorf("result = %+v, want the last contention result", r)
 				}
-				if got := offsets(m.acquires); !equalInts(got, tt.want) {
+				if got := offsets(m.Acquires()); !equalInts(got, tt.want) {
 					t.Errorf("attempts at %v ms, want %v", got, tt.want)
 				}
 				p := tt.policy.WithDefaults()
@@ -233,14 +233,14 @@ func TestAcquireWithRetryContext(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		_, err := AcquireWithRetry(ctx, m, "k", time.Second, RetryPolicy{})
-		if lockstore.CodeOf(err) != lockstore.Aborted || len(m.acquires) != 0 {
-			t.Fatalf("err = %v after %d attempts", err, len(m.acquires))
+		if lockstore.CodeOf(err) != lockstore.Aborted || len(m.Acquires()) != 0 {
+			t.Fatalf("err = %v after %d attempts", err, len(m.Acquires()))
 		}
 	})
 	t.Run("driver error after cancel is mapped by the context", func(t *testing.T) {
 		m := newMemStore()
 		ctx, cancel := context.WithCancel(context.Background())
-		m.onAcquire = func(context.Context, string) (lockstore.AcquireResult, error, bool) {
+		m.OnAcquire = func(context.Context, string) (lockstore.AcquireResult, error, bool) {
 			cancel()
 			return lockstore.AcquireResult{}, errors.New("use of closed network connection"), true
 		}
@@ -254,12 +254,12 @@ func TestAcquireWithRetryContext(t *testing.T) {
 func TestAcquireWithRetryErrorsAreNotRetried(t *testing.T) {
 	for _, code := range []lockstore.Code{lockstore.ServiceUnavailable, lockstore.InvalidArgument, lockstore.AuthFailed, lockstore.Internal} {
 		m := newMemStore()
-		m.onAcquire = func(context.Context, string) (lockstore.AcquireResult, error, bool) {
+		m.OnAcquire = func(context.Context, string) (lockstore.AcquireResult, error, bool) {
 			return lockstore.AcquireResult{}, &lockstore.Error{Code: code, Op: "acquire"}, true
 		}
 		_, err := AcquireWithRetry(context.Background(), m, "k", time.Second, RetryPolicy{})
-		if lockstore.CodeOf(err) != code || len(m.acquires) != 1 {
-			t.Errorf("%s: err %v after %d attempts, want it returned after 1", code, err, len(m.acquires))
+		if lockstore.CodeOf(err) != code || len(m.Acquires()) != 1 {
+			t.Errorf("%s: err %v after %d attempts, want it returned after 1", code, err, len(m.Acquires()))
 		}
 	}
 	// The backend's own validation reaches the caller unchanged.

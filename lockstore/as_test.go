@@ -1,8 +1,10 @@
-package lockstore
+package lockstore_test
 
 import (
 	"context"
 	"testing"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // lister is an optional capability for the test; wrapLocks a wrapper of
@@ -11,39 +13,41 @@ import (
 type (
 	lister    struct{ *memStore }
 	wrapLocks struct {
-		Locks
+		lockstore.Locks
 		inner any
 	}
 	selfWrap struct{}
 )
 
-func (lister) ListHeld(context.Context, int) (LockList, error) { return LockList{NowMs: 1}, nil }
-func (w wrapLocks) Unwrap() any                                { return w.inner }
-func (s selfWrap) Unwrap() any                                 { return s }
+func (lister) ListHeld(context.Context, int) (lockstore.LockList, error) {
+	return lockstore.LockList{NowMs: 1}, nil
+}
+func (w wrapLocks) Unwrap() any { return w.inner }
+func (s selfWrap) Unwrap() any  { return s }
 
 // TestAs: an optional capability is found through any number of wrappers
 // of any role, the outermost implementation first; one no layer has is
 // not found; a wrapper unwrapping to itself ends the walk.
 func TestAs(t *testing.T) {
 	store := lister{newMemStore()}
-	var l Locks = store
+	var l lockstore.Locks = store
 	for range 3 {
 		l = wrapLocks{Locks: l, inner: l}
 	}
-	l = WithTelemetry(l, TelemetryOptions{})
-	if ll, ok := As[LockLister](l); !ok || ll != LockLister(store) {
+	l = lockstore.WithTelemetry(l, lockstore.TelemetryOptions{})
+	if ll, ok := lockstore.As[lockstore.LockLister](l); !ok || ll != lockstore.LockLister(store) {
 		t.Fatalf("As[LockLister] through 4 wrappers = %v, %v", ll, ok)
 	}
-	if _, ok := As[BarrierSweeper](l); ok {
+	if _, ok := lockstore.As[lockstore.BarrierSweeper](l); ok {
 		t.Fatal("As found a BarrierSweeper no layer implements")
 	}
-	if got, ok := As[Locks](l); !ok || got != l {
+	if got, ok := lockstore.As[lockstore.Locks](l); !ok || got != l {
 		t.Fatal("As[Locks] did not answer the outermost wrapper")
 	}
-	if _, ok := As[Pinger](nil); ok {
+	if _, ok := lockstore.As[lockstore.Pinger](nil); ok {
 		t.Fatal("As[Pinger](nil) found something")
 	}
-	if _, ok := As[Pinger](selfWrap{}); ok {
+	if _, ok := lockstore.As[lockstore.Pinger](selfWrap{}); ok {
 		t.Fatal("a self-unwrapping value produced a Pinger")
 	}
 }

@@ -1,4 +1,4 @@
-package lockstore
+package lockstore_test
 
 import (
 	"context"
@@ -10,24 +10,25 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // eventSink collects events delivered by the decorator.
 type eventSink struct {
 	mu  sync.Mutex
-	evs []LockEvent
+	evs []lockstore.LockEvent
 }
 
-func (s *eventSink) on(e LockEvent) {
+func (s *eventSink) on(e lockstore.LockEvent) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.evs = append(s.evs, e)
 }
 
-func (s *eventSink) events() []LockEvent {
+func (s *eventSink) events() []lockstore.LockEvent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]LockEvent(nil), s.evs...)
+	return append([]lockstore.LockEvent(nil), s.evs...)
 }
 
 var discardLogger = slog.New(slog.DiscardHandler)
@@ -35,7 +36,7 @@ var discardLogger = slog.New(slog.DiscardHandler)
 func TestTelemetryEvents(t *testing.T) {
 	ctx := context.Background()
 	sink := &eventSink{}
-	s := WithTelemetry(newMemStore(), TelemetryOptions{OnEvent: sink.on, Logger: discardLogger})
+	s := lockstore.WithTelemetry(newMemStore(), lockstore.TelemetryOptions{OnEvent: sink.on, Logger: discardLogger})
 
 	const key = "resource:123"
 	a, _ := s.Acquire(ctx, key, time.Second)
@@ -54,20 +55,20 @@ func TestTelemetryEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	kh, lh := HashKey(key), HashKey(a.LockID)
-	want := []LockEvent{
-		{Type: EventAcquire, KeyHash: kh, LockIDHash: lh, Result: ResultOK},
-		{Type: EventAcquire, KeyHash: kh, Result: ResultFail, Reason: ReasonLocked},
-		{Type: EventIsLocked, KeyHash: kh, Result: ResultOK},
-		{Type: EventLookup, KeyHash: kh, Result: ResultOK},
-		{Type: EventLookup, LockIDHash: lh, Result: ResultOK},
-		{Type: EventExtend, LockIDHash: lh, Result: ResultOK},
-		{Type: EventRelease, LockIDHash: lh, Result: ResultOK},
-		{Type: EventRelease, LockIDHash: lh, Result: ResultFail, Reason: DetailNotFound},
-		{Type: EventExtend, LockIDHash: lh, Result: ResultFail, Reason: DetailNotFound},
-		{Type: EventIsLocked, KeyHash: kh, Result: ResultFail},
-		{Type: EventLookup, KeyHash: kh, Result: ResultFail},
-		{Type: EventAcquire, Result: ResultFail, Code: InvalidArgument},
+	kh, lh := lockstore.HashKey(key), lockstore.HashKey(a.LockID)
+	want := []lockstore.LockEvent{
+		{Type: lockstore.EventAcquire, KeyHash: kh, LockIDHash: lh, Result: lockstore.ResultOK},
+		{Type: lockstore.EventAcquire, KeyHash: kh, Result: lockstore.ResultFail, Reason: lockstore.ReasonLocked},
+		{Type: lockstore.EventIsLocked, KeyHash: kh, Result: lockstore.ResultOK},
+		{Type: lockstore.EventLookup, KeyHash: kh, Result: lockstore.ResultOK},
+		{Type: lockstore.EventLookup, LockIDHash: lh, Result: lockstore.ResultOK},
+		{Type: lockstore.EventExtend, LockIDHash: lh, Result: lockstore.ResultOK},
+		{Type: lockstore.EventRelease, LockIDHash: lh, Result: lockstore.ResultOK},
+		{Type: lockstore.EventRelease, LockIDHash: lh, Result: lockstore.ResultFail, Reason: lockstore.DetailNotFound},
+		{Type: lockstore.EventExtend, LockIDHash: lh, Result: lockstore.ResultFail, Reason: lockstore.DetailNotFound},
+		{Type: lockstore.EventIsLocked, KeyHash: kh, Result: lockstore.ResultFail},
+		{Type: lockstore.EventLookup, KeyHash: kh, Result: lockstore.ResultFail},
+		{Type: lockstore.EventAcquire, Result: lockstore.ResultFail, Code: lockstore.InvalidArgument},
 		// Inspect emits nothing.
 	}
 	got := sink.events()
@@ -90,12 +91,12 @@ func TestTelemetryIncludeRaw(t *testing.T) {
 	ctx := context.Background()
 	sink := &eventSink{}
 	var askedWithRaw bool
-	s := WithTelemetry(newMemStore(), TelemetryOptions{OnEvent: sink.on, Logger: discardLogger,
-		IncludeRaw: func(e LockEvent) bool {
+	s := lockstore.WithTelemetry(newMemStore(), lockstore.TelemetryOptions{OnEvent: sink.on, Logger: discardLogger,
+		IncludeRaw: func(e lockstore.LockEvent) bool {
 			if e.Key != "" || e.LockID != "" {
 				askedWithRaw = true
 			}
-			return e.Type == EventAcquire
+			return e.Type == lockstore.EventAcquire
 		}})
 	a, _ := s.Acquire(ctx, "orders/42", time.Second)
 	_, _ = s.Acquire(ctx, "svc/api-token", time.Second)
@@ -108,7 +109,7 @@ func TestTelemetryIncludeRaw(t *testing.T) {
 	if ev[0].Key != "orders/42" || ev[0].LockID != a.LockID {
 		t.Errorf("allowed event lacks raw values: %+v", ev[0])
 	}
-	if ev[1].Key != "" || ev[1].KeyHash != HashKey("svc/api-token") {
+	if ev[1].Key != "" || ev[1].KeyHash != lockstore.HashKey("svc/api-token") {
 		t.Errorf("a secret-looking key was emitted raw: %+v", ev[1])
 	}
 	if ev[2].LockID != "" {
@@ -129,8 +130,8 @@ func TestTelemetrySlowAndPanickingCallbacks(t *testing.T) {
 		return func() bool { mu.Lock(); defer mu.Unlock(); return delivered == n }
 	}
 	inner := newMemStore()
-	s := WithTelemetry(inner, TelemetryOptions{QueueSize: 2, Logger: discardLogger, OnEvent: func(e LockEvent) {
-		if e.Type == EventIsLocked {
+	s := lockstore.WithTelemetry(inner, lockstore.TelemetryOptions{QueueSize: 2, Logger: discardLogger, OnEvent: func(e lockstore.LockEvent) {
+		if e.Type == lockstore.EventIsLocked {
 			select {
 			case entered <- struct{}{}:
 			default:
@@ -140,11 +141,11 @@ func TestTelemetrySlowAndPanickingCallbacks(t *testing.T) {
 		mu.Lock()
 		delivered++
 		mu.Unlock()
-		if e.Type == EventLookup {
+		if e.Type == lockstore.EventLookup {
 			panic("callback bug")
 		}
 	}})
-	var stats TelemetryStats = s
+	var stats lockstore.TelemetryStats = s
 
 	// The first event occupies the worker; the next two fill the queue
 	// and the other seven are dropped, while every operation returns at
@@ -195,8 +196,8 @@ func TestTelemetrySlowAndPanickingCallbacks(t *testing.T) {
 	if stats.DroppedEvents() != before+1 {
 		t.Error("an event after Close was not counted as dropped")
 	}
-	if inner.closed != 0 {
-		t.Errorf("inner closed %d times: the decorator's Close must not close what it wraps", inner.closed)
+	if inner.Closed() != 0 {
+		t.Errorf("inner closed %d times: the decorator's Close must not close what it wraps", inner.Closed())
 	}
 }
 
@@ -207,10 +208,10 @@ func TestTelemetrySlowAndPanickingCallbacks(t *testing.T) {
 // and BarrierSweeper).
 func TestTelemetryKeepsOptionalInterfaces(t *testing.T) {
 	ctx := context.Background()
-	on := func(LockEvent) {}
+	on := func(lockstore.LockEvent) {}
 	cases := []struct {
 		name           string
-		inner          Store
+		inner          lockstore.Store
 		audit, counter bool
 	}{
 		{"plain", newMemStore(), false, false},
@@ -219,17 +220,17 @@ func TestTelemetryKeepsOptionalInterfaces(t *testing.T) {
 		{"both", fullMemStore{&auditMemStore{memStore: newMemStore()}}, true, true},
 	}
 	for _, c := range cases {
-		s := WithTelemetry(c.inner, TelemetryOptions{OnEvent: on})
-		al, isAudit := As[AuditLog](s)
-		hc, isCounter := As[HeldCounter](s)
+		s := lockstore.WithTelemetry(c.inner, lockstore.TelemetryOptions{OnEvent: on})
+		al, isAudit := lockstore.As[lockstore.AuditLog](s)
+		hc, isCounter := lockstore.As[lockstore.HeldCounter](s)
 		if isAudit != c.audit || isCounter != c.counter {
 			t.Errorf("%s: AuditLog %v (want %v), HeldCounter %v (want %v)", c.name, isAudit, c.audit, isCounter, c.counter)
 		}
 		if isAudit {
-			if err := al.AppendAudit(ctx, []AuditEvent{{Reason: "stale"}}); err != nil {
+			if err := al.AppendAudit(ctx, []lockstore.AuditEvent{{Reason: "stale"}}); err != nil {
 				t.Error(err)
 			}
-			if ev, err := al.QueryAudit(ctx, AuditQuery{}); err != nil || len(ev) != 1 {
+			if ev, err := al.QueryAudit(ctx, lockstore.AuditQuery{}); err != nil || len(ev) != 1 {
 				t.Errorf("%s: QueryAudit = %v, %v", c.name, ev, err)
 			}
 		}
@@ -238,15 +239,15 @@ func TestTelemetryKeepsOptionalInterfaces(t *testing.T) {
 				t.Errorf("%s: CountHeld = %d, %v", c.name, n, err)
 			}
 		}
-		d, okD := As[Describer](s)
-		p, okP := As[Pinger](s)
+		d, okD := lockstore.As[lockstore.Describer](s)
+		p, okP := lockstore.As[lockstore.Pinger](s)
 		if !okD || !okP || d.Capabilities().Backend != "mem" || p.Ping(ctx) != nil {
 			t.Errorf("%s: Capabilities/Ping not reachable", c.name)
 		}
-		if st, ok := As[Store](s); !ok || st != c.inner {
+		if st, ok := lockstore.As[lockstore.Store](s); !ok || st != c.inner {
 			t.Errorf("%s: As[Store] does not reach the inner store", c.name)
 		}
-		if l, ok := As[Locks](s); !ok || l != Locks(s) {
+		if l, ok := lockstore.As[lockstore.Locks](s); !ok || l != lockstore.Locks(s) {
 			t.Errorf("%s: As[Locks] does not answer the decorator itself first", c.name)
 		}
 		if err := s.Close(); err != nil {
@@ -255,7 +256,7 @@ func TestTelemetryKeepsOptionalInterfaces(t *testing.T) {
 	}
 	// Without a callback the decorator passes calls through.
 	inner := newMemStore()
-	s := WithTelemetry(inner, TelemetryOptions{})
+	s := lockstore.WithTelemetry(inner, lockstore.TelemetryOptions{})
 	if r, err := s.Acquire(ctx, "k", time.Second); err != nil || !r.OK {
 		t.Errorf("nil OnEvent: Acquire = %+v, %v", r, err)
 	}
@@ -267,19 +268,19 @@ func TestTelemetryKeepsOptionalInterfaces(t *testing.T) {
 func TestTelemetryErrorEvents(t *testing.T) {
 	ctx := context.Background()
 	inner := newMemStore()
-	inner.onExtend = func(context.Context, int, string) (ExtendResult, error, bool) {
-		return ExtendResult{}, &Error{Code: ServiceUnavailable, Op: "extend"}, true
+	inner.OnExtend = func(context.Context, int, string) (lockstore.ExtendResult, error, bool) {
+		return lockstore.ExtendResult{}, &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: "extend"}, true
 	}
 	sink := &eventSink{}
-	s := WithTelemetry(inner, TelemetryOptions{OnEvent: sink.on})
+	s := lockstore.WithTelemetry(inner, lockstore.TelemetryOptions{OnEvent: sink.on})
 	id := "AAAAAAAAAAAAAAAAAAAAAA"
-	if _, err := s.Extend(ctx, id, time.Second); CodeOf(err) != ServiceUnavailable {
+	if _, err := s.Extend(ctx, id, time.Second); lockstore.CodeOf(err) != lockstore.ServiceUnavailable {
 		t.Fatalf("error not passed through: %v", err)
 	}
 	_ = s.Close()
 	ev := sink.events()
-	if len(ev) != 1 || ev[0].Result != ResultFail || ev[0].Code != ServiceUnavailable || ev[0].Reason != "" ||
-		ev[0].LockIDHash != HashKey(id) {
+	if len(ev) != 1 || ev[0].Result != lockstore.ResultFail || ev[0].Code != lockstore.ServiceUnavailable || ev[0].Reason != "" ||
+		ev[0].LockIDHash != lockstore.HashKey(id) {
 		t.Errorf("events %+v", ev)
 	}
 }
@@ -290,11 +291,11 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 	ctx := context.Background()
 	for _, decorated := range []bool{false, true} {
 		name := "bare"
-		var s Locks = newMemStore()
+		var s lockstore.Locks = newMemStore()
 		closeS := func() {}
 		if decorated {
 			name = "telemetry"
-			d := WithTelemetry(s, TelemetryOptions{OnEvent: func(LockEvent) {}, QueueSize: 1 << 16})
+			d := lockstore.WithTelemetry(s, lockstore.TelemetryOptions{OnEvent: func(lockstore.LockEvent) {}, QueueSize: 1 << 16})
 			s, closeS = d, func() { _ = d.Close() }
 		}
 		b.Run(name, func(b *testing.B) {
@@ -312,7 +313,7 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 func ExampleWithTelemetry() {
 	var mu sync.Mutex
 	failed := map[string]int{}
-	s := WithTelemetry(newMemStore(), TelemetryOptions{OnEvent: func(e LockEvent) {
+	s := lockstore.WithTelemetry(newMemStore(), lockstore.TelemetryOptions{OnEvent: func(e lockstore.LockEvent) {
 		if e.Type == "release" && e.Result == "fail" {
 			mu.Lock()
 			failed[e.Reason]++

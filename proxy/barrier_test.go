@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -21,8 +20,8 @@ import (
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/internal/testutil/redistest"
 	"github.com/fencegate/fencegate/lockstore"
-	"github.com/fencegate/fencegate/lockstore/redis"
 )
 
 // heldUpstream answers every request at once, except one carrying
@@ -90,19 +89,27 @@ func post(ctx context.Context, t *testing.T, url, fence string, hold bool) (*htt
 	return res, string(b), err
 }
 
-// startHeldWrite sends W1 under fence and waits until the upstream holds
-// it; the returned channel yields W1's status.
-func startHeldWrite(t *testing.T, h *heldUpstream, url, fence string) chan int {
-	t.Helper()
+// sendWrite sends a fenced write in the background (held at a
+// heldUpstream if hold); the channel yields its status, or -1 when it got
+// no response.
+func sendWrite(t *testing.T, url, fence string, hold bool) chan int {
 	done := make(chan int, 1)
 	go func() {
-		res, _, err := post(context.Background(), t, url, fence, true)
+		res, _, err := post(context.Background(), t, url, fence, hold)
 		if err != nil {
 			done <- -1
 			return
 		}
 		done <- res.StatusCode
 	}()
+	return done
+}
+
+// startHeldWrite sends W1 under fence and waits until the upstream holds
+// it; the returned channel yields W1's status.
+func startHeldWrite(t *testing.T, h *heldUpstream, url, fence string) chan int {
+	t.Helper()
+	done := sendWrite(t, url, fence, true)
 	select {
 	case <-h.held:
 	case st := <-done:
@@ -111,11 +118,34 @@ func startHeldWrite(t *testing.T, h *heldUpstream, url, fence string) chan int {
 	return done
 }
 
-// newerFence loses the lock of fence on key and takes a newer one.
-func newerFence(t *testing.T, s lockstore.Store, l lockstore.AcquireResult, key string) lockstore.AcquireResult {
+// behindHeldWrite serves route (Prefix "/", on key "acct", to h) through
+// c and starts the barrier's scene: W1 under an older fence in flight,
+// held at h, and a newer lock for W2. It returns the proxy's URL, W1's
+// status channel and W2's lock.
+func behindHeldWrite(t *testing.T, s lockstore.Store, c *fencecheck.Checker, h *heldUpstream, route Route) (string, chan int, lockstore.AcquireResult) {
 	t.Helper()
-	locktest.Release(t, s, l.LockID)
-	return locktest.Acquire(t, s, key, time.Minute)
+	route.Prefix, route.Upstream, route.Key = "/", mustURL(t, h.srv.URL), "acct"
+	_, srv := serveProxy(t, c, []Route{route}, Options{})
+	l1 := locktest.Acquire(t, s, "acct", time.Minute)
+	w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
+	return srv.URL, w1, locktest.HandOver(t, s, l1, "acct", time.Minute)
+}
+
+// admittedAfterW1 lets W1 answer at h; then W1 and the waiting W2 must
+// both succeed, W2 never having reached the upstream while W1 was in
+// flight.
+func admittedAfterW1(t *testing.T, h *heldUpstream, w1, w2 chan int) {
+	t.Helper()
+	h.unblock()
+	if st := <-w1; st != 200 {
+		t.Fatalf("W1 %d", st)
+	}
+	if st := <-w2; st != 200 {
+		t.Fatalf("W2 %d, want 200 after W1 finished", st)
+	}
+	if h.sawOthersWhileHeld.Load() != 0 {
+		t.Fatal("W2 reached the upstream while W1 was in flight")
+	}
 }
 
 // TestProxyBarrierTwoWrites is the guarantee on one key: W1 admitted under
@@ -129,12 +159,9 @@ func TestProxyBarrierTwoWrites(t *testing.T) {
 			s := locktest.OpenBolt(t, locktest.FloorOff)
 			h := newHeldUpstream(t)
 			c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
-			_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: barrier, MaxWrite: time.Minute, MaxWait: maxWaitIf(barrier, 50*time.Millisecond)}}, Options{})
-			l1 := locktest.Acquire(t, s, "acct", time.Minute)
-			w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
-			l2 := newerFence(t, s, l1, "acct")
+			url, w1, l2 := behindHeldWrite(t, s, c, h, Route{Barrier: barrier, MaxWrite: time.Minute, MaxWait: maxWaitIf(barrier, 50*time.Millisecond)})
 
-			res, body, err := post(t.Context(), t, srv.URL+"/w", l2.Fence, false)
+			res, body, err := post(t.Context(), t, url+"/w", l2.Fence, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,7 +189,7 @@ func TestProxyBarrierTwoWrites(t *testing.T) {
 				t.Fatalf("W1: %d", st)
 			}
 			testutil.WaitFor(t, 30*time.Second, "W2 to be admitted after W1 finished", func() bool {
-				res, _, err := post(t.Context(), t, srv.URL+"/w", l2.Fence, false)
+				res, _, err := post(t.Context(), t, url+"/w", l2.Fence, false)
 				return err == nil && res.StatusCode == 200
 			})
 			if h.sawOthersWhileHeld.Load() != 0 {
@@ -180,32 +207,12 @@ func TestProxyBarrierWaitsWithinBudget(t *testing.T) {
 	h := newHeldUpstream(t)
 	reg := prometheus.NewRegistry()
 	c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, Registerer: reg})
-	_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true}}, Options{})
-	l1 := locktest.Acquire(t, s, "acct", time.Minute)
-	w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
-	l2 := newerFence(t, s, l1, "acct")
-	w2 := make(chan int, 1)
-	go func() {
-		res, _, err := post(context.Background(), t, srv.URL+"/w", l2.Fence, false)
-		if err != nil {
-			w2 <- -1
-			return
-		}
-		w2 <- res.StatusCode
-	}()
+	url, w1, l2 := behindHeldWrite(t, s, c, h, Route{Barrier: true})
+	w2 := sendWrite(t, url+"/w", l2.Fence, false)
 	// Give W2 time to meet W1's entry before W1 ends (the assertions
 	// below hold either way; this only makes the wait likely).
 	time.Sleep(200 * time.Millisecond)
-	h.unblock()
-	if st := <-w1; st != 200 {
-		t.Fatalf("W1 %d", st)
-	}
-	if st := <-w2; st != 200 {
-		t.Fatalf("W2 %d, want 200 after waiting", st)
-	}
-	if h.sawOthersWhileHeld.Load() != 0 {
-		t.Fatal("W2 reached the upstream while W1 was in flight")
-	}
+	admittedAfterW1(t, h, w1, w2)
 	if n := metric(t, reg, "fencegate_barrier_abandoned_total"); n != 0 {
 		t.Errorf("abandoned %v", n)
 	}
@@ -240,7 +247,7 @@ func TestProxyBarrierAbandoned(t *testing.T) {
 	if p.InFlight() != 0 || metric(t, reg, "fencegate_barrier_abandoned_total") != 1 {
 		t.Fatalf("in flight %d, abandoned %v", p.InFlight(), metric(t, reg, "fencegate_barrier_abandoned_total"))
 	}
-	l2 := newerFence(t, s, l1, "acct")
+	l2 := locktest.HandOver(t, s, l1, "acct", time.Minute)
 	res, _, _ = post(t.Context(), t, srv.URL+"/w", l2.Fence, false)
 	if time.Since(start) < maxWrite && res.StatusCode != 429 {
 		t.Fatalf("W2 before W1's maxWrite: %d, want 429 draining", res.StatusCode)
@@ -293,7 +300,7 @@ func TestProxyBarrierClientGoesAway(t *testing.T) {
 	if n := metric(t, reg, "fencegate_barrier_abandoned_total"); n != 0 {
 		t.Fatalf("abandoned %v: the upstream answered completely", n)
 	}
-	l2 := newerFence(t, s, l1, "acct")
+	l2 := locktest.HandOver(t, s, l1, "acct", time.Minute)
 	if res, _, err := post(t.Context(), t, srv.URL+"/w", l2.Fence, false); err != nil || res.StatusCode != 200 {
 		t.Fatalf("W2: %v %v, want 200 (W1 finished)", res, err)
 	}
@@ -326,7 +333,7 @@ func TestProxyShutdownDrains(t *testing.T) {
 		t.Fatalf("in flight after Shutdown: %d", p.InFlight())
 	}
 	// Nothing left in the store: a newer fence is admitted at once.
-	l2 := newerFence(t, s, l1, "acct")
+	l2 := locktest.HandOver(t, s, l1, "acct", time.Minute)
 	d, err := c.Check(t.Context(), fencecheck.Request{Key: "acct", Write: true, Fence: l2.Fence, Barrier: true})
 	if err != nil || !d.Allowed {
 		t.Fatalf("after drain: %+v %v", d, err)
@@ -379,42 +386,20 @@ func TestRouteValidation(t *testing.T) {
 	}
 }
 
-// openRedis opens a Redis store on REDIS_URL under a prefix of the test's
-// own; two calls with the same prefix are two gateway replicas on one
-// store.
-func openRedis(t *testing.T, prefix string) lockstore.Store {
-	t.Helper()
-	u := os.Getenv("REDIS_URL")
-	if u == "" {
-		t.Fatal("REDIS_URL is not set; run the tests with `make test` (scripts/testenv starts a throwaway Redis), or export REDIS_URL=redis://127.0.0.1:PORT/0")
-	}
-	cfg, err := redis.ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Prefix = prefix
-	s, err := redis.Open(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
 // TestProxyBarrierAcrossReplicas: two proxies, each with its own checker
 // and its own connection to one Redis store (two replicas). W1 is in
 // flight through replica A; W2 under a newer fence through replica B is
 // refused draining, and admitted once W1 has finished at A.
 func TestProxyBarrierAcrossReplicas(t *testing.T) {
 	prefix := fmt.Sprintf("proxytest%d", time.Now().UnixNano())
-	sa, sb := openRedis(t, prefix), openRedis(t, prefix)
+	sa, sb := redistest.Open(t, prefix), redistest.Open(t, prefix)
 	h := newHeldUpstream(t)
 	route := []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true, MaxWrite: time.Minute, MaxWait: 100 * time.Millisecond}}
 	_, a := serveProxy(t, fencecheck.New(sa, fencecheck.Options{Timeout: 100 * time.Millisecond}), route, Options{})
 	_, b := serveProxy(t, fencecheck.New(sb, fencecheck.Options{Timeout: 100 * time.Millisecond}), route, Options{})
 	l1 := locktest.Acquire(t, sa, "acct", time.Minute)
 	w1 := startHeldWrite(t, h, a.URL+"/w", l1.Fence)
-	l2 := newerFence(t, sb, l1, "acct")
+	l2 := locktest.HandOver(t, sb, l1, "acct", time.Minute)
 	res, body, err := post(t.Context(), t, b.URL+"/w", l2.Fence, false)
 	if err != nil || res.StatusCode != 429 {
 		t.Fatalf("W2 at replica B while W1 is in flight at A: %v %q %v, want 429 draining", res, body, err)

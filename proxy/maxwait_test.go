@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -23,12 +22,9 @@ func TestProxyBarrierMaxWait(t *testing.T) {
 		h := newHeldUpstream(t)
 		c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
 		const maxWait = 300 * time.Millisecond
-		_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true, MaxWrite: time.Minute, MaxWait: maxWait}}, Options{})
-		l1 := locktest.Acquire(t, s, "acct", time.Minute)
-		w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
-		l2 := newerFence(t, s, l1, "acct")
+		url, w1, l2 := behindHeldWrite(t, s, c, h, Route{Barrier: true, MaxWrite: time.Minute, MaxWait: maxWait})
 		start := time.Now()
-		res, body, err := post(t.Context(), t, srv.URL+"/w", l2.Fence, false)
+		res, body, err := post(t.Context(), t, url+"/w", l2.Fence, false)
 		took := time.Since(start)
 		if err != nil || res.StatusCode != 429 || res.Header.Get("X-Fence-Reason") != "draining" {
 			t.Fatalf("W2: %v %q %v, want 429 draining", res, body, err)
@@ -46,35 +42,15 @@ func TestProxyBarrierMaxWait(t *testing.T) {
 		s := locktest.OpenBolt(t, locktest.FloorOff)
 		h := newHeldUpstream(t)
 		c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
-		_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, h.srv.URL), Key: "acct", Barrier: true}}, Options{})
-		l1 := locktest.Acquire(t, s, "acct", time.Minute)
-		w1 := startHeldWrite(t, h, srv.URL+"/w", l1.Fence)
-		l2 := newerFence(t, s, l1, "acct")
-		w2 := make(chan int, 1)
-		go func() {
-			res, _, err := post(context.Background(), t, srv.URL+"/w", l2.Fence, false)
-			if err != nil {
-				w2 <- -1
-				return
-			}
-			w2 <- res.StatusCode
-		}()
+		url, w1, l2 := behindHeldWrite(t, s, c, h, Route{Barrier: true})
+		w2 := sendWrite(t, url+"/w", l2.Fence, false)
 		time.Sleep(500 * time.Millisecond) // five times the old budget (check.timeout here: 50 ms)
 		select {
 		case st := <-w2:
 			t.Fatalf("W2 answered %d while W1 was in flight", st)
 		default:
 		}
-		h.unblock()
-		if st := <-w1; st != 200 {
-			t.Fatalf("W1 %d", st)
-		}
-		if st := <-w2; st != 200 {
-			t.Fatalf("W2 %d, want 200 after W1 finished", st)
-		}
-		if h.sawOthersWhileHeld.Load() != 0 {
-			t.Fatal("W2 reached the upstream while W1 was in flight")
-		}
+		admittedAfterW1(t, h, w1, w2)
 	})
 }
 
@@ -130,7 +106,7 @@ func TestProxyBarrierMaxWriteFromAdmission(t *testing.T) {
 			l1 := locktest.Acquire(t, s, "acct", time.Minute)
 			w1 := send(l1.Fence, "700ms")
 			time.Sleep(100 * time.Millisecond) // W1 admitted
-			l2 := newerFence(t, s, l1, "acct")
+			l2 := locktest.HandOver(t, s, l1, "acct", time.Minute)
 			w2 := send(l2.Fence, "600ms")
 			if st := <-w1; st != 200 {
 				t.Fatalf("W1 %d", st)

@@ -99,12 +99,8 @@ type denial struct {
 // carry the status, headers and body of the other edges.
 func TestProxyDecisions(t *testing.T) {
 	s := locktest.OpenBolt(t, locktest.FloorOff)
-	old := locktest.Acquire(t, s, "orders/1", time.Minute)
-	locktest.Release(t, s, old.LockID)
-	cur := locktest.Acquire(t, s, "orders/1", time.Minute)
-	gone := locktest.Acquire(t, s, "orders/2", time.Minute)
-	locktest.Release(t, s, gone.LockID)
-	tpl := locktest.Acquire(t, s, "orders/42", time.Minute)
+	k := locktest.NewDecisionKeys(t, s)
+	old, cur, gone, tpl := k.Old, k.Cur, k.Gone, k.Tpl
 	otherID, _ := lockstore.NewLockID()
 
 	up, got := recorder(t)

@@ -4,18 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"github.com/fencegate/fencegate/e2e/kube"
 )
 
 // crdSource is where a project ships the CRDs of the kinds the manifests
@@ -70,26 +67,6 @@ func moduleDir(t *testing.T, module, version string) string {
 	return info.Dir
 }
 
-// yamlDocs splits a YAML stream into documents (as JSON-compatible maps),
-// skipping empty ones.
-func yamlDocs(data []byte) ([]map[string]any, error) {
-	var out []map[string]any
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	for {
-		var doc map[string]any
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if doc != nil {
-			out = append(out, doc)
-		}
-	}
-}
-
 // realCRDs returns the CRDs of crdSources, each exactly once, read from the
 // projects' modules. A missing file or CRD fails the test.
 func realCRDs(t *testing.T) []map[string]any {
@@ -106,7 +83,7 @@ func realCRDs(t *testing.T) []map[string]any {
 		if err != nil {
 			t.Fatalf("%s@%s: %v", src.module, src.version, err)
 		}
-		docs, err := yamlDocs(raw)
+		docs, err := kube.YAMLDocs(raw)
 		if err != nil {
 			t.Fatalf("%s@%s %s: %v", src.module, src.version, src.file, err)
 		}
@@ -115,7 +92,7 @@ func realCRDs(t *testing.T) []map[string]any {
 			if d["kind"] != "CustomResourceDefinition" {
 				continue
 			}
-			name := metaString(d, "name")
+			name := kube.MetaString(d, "name")
 			if slices.Contains(src.names, name) {
 				found[name] = true
 				crds = append(crds, d)
@@ -130,23 +107,11 @@ func realCRDs(t *testing.T) []map[string]any {
 	return crds
 }
 
-func metaString(doc map[string]any, field string) string {
-	md, _ := doc["metadata"].(map[string]any)
-	s, _ := md[field].(string)
-	return s
-}
-
-// resource is a kind's REST resource.
-type resource struct {
-	plural     string
-	namespaced bool
-}
-
 // crdResources maps "group/version Kind" to its resource for every served
 // version of the CRDs.
-func crdResources(crds []map[string]any) (map[string]resource, error) {
-	var out = map[string]resource{
-		"v1 Namespace": {"namespaces", false},
+func crdResources(crds []map[string]any) (kube.Resources, error) {
+	out := kube.Resources{
+		"v1 Namespace": {Plural: "namespaces"},
 	}
 	for _, d := range crds {
 		b, err := json.Marshal(d)
@@ -171,31 +136,9 @@ func crdResources(crds []map[string]any) (map[string]resource, error) {
 		}
 		for _, v := range crd.Spec.Versions {
 			if v.Served {
-				out[fmt.Sprintf("%s/%s %s", crd.Spec.Group, v.Name, crd.Spec.Names.Kind)] = resource{crd.Spec.Names.Plural, crd.Spec.Scope == "Namespaced"}
+				out[fmt.Sprintf("%s/%s %s", crd.Spec.Group, v.Name, crd.Spec.Names.Kind)] = kube.Resource{Plural: crd.Spec.Names.Plural, Namespaced: crd.Spec.Scope == "Namespaced"}
 			}
 		}
 	}
 	return out, nil
-}
-
-// objectPath is the REST path of doc.
-func objectPath(resources map[string]resource, doc map[string]any) (string, error) {
-	apiVersion, _ := doc["apiVersion"].(string)
-	kind, _ := doc["kind"].(string)
-	name, ns := metaString(doc, "name"), metaString(doc, "namespace")
-	r, ok := resources[apiVersion+" "+kind]
-	if !ok || name == "" {
-		return "", fmt.Errorf("no resource %s %s %q: its CRD is not installed", apiVersion, kind, name)
-	}
-	base := "/apis/" + apiVersion
-	if !strings.Contains(apiVersion, "/") {
-		base = "/api/" + apiVersion
-	}
-	if r.namespaced {
-		if ns == "" {
-			return "", fmt.Errorf("%s %s has no namespace", kind, name)
-		}
-		base += "/namespaces/" + ns
-	}
-	return base + "/" + r.plural + "/" + name, nil
 }

@@ -2,14 +2,10 @@ package mesh_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,73 +15,11 @@ import (
 
 const admin = "admin"
 
-// apply sends every document of manifests by server-side apply with strict
-// field validation (an unknown or duplicate field is an error, not a
-// warning), as `kubectl apply --server-side` does; with dryRun nothing is
-// stored (`--dry-run=server`). It returns the API server's warnings.
-func apply(t *testing.T, a *kube.APIServer, resources map[string]resource, manifests []byte, dryRun bool) (warnings []string, err error) {
-	t.Helper()
-	q := url.Values{"fieldManager": {"fencegate-mesh-test"}, "fieldValidation": {"Strict"}, "force": {"true"}}
-	if dryRun {
-		q.Set("dryRun", "All")
-	}
-	docs, err := yamlDocs(manifests)
-	if err != nil {
-		return nil, err
-	}
-	if len(docs) == 0 {
-		return nil, fmt.Errorf("no documents")
-	}
-	for _, doc := range docs {
-		path, err := objectPath(resources, doc)
-		if err != nil {
-			return warnings, err
-		}
-		body, err := json.Marshal(doc)
-		if err != nil {
-			return warnings, err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		code, raw, hdr, err := a.Do(ctx, admin, http.MethodPatch, path+"?"+q.Encode(), body, "application/apply-patch+yaml")
-		cancel()
-		if err != nil {
-			return warnings, fmt.Errorf("%s: %w", path, err)
-		}
-		for _, w := range hdr.Values("Warning") {
-			warnings = append(warnings, path+": "+w)
-		}
-		if code != http.StatusOK && code != http.StatusCreated {
-			return warnings, fmt.Errorf("%s: %d %s", path, code, raw)
-		}
-	}
-	return warnings, nil
-}
-
-// waitEstablished waits until every CRD in names is Established.
-func waitEstablished(t *testing.T, a *kube.APIServer, names []string) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for _, name := range names {
-		for {
-			code, raw, _, err := a.Do(context.Background(), admin, http.MethodGet, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"+name, nil, "")
-			if err == nil && code == http.StatusOK {
-				var crd struct {
-					Status struct {
-						Conditions []struct{ Type, Status string } `json:"conditions"`
-					} `json:"status"`
-				}
-				if json.Unmarshal(raw, &crd) == nil && slices.ContainsFunc(crd.Status.Conditions, func(c struct{ Type, Status string }) bool {
-					return c.Type == "Established" && c.Status == "True"
-				}) {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("CRD %s not established within a minute (last: %d %s %v)", name, code, raw, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+// apply sends manifests as the admin by server-side apply (kube's Apply:
+// strict fields, as `kubectl apply --server-side`; with dryRun
+// `--dry-run=server`). It returns the API server's warnings.
+func apply(a *kube.APIServer, resources kube.Resources, manifests []byte, dryRun bool) (warnings []string, err error) {
+	return a.Apply(admin, resources, manifests, dryRun)
 }
 
 // shippedObjects are the manifests under deploy/ that are Kubernetes
@@ -116,22 +50,22 @@ func TestShippedManifestsServerSideDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	crdRes := map[string]resource{"apiextensions.k8s.io/v1 CustomResourceDefinition": {"customresourcedefinitions", false}}
+	crdRes := kube.Resources{"apiextensions.k8s.io/v1 CustomResourceDefinition": {Plural: "customresourcedefinitions"}}
 	// The CRDs are installed at once: the API server compiles each one's
 	// schema and CEL rules on its own, so in parallel they are established
 	// in about the time of the largest.
 	var names []string
 	errs := make(chan error, len(crds))
 	for _, crd := range crds {
-		names = append(names, metaString(crd, "name"))
+		names = append(names, kube.MetaString(crd, "name"))
 		b, err := json.Marshal(crd)
 		if err != nil {
 			t.Fatal(err)
 		}
 		go func() {
-			_, err := apply(t, a, crdRes, b, false)
+			_, err := apply(a, crdRes, b, false)
 			if err != nil {
-				err = fmt.Errorf("install CRD %s: %w", metaString(crd, "name"), err)
+				err = fmt.Errorf("install CRD %s: %w", kube.MetaString(crd, "name"), err)
 			}
 			errs <- err
 		}()
@@ -141,11 +75,11 @@ func TestShippedManifestsServerSideDryRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitEstablished(t, a, names)
+	a.WaitEstablished(t, admin, names...)
 	// A dry run does not create namespaces, and objects in one that does
 	// not exist are refused: create them for real.
 	for _, ns := range []string{"shop", "fencegate"} {
-		if _, err := apply(t, a, resources, []byte("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n"), false); err != nil {
+		if _, err := apply(a, resources, []byte("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n"), false); err != nil {
 			t.Fatalf("create namespace %s: %v", ns, err)
 		}
 	}
@@ -161,7 +95,7 @@ func TestShippedManifestsServerSideDryRun(t *testing.T) {
 	}
 	for _, f := range shippedObjects {
 		t.Run("deploy/"+f, func(t *testing.T) {
-			warnings, err := apply(t, a, resources, shipped[f], true)
+			warnings, err := apply(a, resources, shipped[f], true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,7 +131,7 @@ func TestShippedManifestsServerSideDryRun(t *testing.T) {
 			if bytes.Equal(broken, good) {
 				t.Fatalf("%q is not in deploy/%s", tc.from, tc.file)
 			}
-			warnings, err := apply(t, a, resources, broken, true)
+			warnings, err := apply(a, resources, broken, true)
 			complaint := strings.Join(warnings, "\n")
 			if err != nil {
 				complaint += "\n" + err.Error()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/deploy/mesh"
+	"github.com/fencegate/fencegate/e2e/kube"
 )
 
 // istioPathMatch is Istio's `paths` rule: exact, or one "*" as a whole
@@ -319,7 +320,7 @@ func TestIstioPolicyNamesItsProvider(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		docs, err := yamlDocs(out)
+		docs, err := kube.YAMLDocs(out)
 		if err != nil {
 			t.Fatal(err)
 		}

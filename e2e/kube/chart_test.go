@@ -3,32 +3,24 @@ package kube_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/fencegate/fencegate/deploy/helm"
 	"github.com/fencegate/fencegate/deploy/k8s"
+	"github.com/fencegate/fencegate/e2e/kube"
 )
 
 // resources maps the kinds fencegate's manifests use to their REST
 // resource: the path segment and whether they live in a namespace. A kind
 // missing here fails the test, so a new template cannot go unvalidated.
-var resources = map[string]struct {
-	plural     string
-	namespaced bool
-}{
+var resources = kube.Resources{
 	"v1 Namespace":                            {"namespaces", false},
 	"v1 ServiceAccount":                       {"serviceaccounts", true},
 	"v1 ConfigMap":                            {"configmaps", true},
@@ -44,83 +36,20 @@ var resources = map[string]struct {
 	"apiextensions.k8s.io/v1 CustomResourceDefinition":               {"customresourcedefinitions", false},
 }
 
-// docs splits YAML into documents (as JSON objects), skipping empty ones.
+// docs splits YAML into documents, skipping empty ones.
 func docs(t *testing.T, data []byte) []map[string]any {
 	t.Helper()
-	var out []map[string]any
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	for {
-		var doc map[string]any
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("decode YAML: %v", err)
-		}
-		if doc != nil {
-			out = append(out, doc)
-		}
+	out, err := kube.YAMLDocs(data)
+	if err != nil {
+		t.Fatalf("decode YAML: %v", err)
 	}
+	return out
 }
 
-// objectPath is the REST path of doc.
-func objectPath(doc map[string]any) (string, error) {
-	apiVersion, _ := doc["apiVersion"].(string)
-	kind, _ := doc["kind"].(string)
-	md, _ := doc["metadata"].(map[string]any)
-	name, _ := md["name"].(string)
-	ns, _ := md["namespace"].(string)
-	r, ok := resources[apiVersion+" "+kind]
-	if !ok || name == "" {
-		return "", fmt.Errorf("no REST resource known for %s %s %q: add it to resources", apiVersion, kind, name)
-	}
-	base := "/apis/" + apiVersion
-	if !strings.Contains(apiVersion, "/") {
-		base = "/api/" + apiVersion
-	}
-	if r.namespaced {
-		if ns == "" {
-			return "", fmt.Errorf("%s %s has no namespace", kind, name)
-		}
-		base += "/namespaces/" + ns
-	}
-	return base + "/" + r.plural + "/" + name, nil
-}
-
-// apply sends every document with server-side apply: created or updated,
-// with strict field validation (an unknown or duplicate field is an error,
-// not a warning), through every admission plugin (PodSecurity included).
-// With dryRun nothing is stored. It returns the API server's warnings.
-func (c *cluster) apply(t *testing.T, manifests []byte, dryRun bool) (warnings []string, err error) {
-	t.Helper()
-	q := url.Values{"fieldManager": {"fencegate-e2e"}, "fieldValidation": {"Strict"}, "force": {"true"}}
-	if dryRun {
-		q.Set("dryRun", "All")
-	}
-	for _, doc := range docs(t, manifests) {
-		path, err := objectPath(doc)
-		if err != nil {
-			return warnings, err
-		}
-		body, err := json.Marshal(doc)
-		if err != nil {
-			return warnings, err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		code, raw, hdr, err := c.doHeader(ctx, adminUser, http.MethodPatch, path+"?"+q.Encode(), body, "application/apply-patch+yaml")
-		cancel()
-		if err != nil {
-			return warnings, fmt.Errorf("%s: %w", path, err)
-		}
-		for _, w := range hdr.Values("Warning") {
-			warnings = append(warnings, path+": "+w)
-		}
-		if code != http.StatusOK && code != http.StatusCreated {
-			return warnings, fmt.Errorf("%s: %d %s", path, code, raw)
-		}
-	}
-	return warnings, nil
+// apply sends manifests as the admin by server-side apply (kube's Apply:
+// strict field validation, every admission plugin, PodSecurity included).
+func (c *cluster) apply(manifests []byte, dryRun bool) (warnings []string, err error) {
+	return c.Apply(adminUser, resources, manifests, dryRun)
 }
 
 // TestChartServerSideDryRun renders the Helm chart with every variant of its
@@ -137,12 +66,14 @@ func TestChartServerSideDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.apply(t, crds, false); err != nil {
+	if _, err := c.apply(crds, false); err != nil {
 		t.Fatalf("install CRDs: %v", err)
 	}
+	var crdNames []string
 	for _, crd := range docs(t, crds) {
-		c.waitEstablished(t, crd["metadata"].(map[string]any)["name"].(string))
+		crdNames = append(crdNames, kube.MetaString(crd, "name"))
 	}
+	c.WaitEstablished(t, adminUser, crdNames...)
 	// A dry run does not create the namespace, and objects in a namespace
 	// that does not exist are refused: create them for real. They enforce
 	// the restricted Pod Security level (as deploy/k8s's namespace does)
@@ -150,7 +81,7 @@ func TestChartServerSideDryRun(t *testing.T) {
 	for _, ns := range []string{"fencegate", "ops"} {
 		doc := fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  labels:\n"+
 			"    pod-security.kubernetes.io/enforce: restricted\n    pod-security.kubernetes.io/warn: restricted\n", ns)
-		if _, err := c.apply(t, []byte(doc), false); err != nil {
+		if _, err := c.apply([]byte(doc), false); err != nil {
 			t.Fatalf("create namespace %s: %v", ns, err)
 		}
 	}
@@ -177,7 +108,7 @@ func TestChartServerSideDryRun(t *testing.T) {
 	slices.Sort(names)
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
-			warnings, err := c.apply(t, renderings[name], true)
+			warnings, err := c.apply(renderings[name], true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -203,7 +134,7 @@ func TestChartServerSideDryRun(t *testing.T) {
 			if bytes.Equal(broken, good) {
 				t.Fatalf("%q not in the rendering", tc.from)
 			}
-			warnings, err := c.apply(t, broken, true)
+			warnings, err := c.apply(broken, true)
 			complaint := strings.Join(warnings, "\n")
 			if err != nil {
 				complaint += "\n" + err.Error()
@@ -240,29 +171,4 @@ func kustomized(t *testing.T) []byte {
 		all.Write(b)
 	}
 	return all.Bytes()
-}
-
-// waitEstablished waits until the API server serves the CRD's resource.
-func (c *cluster) waitEstablished(t *testing.T, name string) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		code, raw, err := c.do(context.Background(), adminUser, http.MethodGet, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"+name, nil, "")
-		if err == nil && code == http.StatusOK {
-			var crd struct {
-				Status struct {
-					Conditions []struct{ Type, Status string } `json:"conditions"`
-				} `json:"status"`
-			}
-			if json.Unmarshal(raw, &crd) == nil && slices.ContainsFunc(crd.Status.Conditions, func(c struct{ Type, Status string }) bool {
-				return c.Type == "Established" && c.Status == "True"
-			}) {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CRD %s not established within a minute (last: %d %s %v)", name, code, raw, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

@@ -1,10 +1,8 @@
 package kube_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"testing"
 
@@ -20,11 +18,7 @@ const (
 )
 
 // cluster is a running etcd + kube-apiserver on loopback.
-type cluster struct {
-	url    string            // https://127.0.0.1:PORT
-	tokens map[string]string // user → bearer token
-	client *http.Client      // trusts the API server's CA
-}
+type cluster struct{ *kube.APIServer }
 
 // startCluster starts etcd and kube-apiserver (kube.Start) with static
 // token authentication for the identities above and AlwaysAllow
@@ -37,7 +31,7 @@ func startCluster(t testing.TB) *cluster {
 		{Name: oncallUser, Groups: "oncall"},
 		{Name: breakGlassUser, Groups: "fencegate.io:breakglass"},
 	})
-	return &cluster{url: a.URL, tokens: a.Tokens, client: a.Client}
+	return &cluster{a}
 }
 
 // do sends one request as user and returns the status and body.
@@ -46,36 +40,18 @@ func (c *cluster) do(ctx context.Context, user, method, path string, body any, c
 	return code, b, err
 }
 
-// doHeader is do, also returning the response headers.
+// doHeader is do, also returning the response headers. A body that is
+// not []byte is sent as JSON.
 func (c *cluster) doHeader(ctx context.Context, user, method, path string, body any, contentType string) (int, []byte, http.Header, error) {
-	var rd io.Reader
+	var b []byte
 	if body != nil {
-		b, ok := body.([]byte)
-		if !ok {
+		var ok bool
+		if b, ok = body.([]byte); !ok {
 			var err error
 			if b, err = json.Marshal(body); err != nil {
 				return 0, nil, nil, err
 			}
 		}
-		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.url+path, rd)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.tokens[user])
-	req.Header.Set("Accept", "application/json")
-	if rd != nil {
-		if contentType == "" {
-			contentType = "application/json"
-		}
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := c.client.Do(req)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, resp.Header, err
+	return c.Do(ctx, user, method, path, b, contentType)
 }

@@ -27,6 +27,7 @@ func TestNotInBinary(t *testing.T) {
 		t.Fatalf("go list -deps ./cmd/fencegate listed %d packages without lockstore; the check would prove nothing:\n%s", len(deps), out)
 	}
 	for _, bad := range []string{"github.com/fencegate/fencegate/internal/testutil", "github.com/fencegate/fencegate/internal/testutil/locktest",
+		"github.com/fencegate/fencegate/internal/testutil/redistest",
 		"github.com/fencegate/fencegate/lockstore/storetest"} {
 		if contains(deps, bad) {
 			t.Errorf("cmd/fencegate links %s: a production package imports test-only code", bad)
@@ -156,5 +157,28 @@ func TestRecordSpans(t *testing.T) {
 	exp := testutil.RecordSpans(t)
 	if exp == nil || len(exp.GetSpans()) != 0 {
 		t.Fatal("RecordSpans: want an empty exporter")
+	}
+}
+
+// TestWriteLedger: two fences of a key in flight at once are an overlap,
+// a commit under a lower fence after a higher one is a backward commit,
+// and neither is counted for one fence or across keys.
+func TestWriteLedger(t *testing.T) {
+	var l testutil.WriteLedger
+	a := l.Begin("k", "000000000000002")
+	b := l.Begin("k", "000000000000002") // same fence: no overlap
+	o := l.Begin("other", "000000000000001")
+	if ov, bw := l.Counts(); ov != 0 || bw != 0 {
+		t.Fatalf("counts %d, %d; want 0, 0", ov, bw)
+	}
+	a()
+	b()
+	o()
+	older := l.Begin("k", "000000000000001")
+	newer := l.Begin("k", "000000000000003") // 001 still in flight: an overlap
+	newer()
+	older() // commits 001 after 003: backwards
+	if ov, bw := l.Counts(); ov != 1 || bw != 1 {
+		t.Fatalf("counts %d, %d; want 1 overlap, 1 backward commit", ov, bw)
 	}
 }

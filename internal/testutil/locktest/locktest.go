@@ -1,6 +1,7 @@
 // Package locktest holds the test helpers that need lockstore: a real
-// embedded (bolt) store in a temporary directory, and taking and releasing
-// locks that must succeed. It is apart from testutil only because it
+// embedded (bolt) store in a temporary directory, taking and releasing
+// locks that must succeed, and MemStore, the in-memory fake store that
+// package lock's and lockstore's helper tests share. It is apart from testutil only because it
 // imports lockstore/bolt, which lockstore's and bolt's own tests (users of
 // testutil) cannot import back. Tests only, like testutil.
 package locktest
@@ -65,4 +66,31 @@ func Release(tb testing.TB, s lockstore.Store, lockID string) {
 	if r, err := s.Release(ctx, lockID); err != nil || !r.OK {
 		tb.Fatalf("Release = %+v, %v; want the held lock released", r, err)
 	}
+}
+
+// HandOver releases l (which must be held) and takes key again for ttl:
+// the next holder, under a newer fence.
+func HandOver(tb testing.TB, s lockstore.Store, l lockstore.AcquireResult, key string, ttl time.Duration) lockstore.AcquireResult {
+	tb.Helper()
+	Release(tb, s, l.LockID)
+	return Acquire(tb, s, key, ttl)
+}
+
+// DecisionKeys are the locks the edges' decision tables (ext_authz,
+// ext_proc, the proxy) run against: orders/1 held under Cur, its second
+// fence (Old, its first, lost to a release); orders/2 released (Gone: no
+// holder, its latest fence Gone.Fence); orders/42 held under Tpl (reached
+// through a key template).
+type DecisionKeys struct{ Old, Cur, Gone, Tpl lockstore.AcquireResult }
+
+// NewDecisionKeys takes DecisionKeys' locks on s, in that order.
+func NewDecisionKeys(tb testing.TB, s lockstore.Store) DecisionKeys {
+	tb.Helper()
+	var k DecisionKeys
+	k.Old = Acquire(tb, s, "orders/1", time.Minute)
+	k.Cur = HandOver(tb, s, k.Old, "orders/1", time.Minute)
+	k.Gone = Acquire(tb, s, "orders/2", time.Minute)
+	Release(tb, s, k.Gone.LockID)
+	k.Tpl = Acquire(tb, s, "orders/42", time.Minute)
+	return k
 }
