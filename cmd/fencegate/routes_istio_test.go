@@ -33,6 +33,10 @@ func TestRoutesIstio(t *testing.T) {
 	barrier := write("barrier.yaml", "routes:\n  - name: w\n    match: {path: {value: /w}}\n    key: w\n    barrier: true\n")
 	typo := write("typo.yaml", "routes:\n  - name: w\n    mach: {path: {value: /w}}\n")
 	empty := write("empty.yaml", "log: {level: info}\n")
+	// Two entries no request tells apart: the gateway refuses the table,
+	// so no policy may be printed for it.
+	overlap := write("overlap.yaml", "routes:\n  - {name: a, match: {path: {value: /w}}, key: w}\n  - {name: b, match: {path: {value: /w}}, key: v}\n")
+	t.Setenv("FENCEGATE_CONFIG", "")
 
 	for _, tc := range []struct {
 		name       string
@@ -47,7 +51,7 @@ func TestRoutesIstio(t *testing.T) {
 		{name: "options reach the policy", args: []string{"--config", table, "--namespace", "istio-system", "--selector", "istio=ingressgateway", "--provider", "fence-authz"},
 			code: exitOK, stdoutHas: "namespace: istio-system", stdoutMiss: "app: orders"},
 		{name: "no selector: every workload", args: []string{"--config", table}, code: exitOK, stdoutHas: "namespace: default", stdoutMiss: "selector:"},
-		{name: "no config", args: nil, code: exitUsage, stderrHas: "--config is required"},
+		{name: "no config", args: nil, code: exitUsage, stderrHas: "--config (or FENCEGATE_CONFIG) is required"},
 		{name: "wildcard selector", args: []string{"--config", table, "--selector", "app=ord*"}, code: exitUsage, stderrHas: "wildcards"},
 		{name: "stray argument", args: []string{"--config", table, "extra"}, code: exitUsage, stderrHas: "unexpected argument"},
 		{name: "bad port", args: []string{"--config", table, "--port", "0"}, code: exitUsage, stderrHas: "--port"},
@@ -55,6 +59,7 @@ func TestRoutesIstio(t *testing.T) {
 		{name: "misspelt field", args: []string{"--config", typo}, code: exitFailure, stderrHas: "mach"},
 		{name: "barrier entry", args: []string{"--config", barrier}, code: exitFailure, stderrHas: "barrier"},
 		{name: "no routes", args: []string{"--config", empty}, code: exitFailure, stderrHas: "empty"},
+		{name: "a table the gateway refuses", args: []string{"--config", overlap}, code: exitFailure, stderrHas: "does not load"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
