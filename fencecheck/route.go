@@ -153,9 +153,10 @@ type Input struct {
 	// CanFinish: the transport sees the upstream's response and reports
 	// completion (ext_proc, the proxy), so the route may use the barrier.
 	CanFinish bool
-	// Trusted: the caller is the operator's own (the proxy itself, a
-	// route table entry, an authenticated proxy); only then may a route
-	// register barrier entries, which outlive the request.
+	// Trusted: the caller is the operator's own (the proxy itself, an
+	// authenticated or loopback proxy; never decided by which route
+	// applies); only then may a route register barrier entries, which
+	// outlive the request.
 	Trusted bool
 }
 
