@@ -296,6 +296,12 @@ func (c *Config) LoadFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	return c.LoadBytes(path, b)
+}
+
+// LoadBytes merges the YAML document b, read from path (for messages),
+// into c, as LoadFile does.
+func (c *Config) LoadBytes(path string, b []byte) error {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	// An empty file decodes to io.EOF: treat it as an empty config.

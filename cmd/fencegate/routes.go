@@ -84,7 +84,8 @@ func readConfigFile(path string) (config.Config, [32]byte, error) {
 	if err != nil {
 		return c, [32]byte{}, fmt.Errorf("config: %w", err)
 	}
-	return c, sha256.Sum256(b), c.LoadFile(path)
+	// One read: the hash is of exactly the content applied.
+	return c, sha256.Sum256(b), c.LoadBytes(path, b)
 }
 
 // run reloads on SIGHUP and on a changed file until ctx ends.
