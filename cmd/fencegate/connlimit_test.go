@@ -331,9 +331,26 @@ func TestConnectionSlotsMetrics(t *testing.T) {
 	limits := connLimits{max: 2, perPeer: 2, metrics: newConnMetrics(reg)}
 	release := make(chan struct{})
 	defer close(release)
-	addr := startSlots(t, limits, connTestHandler(release, false))
-	flood(t, addr, "/healthz", 3, 2*time.Second, "127.0.0.2")     // the third closes the first
-	flood(t, addr, "/slow", 2, 500*time.Millisecond, "127.0.0.3") // busy by the time flood returns
+	// entered tells when a /slow request's handler runs: its connection
+	// is busy then (a fixed wait was not always long enough under -race
+	// on a loaded machine).
+	entered := make(chan struct{}, 4)
+	h := connTestHandler(release, false)
+	addr := startSlots(t, limits, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	flood(t, addr, "/healthz", 3, 2*time.Second, "127.0.0.2") // the third closes the first
+	flood(t, addr, "/slow", 2, 500*time.Millisecond, "127.0.0.3")
+	for range 2 {
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the two slow requests never reached the handler")
+		}
+	}
 	flood(t, addr, "/slow", 1, 500*time.Millisecond, "127.0.0.3")
 	open := promtest.ToFloat64(limits.metrics.open.WithLabelValues("http"))
 	idle := promtest.ToFloat64(limits.metrics.shed.WithLabelValues("http", shedIdle))
