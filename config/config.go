@@ -292,7 +292,7 @@ func Default() Config {
 // LoadFile merges the YAML file at path into c. Unknown fields are errors:
 // a misspelt option must not be silently ignored.
 func (c *Config) LoadFile(path string) error {
-	b, err := os.ReadFile(path)
+	b, err := ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
