@@ -130,9 +130,10 @@ func (r *tableReloader) read() ([]byte, error) {
 	}
 	ch := make(chan result, 1)
 	r.stuck.Add(1)
+	readFile := readConfigBytes
 	go func() {
 		defer r.stuck.Add(-1)
-		b, err := readConfigBytes(r.path)
+		b, err := readFile(r.path)
 		ch <- result{b, err}
 	}()
 	t := time.NewTimer(reloadReadTimeout)
