@@ -198,7 +198,7 @@ export class Guard<Req extends IncomingMessage = IncomingMessage> {
         const d = refusal(r);
         reply.code(d.status);
         reply.headers(d.headers);
-        await reply.send(d.body);
+        await reply.send(Buffer.from(d.body, "utf8")); // a Buffer: Fastify keeps the content type as set
         return;
       }
       fences.set(request.raw, r.fence);
