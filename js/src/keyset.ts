@@ -130,7 +130,7 @@ export class KeySet implements ProofVerifier {
   }
 
   async #load(): Promise<Verifier> {
-    const signal = AbortSignal.timeout(this.#timeout);
+    const signal = AbortSignal.timeout(Math.ceil(this.#timeout));
     const res = await this.#fetch(this.#url, { headers: { accept: 'application/json' }, signal });
     if (res.status !== 200) {
       await res.body?.cancel();

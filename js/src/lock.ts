@@ -63,7 +63,7 @@ export class LockClient {
   async #call(path: string, body: unknown, signal?: AbortSignal): Promise<{ status: number; body: Record<string, unknown> }> {
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (this.#token) headers.authorization = `Bearer ${this.#token}`;
-    const timeout = AbortSignal.timeout(this.#timeout);
+    const timeout = AbortSignal.timeout(Math.ceil(this.#timeout));
     const res = await this.#fetch(new URL(path, this.#base), {
       method: 'POST',
       headers,
@@ -171,7 +171,7 @@ export class Held implements Acquired {
     const sentAt = performance.now();
     if (sentAt >= this.#deadline) return this.#lose('the TTL ran out before an extend succeeded');
     try {
-      const exp = await this.#client.extend(this.lockId, this.#ttl, AbortSignal.timeout(Math.max(1, this.#deadline - sentAt)));
+      const exp = await this.#client.extend(this.lockId, this.#ttl, AbortSignal.timeout(Math.max(1, Math.ceil(this.#deadline - sentAt))));
       if (this.#released) return;
       if (exp === undefined) return this.#lose('the gateway no longer holds it');
       this.expiresAtMs = exp;
