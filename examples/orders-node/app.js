@@ -83,6 +83,10 @@ export function createApp({ store, proofs, maxHoldMs = 0, queueDelayMs }) {
   let nextJob = 0;
   const stats = { applied: 0, refusedSync: 0, refusedAsync: 0, failed: 0, pending: new Set() };
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  // POST /jobs/drain runs the queued writes now (the demo's slow worker
+  // catching up at a known moment, whatever the machine's load).
+  let drained;
+  let drain = new Promise((r) => (drained = r));
 
   app.put('/orders/:id', express.text({ type: '*/*', limit: '64kb' }), guard.express(), async (req, res) => {
     const f = fenceOf(req); // the key and the fence the edge verified, the proof checked
@@ -93,7 +97,7 @@ export function createApp({ store, proofs, maxHoldMs = 0, queueDelayMs }) {
       const job = { state: 'pending' };
       jobs.set(id, job);
       const p = (async () => {
-        await sleep(queueDelayMs ?? hold);
+        await Promise.race([sleep(queueDelayMs ?? hold), drain]);
         try {
           const r = await store.commit(f, body);
           if (r.applied) {
@@ -132,6 +136,13 @@ export function createApp({ store, proofs, maxHoldMs = 0, queueDelayMs }) {
     const o = await store.read(`orders/${req.params.id}`);
     if (!o) return res.status(404).json({});
     res.json({ body: o.body, fence: String(o.fence).padStart(15, '0') });
+  });
+
+  app.post('/jobs/drain', async (req, res) => {
+    drained();
+    drain = new Promise((r) => (drained = r));
+    await Promise.all([...stats.pending]);
+    res.json({ drained: true });
   });
 
   app.get('/jobs/:id', (req, res) => {

@@ -190,7 +190,7 @@ export class Guard<Req extends IncomingMessage = IncomingMessage> {
    */
   fastify(): (
     request: { raw: Req },
-    reply: { code(n: number): unknown; headers(h: Record<string, string>): unknown; send(b: string): unknown },
+    reply: { code(n: number): unknown; headers(h: Record<string, string>): unknown; send(b: string | Buffer): unknown },
   ) => Promise<void> {
     return async (request, reply) => {
       const r = await this.check(request.raw);
