@@ -26,6 +26,11 @@ export function freePort() {
   });
 }
 
+const live = new Set();
+process.once('exit', () => {
+  for (const p of live) p.kill('SIGKILL');
+});
+
 export async function startGateway({ store, config = '' } = {}) {
   const bin = binary();
   const dir = mkdtempSync(join(tmpdir(), 'fencegate-js-'));
@@ -36,6 +41,13 @@ export async function startGateway({ store, config = '' } = {}) {
     '--http-addr', `127.0.0.1:${port}`, '--grpc-addr', 'off', '--authz-addr', 'off', '--admission-addr', 'off'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   p.stderr.on('data', (d) => (log += d));
+  // A test that fails before stopping its gateway must not keep the test
+  // file's process alive (node --test waits for it): never block exit, and
+  // take the gateway down with the process.
+  p.unref();
+  p.stderr.unref();
+  live.add(p);
+  p.once('exit', () => live.delete(p));
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; ; i++) {
     try {
@@ -49,7 +61,7 @@ export async function startGateway({ store, config = '' } = {}) {
     dir,
     log: () => log,
     stop: async () => {
-      if (p.exitCode === null) {
+      if (p.exitCode === null && p.signalCode === null) {
         p.kill('SIGTERM');
         await new Promise((r) => p.once('exit', r));
       }
