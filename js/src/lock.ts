@@ -155,10 +155,11 @@ export class Held implements Acquired {
     return this.#ac.signal;
   }
 
+  // The timer is not unref()ed: a held lock is work in progress, and the
+  // process stays up until release() (or the loss) ends it.
   #schedule(ms: number): void {
     if (this.#released || this.#ac.signal.aborted) return;
     this.#timer = setTimeout(() => void this.#extend(), Math.max(0, ms));
-    this.#timer.unref();
   }
 
   #lose(why: string): void {

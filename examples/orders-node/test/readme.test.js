@@ -19,6 +19,8 @@ function snippet() {
   const md = readFileSync(join(repo, 'README.md'), 'utf8');
   const m = md.match(/<!-- examples\/orders-node\/test\/readme\.test\.js -->\n```js\n([\s\S]*?)```\n/);
   assert.ok(m, 'README.md has no ```js block after the readme.test.js marker');
+  const js = readFileSync(join(repo, 'js/README.md'), 'utf8');
+  assert.ok(js.includes(m[0]), 'js/README.md does not show the README\'s block as it is');
   return m[1];
 }
 
