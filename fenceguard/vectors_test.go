@@ -37,9 +37,9 @@ const vectorsFile = "testdata/vectors.json"
 type vectors struct {
 	Comment   string            `json:"comment"`
 	KeySet    json.RawMessage   `json:"keySet"`
-	Proofs    []vecProofCase       `json:"proofs"`
-	Guard     []vecGuardCase       `json:"guard"`
-	Denials   []vecDenialCase      `json:"denials"`
+	Proofs    []vecProofCase    `json:"proofs"`
+	Guard     []vecGuardCase    `json:"guard"`
+	Denials   []vecDenialCase   `json:"denials"`
 	FenceKeys []fenceKeyCase    `json:"fenceKeys"`
 	Fences    []fenceInput      `json:"fences"`
 	Commits   []commitCase      `json:"commits"`
@@ -71,7 +71,7 @@ type vecGuardCase struct {
 	Headers    [][2]string `json:"headers"`
 	// Stored, when set, is the fence already committed for the key: an
 	// allowed request then commits (<=) or is refused 409 stale.
-	Stored string       `json:"stored,omitempty"`
+	Stored string          `json:"stored,omitempty"`
 	Want   vecGuardOutcome `json:"want"`
 }
 
@@ -458,5 +458,30 @@ func TestVectors(t *testing.T) {
 	}
 	if !bytes.Equal(got, buf.Bytes()) {
 		t.Errorf("%s differs from what the Go code decides: run `go test ./fenceguard -run TestVectors -update` and js/'s tests", vectorsFile)
+	}
+}
+
+// TestVectorsCatchDrift: the comparison TestVectors makes fails when one
+// decision changes (a proof's verdict, a denial's byte).
+func TestVectorsCatchDrift(t *testing.T) {
+	committed, err := os.ReadFile(vectorsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, change := range map[string]func(*vectors){
+		"a proof's verdict": func(v *vectors) { v.Proofs[0].Want = "malformed" },
+		"a denial's body":   func(v *vectors) { v.Denials[0].Body += " " },
+		"a guard status":    func(v *vectors) { v.Guard[0].Want.Status = 200 },
+	} {
+		v := generate(t)
+		change(&v)
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(v)
+		if bytes.Equal(buf.Bytes(), committed) {
+			t.Errorf("%s changed, and the vectors still compare equal", name)
+		}
 	}
 }

@@ -157,3 +157,29 @@ test('the guard vectors catch broken guards', async () => {
     assert.ok(caught > 0, `${name}: no vector catches it`);
   }
 });
+
+// The proof vectors catch lenient verifiers: each variant must disagree
+// with Go on at least one case.
+test('the proof vectors catch lenient verifiers', () => {
+  const canon = (p) => p.split('.').map((s, i) => (i >= 2 ? Buffer.from(s, 'base64url').toString('base64url') : s)).join('.');
+  const variants = {
+    'padding stripped first': (p, k, f) => verifier.verify(p.replace(/=+$/, ''), k, f),
+    'base64url re-encoded first (stray bits accepted)': (p, k, f) => verifier.verify(canon(p), k, f),
+    'standard alphabet accepted': (p, k, f) => verifier.verify(p.replaceAll('+', '-').replaceAll('/', '_'), k, f),
+    'key not compared': (p, k, f) => {
+      const r = verifier.verifySignature(p);
+      return r.ok && r.claims.fence !== f ? { ok: false, error: 'wrong-fence' } : r;
+    },
+    'key compared before NFC': (p, k, f) => {
+      const r = verifier.verify(p, k, f);
+      return r.ok && k.normalize('NFC') !== k ? { ok: false, error: 'wrong-key' } : r;
+    },
+  };
+  for (const [name, v] of Object.entries(variants)) {
+    const caught = vectors.proofs.filter((c) => {
+      const r = v(c.proof, c.key, c.fence);
+      return (r.ok ? 'ok' : r.error) !== c.want;
+    });
+    assert.ok(caught.length > 0, `${name}: no proof vector catches it`);
+  }
+});
