@@ -122,7 +122,10 @@ test('commits follow fence order with the helper; without it they do not', async
     },
   };
   for (const [name, c] of Object.entries(broken)) {
-    const r = await workload(c);
+    // Up to three runs: a loaded machine can slow one run below the rate
+    // at which writes overtake each other.
+    let r;
+    for (let i = 0; i < 3 && !(r?.inversions > 0); i++) r = await workload(c);
     assert.ok(r.inversions > 0, `without the helper (${name}) no commit went out of order in ${r.commits}: the workload cannot tell`);
   }
 });
