@@ -210,7 +210,9 @@ for (const storeName of ['postgres', 'redis']) {
         console.log(line);
         results[name] = { commits, back };
         assert.equal(stats.failed, 0);
-        assert.ok(commits > 100 && st.handovers > 10, line);
+        // Enough commits and handovers for writes to overtake each other
+        // (a loaded machine runs fewer in the same time).
+        assert.ok(commits >= 50 && st.handovers > 10, line);
         if (helper) {
           assert.equal(back, 0, line);
           assert.ok(stats.refusedSync + stats.refusedAsync > 0, `the helper refused nothing: the workload does not reach the window. ${line}`);

@@ -37,11 +37,14 @@ test('the README\'s Node block runs', async (t) => {
   t.after(() => gw.stop());
   const { start } = await import(file);
   const { app, db } = await start(gw.url);
-  t.after(() => db.end());
   await db.query('CREATE TABLE IF NOT EXISTS orders (id int PRIMARY KEY, qty int NOT NULL DEFAULT 0)');
   const id = 1 + Math.floor(Math.random() * 1e9);
   await db.query('INSERT INTO orders (id) VALUES ($1)', [id]);
-  t.after(() => db.query('DELETE FROM orders WHERE id = $1', [id]));
+  // One hook: node runs after-hooks in the order they were added.
+  t.after(async () => {
+    await db.query('DELETE FROM orders WHERE id = $1', [id]);
+    await db.end();
+  });
   const server = createServer(app);
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
   t.after(() => new Promise((r) => server.close(r)));
