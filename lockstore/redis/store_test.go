@@ -404,7 +404,7 @@ func TestAudit(t *testing.T) {
 	t.Cleanup(func() { dropPrefix(t, s.Client(), prefix) })
 	ctx := context.Background()
 	c := s.Client()
-	if got := s.auditKey; got != prefix+".fencegate:audit" {
+	if got := s.audit[0][0]; got != prefix+".fencegate:audit" {
 		t.Fatalf("audit stream = %q", got)
 	}
 
@@ -418,7 +418,7 @@ func TestAudit(t *testing.T) {
 	if err := s.AppendAudit(ctx, evs); err != nil {
 		t.Fatalf("AppendAudit: %v", err)
 	}
-	if n := c.XLen(ctx, s.auditKey).Val(); n < 150 || n > 400 {
+	if n := c.XLen(ctx, s.audit[0][0]).Val(); n < 150 || n > 400 {
 		t.Errorf("XLEN after 1000 events with MaxEvents 150 = %d, want about 150 (approximate trimming)", n)
 	}
 
@@ -449,12 +449,12 @@ func TestAudit(t *testing.T) {
 	aged := openPrefix(t, prefix, func(c *Config) {
 		c.AuditRetention = lockstore.AuditRetention{MaxEvents: 100000, MaxAge: 50 * time.Millisecond}
 	})
-	before := c.XLen(ctx, s.auditKey).Val()
+	before := c.XLen(ctx, s.audit[0][0]).Val()
 	time.Sleep(150 * time.Millisecond)
 	if err := aged.AppendAudit(ctx, evs[:1]); err != nil {
 		t.Fatal(err)
 	}
-	if n := c.XLen(ctx, s.auditKey).Val(); n >= before {
+	if n := c.XLen(ctx, s.audit[0][0]).Val(); n >= before {
 		t.Errorf("XLEN after an append past MaxAge = %d, want fewer than %d", n, before)
 	}
 }
@@ -671,7 +671,7 @@ func TestAuditStreamMove(t *testing.T) {
 		if st, err := s2.Inspect(ctx, "audit"); err != nil || st.Live == nil || st.Live.LockID != r.LockID {
 			t.Fatalf("Inspect(audit) after reopen = %+v, %v; want the lock untouched", st, err)
 		}
-		if n := s.Client().Exists(ctx, s.auditKey).Val(); n != 0 {
+		if n := s.Client().Exists(ctx, s.audit[0][0]).Val(); n != 0 {
 			t.Error("Open made an audit stream out of a lock")
 		}
 	})
@@ -682,7 +682,7 @@ func TestAuditStreamMove(t *testing.T) {
 		t.Cleanup(func() { dropPrefix(t, s.Client(), prefix) })
 		c := s.Client()
 		oldEntry(c, prefix+":audit", "old-1")
-		oldEntry(c, s.auditKey, "new-1")
+		oldEntry(c, s.audit[0][0], "new-1")
 		s2 := openPrefix(t, prefix)
 		if n := c.XLen(ctx, prefix+":audit").Val(); n != 1 {
 			t.Errorf("old stream has %d entries, want it left in place with 1", n)

@@ -1,0 +1,306 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/storetest"
+)
+
+// clusterURL returns REDIS_CLUSTER_URL or fails: these tests need a real
+// cluster (scripts/testenv starts three masters and three replicas).
+func clusterURL(tb testing.TB) string {
+	tb.Helper()
+	u := os.Getenv("REDIS_CLUSTER_URL")
+	if u == "" {
+		tb.Fatal("REDIS_CLUSTER_URL is not set; run the tests with `make test` or scripts/testenv (it starts a throwaway Redis Cluster of three masters and three replicas)")
+	}
+	return u
+}
+
+// openCluster opens a store on REDIS_CLUSTER_URL with prefix.
+func openCluster(tb testing.TB, prefix string, mod ...func(*Config)) *Store {
+	tb.Helper()
+	cfg, err := ParseURL(clusterURL(tb))
+	if err != nil {
+		tb.Fatalf("ParseURL(REDIS_CLUSTER_URL): %v", err)
+	}
+	cfg.Prefix = prefix
+	cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), nil))
+	for _, m := range mod {
+		m(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := Open(ctx, cfg)
+	if err != nil {
+		tb.Fatalf("Open: %v", err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// keysPerMaster counts, on every master, the keys matching pattern.
+func keysPerMaster(tb testing.TB, s *Store, pattern string) map[string]int {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ms, err := s.masters(ctx)
+	if err != nil {
+		tb.Fatalf("masters: %v", err)
+	}
+	out := map[string]int{}
+	for _, m := range ms {
+		iter := m.Scan(ctx, 0, pattern, 1000).Iterator()
+		n := 0
+		for iter.Next(ctx) {
+			n++
+		}
+		if err := iter.Err(); err != nil {
+			tb.Fatalf("scan %s: %v", m.Options().Addr, err)
+		}
+		out[m.Options().Addr] = n
+	}
+	return out
+}
+
+// dropCluster deletes every key matching pattern on every master.
+func dropCluster(tb testing.TB, s *Store, pattern string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ms, err := s.masters(ctx)
+	if err != nil {
+		tb.Logf("cleanup: %v", err)
+		return
+	}
+	for _, m := range ms {
+		iter := m.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			_ = m.Del(ctx, iter.Val()).Err() // one key: no CROSSSLOT
+		}
+	}
+}
+
+// TestClusterConformance runs the conformance suite on a real cluster of
+// three masters and three replicas, and asserts that the suite's keys were
+// spread over every master (so every case ran on more than one shard's
+// scripts, not on one node by luck of the hash).
+func TestClusterConformance(t *testing.T) {
+	clusterURL(t)
+	storetest.Run(t, storetest.Harness{
+		Open: func(t *testing.T, ns string, o storetest.Options) (lockstore.Store, error) {
+			if o.Needs(storetest.SweepCounts) {
+				return nil, fmt.Errorf("%w: barrier entries leave by PEXPIRE; SweepBarrier is a no-op", storetest.ErrNotSupported)
+			}
+			return openCluster(t, "fgc_"+ns, func(c *Config) {
+				c.FenceFloor, c.AuditRetention = o.FenceFloor, o.AuditRetention
+			}), nil
+		},
+		SetFence: func(t *testing.T, st lockstore.Store, ns, key string, n int64) {
+			s := st.(*Store)
+			fk, err := s.FenceKey(key)
+			if err != nil {
+				t.Fatalf("FenceKey: %v", err)
+			}
+			if err := s.Universal().Set(context.Background(), fk, n, 0).Err(); err != nil {
+				t.Fatalf("SET %s: %v", fk, err)
+			}
+		},
+	})
+	s := openCluster(t, "fgc_cleanup")
+	spread := keysPerMaster(t, s, "fgc_*")
+	t.Logf("the suite's keys per master: %v", spread)
+	if len(spread) != 3 {
+		t.Errorf("the cluster has %d masters; the test environment starts 3", len(spread))
+	}
+	for addr, n := range spread {
+		if n == 0 {
+			t.Errorf("master %s holds none of the suite's keys: the suite did not run on every shard (%v)", addr, spread)
+		}
+	}
+	dropCluster(t, s, "fgc_*")
+}
+
+// TestClusterLayout: every key of one lock is in one slot (the lock, its
+// fence counter, its lockId index and its barrier entries), the lockId
+// carries the key's tag, and the locks of many keys spread over the three
+// masters.
+func TestClusterLayout(t *testing.T) {
+	s := openCluster(t, "fgc_layout")
+	t.Cleanup(func() { dropCluster(t, s, "fgc_layout*") })
+	ctx := t.Context()
+	for i := range 60 {
+		key := fmt.Sprintf("orders/%d", i)
+		r, err := s.Acquire(ctx, key, 10*time.Second)
+		if err != nil || !r.OK {
+			t.Fatalf("Acquire(%s) = %+v, %v", key, r, err)
+		}
+		norm, _ := lockstore.NormalizeKey(key)
+		lk, fk, _ := s.keys(norm)
+		ik, _ := s.IndexKey(r.LockID)
+		_, dk, fik := s.barrierKeys(lk)
+		if r.LockID[:tagLen] != keyTag(norm) {
+			t.Errorf("lockId of %s does not start with its tag", key)
+		}
+		slot := keySlot(lk)
+		for _, k := range []string{fk, ik, dk, fik} {
+			if keySlot(k) != slot {
+				t.Errorf("%s is in slot %d, its lock %s in %d", k, keySlot(k), lk, slot)
+			}
+		}
+		// Our CRC16 agrees with the server's.
+		if got, err := s.cluster.ClusterKeySlot(ctx, lk).Result(); err != nil || got != int64(slot) {
+			t.Errorf("CLUSTER KEYSLOT %s = %d, %v; keySlot says %d", lk, got, err, slot)
+		}
+		if rr, err := s.Release(ctx, r.LockID); err != nil || !rr.OK {
+			t.Errorf("Release(%s) = %+v, %v", key, rr, err)
+		}
+	}
+	spread := keysPerMaster(t, s, "fgc_layout:*")
+	for addr, n := range spread {
+		if n == 0 {
+			t.Errorf("master %s holds no key of 60 locks: %v", addr, spread)
+		}
+	}
+	// The audit shards' tags cover the slot range evenly.
+	seen := map[int]bool{}
+	for _, tag := range auditShardTags {
+		seen[int(keySlot(tag))*auditShards/clusterSlots] = true
+	}
+	if len(seen) != auditShards {
+		t.Errorf("audit shard tags fall in %d of %d slot ranges: %v", len(seen), auditShards, auditShardTags)
+	}
+}
+
+// TestClusterWithoutHashTags is the broken variant: the same store with the
+// hash tags taken out of the key names. Its scripts then touch keys of
+// several slots, and the cluster refuses them (CROSSSLOT): the layout test
+// above is what keeps them in one.
+func TestClusterWithoutHashTags(t *testing.T) {
+	s := openCluster(t, "fgc_untagged")
+	t.Cleanup(func() { dropCluster(t, s, "fgc_untagged*") })
+	s.untagged = true
+	crossslot := 0
+	for i := range 10 {
+		_, err := s.Acquire(t.Context(), fmt.Sprintf("orders/%d", i), 10*time.Second)
+		if err != nil && strings.Contains(err.Error(), "CROSSSLOT") {
+			crossslot++
+		}
+	}
+	if crossslot == 0 {
+		t.Fatal("without hash tags, no acquire failed with CROSSSLOT: the cluster does not catch a layout that spreads a lock's keys")
+	}
+	t.Logf("without hash tags: %d of 10 acquires refused with CROSSSLOT", crossslot)
+}
+
+// TestClusterAudit: audit batches spread over the shards, and a query
+// lists across all of them, merged by event time.
+func TestClusterAudit(t *testing.T) {
+	s := openCluster(t, "fgc_audit")
+	t.Cleanup(func() { dropCluster(t, s, "fgc_audit*") })
+	ctx := t.Context()
+	base := time.Now().UnixMilli() - 1000
+	for i := range 2 * auditShards {
+		ev := lockstore.AuditEvent{TimeMs: base + int64(i), DecisionID: fmt.Sprintf("d-%d", i), Source: "authz-grpc",
+			KeyHash: lockstore.HashKey("k"), KeyDigest: lockstore.KeyDigest("k"), Reason: "stale", Policy: "holder", Mode: "enforce"}
+		if err := s.AppendAudit(ctx, []lockstore.AuditEvent{ev}); err != nil {
+			t.Fatalf("AppendAudit: %v", err)
+		}
+	}
+	for _, shard := range s.audit {
+		if n := s.cluster.XLen(ctx, shard[0]).Val(); n != 2 {
+			t.Errorf("shard %s holds %d events; want 2 (batches go round the shards)", shard[0], n)
+		}
+	}
+	got, err := s.QueryAudit(ctx, lockstore.AuditQuery{Key: "k", Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2*auditShards {
+		t.Fatalf("QueryAudit found %d events; want %d", len(got), 2*auditShards)
+	}
+	for i, ev := range got {
+		if want := fmt.Sprintf("d-%d", 2*auditShards-1-i); ev.DecisionID != want {
+			t.Errorf("event %d = %s; want %s (newest first across shards)", i, ev.DecisionID, want)
+		}
+	}
+}
+
+// TestClusterURL: the cluster schemes parse, carry the seeds and TLS, and a
+// configuration that claims SyncGuard's layout on a cluster is refused.
+func TestClusterURL(t *testing.T) {
+	cfg, err := ParseURL("rediss+cluster://u:p@h1:7000,h2:7001,h3/?prefix=app&fenceFloor=off&ack=replicas&ackReplicas=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Cluster == nil || strings.Join(cfg.Cluster.Addrs, ",") != "h1:7000,h2:7001,h3:6379" || cfg.Cluster.TLSConfig == nil ||
+		cfg.Cluster.Username != "u" || cfg.Cluster.Password != "p" || cfg.Prefix != "app" || cfg.AckReplicas != 1 || cfg.FenceFloor != lockstore.FloorOff {
+		t.Errorf("ParseURL = %+v / %+v", cfg, cfg.Cluster)
+	}
+	if l, _ := cfg.effectiveLayout(); l != LayoutCluster {
+		t.Errorf("layout = %v; want cluster", l)
+	}
+	for _, bad := range []string{
+		"redis+cluster://h1:7000?layout=syncguard",
+		"redis+cluster://h1:7000/3",
+		"redis+cluster://h1:7000,,h2:7001",
+		"redis+cluster://h1:7000?layout=other",
+		"redis+cluster://h1:7000?nonsense=1",
+	} {
+		if _, err := ParseURL(bad); lockstore.CodeOf(err) != lockstore.InvalidArgument {
+			t.Errorf("ParseURL(%q) = %v; want InvalidArgument", bad, err)
+		}
+	}
+	if _, err := Open(t.Context(), Config{Cluster: &goredis.ClusterOptions{Addrs: []string{"h:1"}}, Layout: LayoutSyncGuard}); lockstore.CodeOf(err) != lockstore.InvalidArgument {
+		t.Errorf("Open(cluster, layout=syncguard) = %v; want InvalidArgument", err)
+	}
+	if _, err := Open(t.Context(), Config{Cluster: &goredis.ClusterOptions{Addrs: []string{"h:1"}}, Prefix: "a{b}"}); lockstore.CodeOf(err) != lockstore.InvalidArgument {
+		t.Errorf("Open(cluster, prefix with a brace) = %v; want InvalidArgument", err)
+	}
+	// One server may take the cluster layout (a step towards a cluster).
+	if cfg, err := ParseURL("redis://h:6379/0?layout=cluster"); err != nil || cfg.Layout != LayoutCluster {
+		t.Errorf("ParseURL(redis://…?layout=cluster) = %+v, %v", cfg, err)
+	}
+}
+
+// TestClusterAckReplicas: with ack=replicas the WAIT goes to the master
+// that owns the key's slot and counts its own replica: every acquire over
+// keys on all three shards is acknowledged by one replica.
+func TestClusterAckReplicas(t *testing.T) {
+	s := openCluster(t, "fgc_ack", func(c *Config) { c.AckReplicas = 1; c.AckTimeout = 500 * time.Millisecond })
+	t.Cleanup(func() { dropCluster(t, s, "fgc_ack*") })
+	var wg sync.WaitGroup
+	errs := make(chan error, 30)
+	for i := range 30 {
+		wg.Go(func() {
+			r, err := s.Acquire(t.Context(), fmt.Sprintf("k%d", i), 5*time.Second)
+			if err != nil || !r.OK {
+				errs <- fmt.Errorf("Acquire(k%d) = %+v, %v", i, r, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// Asking for two replicas where each shard has one fails closed.
+	s2 := openCluster(t, "fgc_ack", func(c *Config) { c.AckReplicas = 2; c.AckTimeout = 50 * time.Millisecond })
+	if r, err := s2.Acquire(t.Context(), "k-two", 5*time.Second); lockstore.CodeOf(err) != lockstore.ServiceUnavailable {
+		t.Errorf("Acquire with ackReplicas=2 on one-replica shards = %+v, %v; want ServiceUnavailable", r, err)
+	}
+	rep, err := s.Replication(t.Context())
+	if err != nil || rep.Mode != lockstore.ReplicationSynchronous {
+		t.Errorf("Replication = %+v, %v; want synchronous", rep, err)
+	}
+}
