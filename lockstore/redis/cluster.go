@@ -355,3 +355,51 @@ func keySlot(key string) uint16 {
 // KeySlot returns the cluster hash slot of a storage key (for tests and
 // tooling).
 func KeySlot(key string) int { return int(keySlot(key)) }
+
+// ClusterKeySlot returns the hash slot of every key of user key's locks
+// under the cluster layout (whatever the prefix: the tag alone decides),
+// for tests and tooling that must know which shard a key lives on.
+func ClusterKeySlot(key string) (int, error) {
+	k, err := normalize(key)
+	if err != nil {
+		return 0, err
+	}
+	return int(keySlot("{" + keyTag(k) + "}")), nil
+}
+
+// newDispatcher is a dispatcher on the store's client.
+func (s *Store) newDispatcher() *dispatcher {
+	d := newDispatcher(s.client)
+	d.cluster = s.cluster
+	return d
+}
+
+// dispatcherFor is the dispatcher for a script on keys: on a cluster, the
+// one of the master that owns their slot now (a pipeline waits for all its
+// nodes: one per node keeps a hung shard's calls apart from the others');
+// else, or when the slot map is not known, the store's own. A stale map
+// only costs a redirect, which go-redis follows.
+func (s *Store) dispatcherFor(ctx context.Context, keys []string) *dispatcher {
+	if s.cluster == nil || len(keys) == 0 {
+		return s.d
+	}
+	node, err := s.cluster.MasterForKey(ctx, keys[0])
+	if err != nil {
+		return s.d
+	}
+	addr := node.Options().Addr
+	s.nodeMu.Lock()
+	defer s.nodeMu.Unlock()
+	if s.closed {
+		return s.d // closed: it refuses the call
+	}
+	d, ok := s.nodeD[addr]
+	if !ok {
+		if s.nodeD == nil {
+			s.nodeD = map[string]*dispatcher{}
+		}
+		d = s.newDispatcher()
+		s.nodeD[addr] = d
+	}
+	return d
+}

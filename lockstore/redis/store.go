@@ -22,8 +22,14 @@ type Store struct {
 	single  *goredis.Client        // the client on one server or Sentinel, else nil
 	cluster *goredis.ClusterClient // the client on a cluster, else nil
 	layout  Layout                 // LayoutSyncGuard or LayoutCluster (cluster.go)
-	d       *dispatcher            // runs every lock script (dispatch.go)
-	prefix  string
+	d       *dispatcher            // runs every lock script (dispatch.go); on a cluster, those whose master is not known
+	// nodeD (cluster only) is one dispatcher per master address
+	// (dispatcherFor), so that a shard that hangs holds up only its own
+	// keys' calls, never another shard's in the same pipeline.
+	nodeMu sync.Mutex
+	nodeD  map[string]*dispatcher
+	closed bool
+	prefix string
 	// idPrefix is the prefix of lockId index keys when they are not hashed,
 	// else ""; under the cluster layout each tag has its own (idPrefixOf).
 	idPrefix string
@@ -35,8 +41,8 @@ type Store struct {
 	// untagged (tests only) drops the hash tags from the cluster layout's
 	// key names: the broken variant TestClusterWithoutHashTags runs.
 	untagged bool
-	cleanup   bool
-	floorArg  string // the acquire script's floor argument: "1" (FloorClock) or "0"
+	cleanup  bool
+	floorArg string // the acquire script's floor argument: "1" (FloorClock) or "0"
 	// ackReplicas > 0: acquires wait for that many replicas (ack.go).
 	ackReplicas int64
 	ackTimeout  time.Duration
@@ -125,10 +131,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		_ = s.client.Close()
 		return nil, err
 	}
-	s.d = newDispatcher(s.client)
-	if s.cluster != nil {
-		s.d.cluster = s.cluster
-	}
+	s.d = s.newDispatcher()
 	s.log.Info("redis lock store opened", "config", cfg.String())
 	return s, nil
 }
@@ -188,7 +191,7 @@ func (s *Store) openChecks(ctx context.Context) error {
 // eval runs one of the lock scripts through the dispatcher: one atomic
 // script, sent alone or in a pipeline with other callers' scripts.
 func (s *Store) eval(ctx context.Context, sc script, keys []string, args ...any) *goredis.Cmd {
-	return s.d.run(ctx, sc, keys, args...)
+	return s.dispatcherFor(ctx, keys).run(ctx, sc, keys, args...)
 }
 
 // Client returns the underlying go-redis client on one server or Sentinel,
@@ -230,6 +233,12 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.d.close()
+		s.nodeMu.Lock()
+		s.closed = true
+		for _, d := range s.nodeD {
+			d.close()
+		}
+		s.nodeMu.Unlock()
 		if err := s.client.Close(); err != nil {
 			s.closeErr = classify(context.Background(), "close", err)
 		}
