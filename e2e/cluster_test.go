@@ -78,11 +78,14 @@ func startClusterNode(t *testing.T, dir string, i int, front, replicaSource bool
 		"--bind", "127.0.0.1", "--protected-mode", "no", "--save", "", "--appendonly", "no", "--dir", n.dir,
 		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(n.dir, "nodes.conf"),
 		"--cluster-node-timeout", "1000", "--cluster-replica-validity-factor", "0",
-		"--cluster-require-full-coverage", "no", "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
+		"--cluster-require-full-coverage", "no", "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
+		// Else the others learn a replica's address from the source of its
+		// bus connection (replicaSourceIP, where it does not listen) and
+		// their failover votes never reach it.
+		"--cluster-announce-ip", "127.0.0.1"}
 	if front {
 		n.front = newTCPProxy(t, "127.0.0.1:"+strconv.Itoa(n.port))
-		args = append(args, "--cluster-announce-ip", "127.0.0.1", "--cluster-announce-port", strconv.Itoa(n.front.Port()),
-			"--cluster-announce-bus-port", strconv.Itoa(n.bus))
+		args = append(args, "--cluster-announce-port", strconv.Itoa(n.front.Port()), "--cluster-announce-bus-port", strconv.Itoa(n.bus))
 	}
 	if replicaSource {
 		args = append(args, "--bind-source-addr", replicaSourceIP)
