@@ -81,7 +81,7 @@ func (s *Store) acquireAcked(ctx context.Context, key, lockID string, keys []str
 	// one node and follows no redirect) or a failover in progress: the
 	// script did not run; ask again where the slot map now says, a
 	// bounded number of times (as the dispatcher's retryCluster does).
-	for i, backoff := 0, clusterBackoff; s.cluster != nil && i < clusterRetries && notExecuted(cmd.Err()) && ctx.Err() == nil; i, backoff = i+1, backoff*2 {
+	for i, backoff := 0, clusterBackoff; s.cluster != nil && i < clusterRetries && notExecuted(cmd.Err()) && ctx.Err() == nil; i, backoff = i+1, min(2*backoff, clusterBackoffMax) {
 		s.cluster.ReloadState(ctx)
 		sleepCtx(ctx, backoff)
 		cmd, wait, _ = run(false)

@@ -297,12 +297,14 @@ func notExecuted(err error) bool {
 }
 
 // Cluster retry bounds: a failover or a slot migration shows as errors for
-// a moment; retryCluster sends a call again at most clusterRetries times,
-// clusterBackoff doubling between rounds (10+20+40+80 ms), always within
-// the caller's deadline.
+// a moment (a lock's keys half moved answer TRYAGAIN until the last one
+// has moved); retryCluster sends a call again at most clusterRetries
+// times, the pause doubling from clusterBackoff up to clusterBackoffMax
+// (10+20+40+80+160+160 ms), always within the caller's deadline.
 const (
-	clusterRetries = 4
-	clusterBackoff = 10 * time.Millisecond
+	clusterRetries    = 6
+	clusterBackoff    = 10 * time.Millisecond
+	clusterBackoffMax = 160 * time.Millisecond
 )
 
 // auditShards is how many pairs of audit streams a cluster layout keeps.

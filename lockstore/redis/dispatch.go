@@ -380,7 +380,7 @@ func (d *dispatcher) retryCluster(ctx context.Context, live []*call) {
 			t.Stop()
 			return
 		}
-		backoff *= 2
+		backoff = min(2*backoff, clusterBackoffMax)
 		d.retried.Add(int64(len(again)))
 		d.send(ctx, again, false)
 		// A promoted replica may lack the scripts.
