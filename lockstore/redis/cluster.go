@@ -382,7 +382,7 @@ func (s *Store) newDispatcher() *dispatcher {
 // else, or when the slot map is not known, the store's own. A stale map
 // only costs a redirect, which go-redis follows.
 func (s *Store) dispatcherFor(ctx context.Context, keys []string) *dispatcher {
-	if s.cluster == nil || len(keys) == 0 {
+	if s.cluster == nil || len(keys) == 0 || s.oneDispatcher {
 		return s.d
 	}
 	node, err := s.cluster.MasterForKey(ctx, keys[0])

@@ -304,3 +304,93 @@ func TestClusterAckReplicas(t *testing.T) {
 		t.Errorf("Replication = %+v, %v; want synchronous", rep, err)
 	}
 }
+
+// TestClusterShardStall: one master of the shared cluster stops answering
+// for a while (CLIENT PAUSE ALL: its connections stay open, its replies
+// wait). Calls on its keys fail at their deadline; calls on the other
+// masters' keys, sent at the same time, must all succeed. The broken
+// variant sends every call through one dispatcher, whose pipelines mix
+// the shards' calls: the healthy calls wait for the stalled node and miss
+// their deadline.
+func TestClusterShardStall(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		oneDispatcher bool
+	}{{"per_master", false}, {"one_dispatcher_broken", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openCluster(t, "fgc_stall")
+			s.oneDispatcher = tc.oneDispatcher
+			ctx := t.Context()
+			ms, err := s.masters(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stalled := ms[0]
+			var stalledKeys, healthyKeys []string
+			for i := 0; len(stalledKeys) < 4 || len(healthyKeys) < 8; i++ {
+				k := fmt.Sprintf("stall/%d", i)
+				lk, _ := s.LockKey(k)
+				m, err := s.cluster.MasterForKey(ctx, lk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m.Options().Addr == stalled.Options().Addr {
+					if len(stalledKeys) < 4 {
+						stalledKeys = append(stalledKeys, k)
+					}
+				} else if len(healthyKeys) < 8 {
+					healthyKeys = append(healthyKeys, k)
+				}
+			}
+			// Warm every master's connections first.
+			for _, k := range append(stalledKeys, healthyKeys...) {
+				if _, err := s.Inspect(ctx, k); err != nil {
+					t.Fatalf("Inspect(%s): %v", k, err)
+				}
+			}
+			if err := stalled.Do(ctx, "client", "pause", 1200, "all").Err(); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var healthyFailed, healthyOK, stalledFailed int
+			var wg sync.WaitGroup
+			run := func(keys []string, healthy bool) {
+				end := time.Now().Add(800 * time.Millisecond)
+				for i := 0; time.Now().Before(end); i++ {
+					cctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+					_, err := s.Inspect(cctx, keys[i%len(keys)])
+					cancel()
+					mu.Lock()
+					switch {
+					case healthy && err != nil:
+						healthyFailed++
+					case healthy:
+						healthyOK++
+					case err != nil:
+						stalledFailed++
+					}
+					mu.Unlock()
+				}
+			}
+			for w := range 8 {
+				wg.Go(func() { run(healthyKeys[w:w+1], true) })
+			}
+			for w := range 4 {
+				wg.Go(func() { run(stalledKeys[w:w+1], false) })
+			}
+			wg.Wait()
+			// Let the pause end before the next subtest.
+			time.Sleep(500 * time.Millisecond)
+			t.Logf("healthy shards: %d ok, %d failed; stalled shard: %d failed", healthyOK, healthyFailed, stalledFailed)
+			if stalledFailed == 0 {
+				t.Fatal("no call on the stalled master failed: it was not stalled")
+			}
+			switch {
+			case !tc.oneDispatcher && healthyFailed != 0:
+				t.Errorf("%d calls on the other masters' keys failed while one master stalled; want none", healthyFailed)
+			case tc.oneDispatcher && healthyFailed == 0:
+				t.Errorf("the broken variant (one dispatcher) lost no healthy call: the test cannot tell a stall that spreads")
+			}
+		})
+	}
+}

@@ -41,6 +41,9 @@ type Store struct {
 	// untagged (tests only) drops the hash tags from the cluster layout's
 	// key names: the broken variant TestClusterWithoutHashTags runs.
 	untagged bool
+	// oneDispatcher (tests only) sends every cluster call through s.d:
+	// the broken variant TestClusterShardStall runs.
+	oneDispatcher bool
 	cleanup  bool
 	floorArg string // the acquire script's floor argument: "1" (FloorClock) or "0"
 	// ackReplicas > 0: acquires wait for that many replicas (ack.go).
