@@ -124,9 +124,9 @@ func clusterSuite(tb testing.TB, nw int) []subject {
 		{id: "cluster/one-node", unit: "cycles/s", redis: one.Client(), op: cycle(lock.FromStore(one), workerKeys("cluster/one-node", nw))},
 		{id: "cluster/one-master", unit: "cycles/s", op: cycle(lock.FromStore(c1), workerKeys("cluster/one-master", nw))},
 		{id: "cluster/three-masters", unit: "cycles/s", op: cycle(lock.FromStore(c3), workerKeys("cluster/three-masters", nw))},
-		{id: "cluster-authz/one-node", unit: "checks/s", redis: one.Client(), server: fg1.pids,
+		{id: "cluster/authz-one-node", unit: "checks/s", redis: one.Client(), server: fg1.pids,
 			op: checkOp(authv3.NewAuthorizationClient(dialGRPC(tb, fg1.addr["authz"])), reqs1)},
-		{id: "cluster-authz/three-masters", unit: "checks/s", server: fg3.pids,
+		{id: "cluster/authz-three-masters", unit: "checks/s", server: fg3.pids,
 			op: checkOp(authv3.NewAuthorizationClient(dialGRPC(tb, fg3.addr["authz"])), reqs3)},
 	}
 }
