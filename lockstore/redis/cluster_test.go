@@ -394,3 +394,30 @@ func TestClusterShardStall(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterDocURLs: every store URL docs/redis-cluster.md shows parses,
+// as what it says it is.
+func TestClusterDocURLs(t *testing.T) {
+	b, err := os.ReadFile("../../docs/redis-cluster.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "redis+cluster://") && !strings.HasPrefix(line, "rediss+cluster://") {
+			continue
+		}
+		n++
+		cfg, err := ParseURL(line)
+		if err != nil || cfg.Cluster == nil {
+			t.Errorf("ParseURL(%q) = %+v, %v", line, cfg, err)
+		}
+	}
+	if cfg, err := ParseURL("redis://host:6379/0?layout=cluster"); err != nil || cfg.Layout != LayoutCluster || !strings.Contains(string(b), "redis://host:6379/0?layout=cluster") {
+		t.Errorf("the one-server cluster layout URL of the page: %+v, %v", cfg, err)
+	}
+	if n < 2 {
+		t.Errorf("found %d cluster URLs in the page; want its 2 examples", n)
+	}
+}
