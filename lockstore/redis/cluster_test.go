@@ -421,3 +421,32 @@ func TestClusterDocURLs(t *testing.T) {
 		t.Errorf("found %d cluster URLs in the page; want its 2 examples", n)
 	}
 }
+
+// TestConformanceClusterLayoutOneServer: the cluster layout on one server
+// (redis://…?layout=cluster, the step before copying keys into a cluster)
+// passes the conformance suite too.
+func TestConformanceClusterLayoutOneServer(t *testing.T) {
+	testURL(t)
+	storetest.Run(t, storetest.Harness{
+		Open: func(t *testing.T, ns string, o storetest.Options) (lockstore.Store, error) {
+			if o.Needs(storetest.SweepCounts) {
+				return nil, fmt.Errorf("%w: barrier entries leave by PEXPIRE; SweepBarrier is a no-op", storetest.ErrNotSupported)
+			}
+			return openPrefix(t, "fgl_test_"+ns, func(c *Config) {
+				c.Layout, c.FenceFloor, c.AuditRetention = LayoutCluster, o.FenceFloor, o.AuditRetention
+			}), nil
+		},
+		SetFence: func(t *testing.T, st lockstore.Store, ns, key string, n int64) {
+			s := st.(*Store)
+			fk, err := s.FenceKey(key)
+			if err != nil {
+				t.Fatalf("FenceKey: %v", err)
+			}
+			if err := s.Client().Set(context.Background(), fk, n, 0).Err(); err != nil {
+				t.Fatalf("SET %s: %v", fk, err)
+			}
+		},
+	})
+	s := openPrefix(t, "fgl_test_cleanup")
+	dropPrefix(t, s.Client(), "fgl_test_*")
+}
