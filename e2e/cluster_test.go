@@ -200,6 +200,16 @@ func markerIn(name string, lo, hi int) string {
 	}
 }
 
+// threeMasters starts a cluster of three masters without replicas.
+func threeMasters(t *testing.T, ctx context.Context) []*clusterNode {
+	t.Helper()
+	needTool(t, "redis-server", "redis-server")
+	dir := t.TempDir()
+	ms := []*clusterNode{startClusterNode(t, dir, 0, false, false), startClusterNode(t, dir, 1, false, false), startClusterNode(t, dir, 2, false, false)}
+	formCluster(t, ctx, ms, nil)
+	return ms
+}
+
 func clusterURL(nodes []*clusterNode, q string) string {
 	var addrs []string
 	for _, n := range nodes {
@@ -414,12 +424,9 @@ func migrateSlot(t *testing.T, ctx context.Context, slot int, src, dst *clusterN
 // one slot of the first master, and edge checks run on a fifth key of the
 // same slot, while the slot moves to the second master.
 func TestClusterMigration(t *testing.T) {
-	needTool(t, "redis-server", "redis-server")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	dir := t.TempDir()
-	ms := []*clusterNode{startClusterNode(t, dir, 0, false, false), startClusterNode(t, dir, 1, false, false), startClusterNode(t, dir, 2, false, false)}
-	formCluster(t, ctx, ms, nil)
+	ms := threeMasters(t, ctx)
 	first := keysInSlots(t, "mig/", 1, 0, 16384/3-1)[0]
 	slot, _ := redis.ClusterKeySlot(first)
 	keys := keysInSlots(t, "mig/", 5, slot, slot)
@@ -485,12 +492,9 @@ func slotServedBy(shards []goredis.ClusterShard, slot, port int) bool {
 // default); checks on the other two masters' keys keep passing, at the
 // latency they had before.
 func TestClusterShardDown(t *testing.T) {
-	needTool(t, "redis-server", "redis-server")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	dir := t.TempDir()
-	ms := []*clusterNode{startClusterNode(t, dir, 0, false, false), startClusterNode(t, dir, 1, false, false), startClusterNode(t, dir, 2, false, false)}
-	formCluster(t, ctx, ms, nil)
+	ms := threeMasters(t, ctx)
 	per := 16384 / 3
 	downKeys := keysInSlots(t, "down/", 3, 2*per, 16383)
 	upKeys := slices.Concat(keysInSlots(t, "up/", 3, 0, per-1), keysInSlots(t, "up2/", 3, per, 2*per-1))

@@ -163,16 +163,9 @@ func parseClusterURL(cfg Config, base string, userinfo *url.Userinfo, hosts, pat
 	if p := strings.Trim(path, "/"); p != "" && p != "0" {
 		return cfg, invalidConfig("a cluster store URL takes no database: Redis Cluster has only database 0")
 	}
-	var addrs []string
-	for _, h := range strings.Split(hosts, ",") {
-		h = strings.TrimSpace(h)
-		if h == "" {
-			return cfg, invalidConfig("cluster store URL has an empty host in its host list")
-		}
-		if _, _, err := splitHostPort(h); err != nil {
-			h += ":" + defaultRedisPort
-		}
-		addrs = append(addrs, h)
+	addrs, err := splitHosts(hosts, defaultRedisPort, "cluster")
+	if err != nil {
+		return cfg, err
 	}
 	for _, a := range addrs[1:] {
 		q.Add("addr", a)

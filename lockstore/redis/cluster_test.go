@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -30,23 +29,7 @@ func clusterURL(tb testing.TB) string {
 // openCluster opens a store on REDIS_CLUSTER_URL with prefix.
 func openCluster(tb testing.TB, prefix string, mod ...func(*Config)) *Store {
 	tb.Helper()
-	cfg, err := ParseURL(clusterURL(tb))
-	if err != nil {
-		tb.Fatalf("ParseURL(REDIS_CLUSTER_URL): %v", err)
-	}
-	cfg.Prefix = prefix
-	cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), nil))
-	for _, m := range mod {
-		m(&cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := Open(ctx, cfg)
-	if err != nil {
-		tb.Fatalf("Open: %v", err)
-	}
-	tb.Cleanup(func() { _ = s.Close() })
-	return s
+	return openOn(tb, clusterURL(tb), prefix, mod...)
 }
 
 // keysPerMaster counts, on every master, the keys matching pattern.
@@ -97,26 +80,7 @@ func dropCluster(tb testing.TB, s *Store, pattern string) {
 // scripts, not on one node by luck of the hash).
 func TestClusterConformance(t *testing.T) {
 	clusterURL(t)
-	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T, ns string, o storetest.Options) (lockstore.Store, error) {
-			if o.Needs(storetest.SweepCounts) {
-				return nil, fmt.Errorf("%w: barrier entries leave by PEXPIRE; SweepBarrier is a no-op", storetest.ErrNotSupported)
-			}
-			return openCluster(t, "fgc_"+ns, func(c *Config) {
-				c.FenceFloor, c.AuditRetention = o.FenceFloor, o.AuditRetention
-			}), nil
-		},
-		SetFence: func(t *testing.T, st lockstore.Store, ns, key string, n int64) {
-			s := st.(*Store)
-			fk, err := s.FenceKey(key)
-			if err != nil {
-				t.Fatalf("FenceKey: %v", err)
-			}
-			if err := s.Universal().Set(context.Background(), fk, n, 0).Err(); err != nil {
-				t.Fatalf("SET %s: %v", fk, err)
-			}
-		},
-	})
+	storetest.Run(t, conformanceHarness(openCluster, "fgc_", nil))
 	s := openCluster(t, "fgc_cleanup")
 	spread := keysPerMaster(t, s, "fgc_*")
 	t.Logf("the suite's keys per master: %v", spread)
@@ -427,26 +391,7 @@ func TestClusterDocURLs(t *testing.T) {
 // passes the conformance suite too.
 func TestConformanceClusterLayoutOneServer(t *testing.T) {
 	testURL(t)
-	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T, ns string, o storetest.Options) (lockstore.Store, error) {
-			if o.Needs(storetest.SweepCounts) {
-				return nil, fmt.Errorf("%w: barrier entries leave by PEXPIRE; SweepBarrier is a no-op", storetest.ErrNotSupported)
-			}
-			return openPrefix(t, "fgl_test_"+ns, func(c *Config) {
-				c.Layout, c.FenceFloor, c.AuditRetention = LayoutCluster, o.FenceFloor, o.AuditRetention
-			}), nil
-		},
-		SetFence: func(t *testing.T, st lockstore.Store, ns, key string, n int64) {
-			s := st.(*Store)
-			fk, err := s.FenceKey(key)
-			if err != nil {
-				t.Fatalf("FenceKey: %v", err)
-			}
-			if err := s.Client().Set(context.Background(), fk, n, 0).Err(); err != nil {
-				t.Fatalf("SET %s: %v", fk, err)
-			}
-		},
-	})
+	storetest.Run(t, conformanceHarness(openPrefix, "fgl_test_", func(c *Config) { c.Layout = LayoutCluster }))
 	s := openPrefix(t, "fgl_test_cleanup")
 	dropPrefix(t, s.Client(), "fgl_test_*")
 }

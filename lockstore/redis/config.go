@@ -207,16 +207,9 @@ func ParseURL(raw string) (Config, error) {
 	sentinelUser, sentinelPass := q.Get(querySentinelUser), q.Get(querySentinelPass)
 	q.Del(querySentinelUser)
 	q.Del(querySentinelPass)
-	var addrs []string
-	for _, h := range strings.Split(hosts, ",") {
-		h = strings.TrimSpace(h)
-		if h == "" {
-			return cfg, invalidConfig("Sentinel store URL has an empty host in its host list")
-		}
-		if _, _, err := splitHostPort(h); err != nil {
-			h += ":" + defaultSentinelPort
-		}
-		addrs = append(addrs, h)
+	addrs, err := splitHosts(hosts, defaultSentinelPort, "Sentinel")
+	if err != nil {
+		return cfg, err
 	}
 	// ParseFailoverURL takes the first sentinel as the URL host and the
 	// others as addr parameters, and its userinfo would authenticate to the
@@ -330,6 +323,23 @@ func takeAckParams(cfg *Config, q url.Values) error {
 		cfg.AckTimeout = d
 	}
 	return nil
+}
+
+// splitHosts splits a URL's comma-separated host list, giving a host
+// without a port the default one; what names the URL kind in errors.
+func splitHosts(hosts, port, what string) ([]string, error) {
+	var addrs []string
+	for _, h := range strings.Split(hosts, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			return nil, invalidConfig("%s store URL has an empty host in its host list", what)
+		}
+		if _, _, err := splitHostPort(h); err != nil {
+			h += ":" + port
+		}
+		addrs = append(addrs, h)
+	}
+	return addrs, nil
 }
 
 // splitHostPort is net.SplitHostPort that also insists on a port.

@@ -44,8 +44,8 @@ type Store struct {
 	// oneDispatcher (tests only) sends every cluster call through s.d:
 	// the broken variant TestClusterShardStall runs.
 	oneDispatcher bool
-	cleanup  bool
-	floorArg string // the acquire script's floor argument: "1" (FloorClock) or "0"
+	cleanup       bool
+	floorArg      string // the acquire script's floor argument: "1" (FloorClock) or "0"
 	// ackReplicas > 0: acquires wait for that many replicas (ack.go).
 	ackReplicas int64
 	ackTimeout  time.Duration

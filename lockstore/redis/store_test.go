@@ -35,9 +35,16 @@ func testURL(tb testing.TB) string {
 // prefix's keys when the test ends.
 func openPrefix(tb testing.TB, prefix string, mod ...func(*Config)) *Store {
 	tb.Helper()
-	cfg, err := ParseURL(testURL(tb))
+	return openOn(tb, testURL(tb), prefix, mod...)
+}
+
+// openOn opens a store on the store URL raw with prefix; mod adjusts the
+// config first.
+func openOn(tb testing.TB, raw, prefix string, mod ...func(*Config)) *Store {
+	tb.Helper()
+	cfg, err := ParseURL(raw)
 	if err != nil {
-		tb.Fatalf("ParseURL(REDIS_URL): %v", err)
+		tb.Fatalf("ParseURL: %v", err)
 	}
 	cfg.Prefix = prefix
 	cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), nil))
@@ -83,12 +90,25 @@ func dropPrefix(tb testing.TB, c *goredis.Client, prefix string) {
 
 func TestConformance(t *testing.T) {
 	testURL(t)
-	storetest.Run(t, storetest.Harness{
+	storetest.Run(t, conformanceHarness(openPrefix, "syncguard_test_", nil))
+	// Every namespace the suite used is left behind on purpose by the suite's
+	// reopen cases; drop them now that it is done.
+	s := openPrefix(t, "syncguard_test_cleanup")
+	dropPrefix(t, s.Client(), "syncguard_test_t*")
+}
+
+// conformanceHarness is the suite's harness over open: namespace ns is
+// prefix+ns, and layout (if not nil) adjusts each store's config.
+func conformanceHarness(open func(tb testing.TB, prefix string, mod ...func(*Config)) *Store, prefix string, layout func(*Config)) storetest.Harness {
+	return storetest.Harness{
 		Open: func(t *testing.T, ns string, o storetest.Options) (lockstore.Store, error) {
 			if o.Needs(storetest.SweepCounts) {
 				return nil, fmt.Errorf("%w: barrier entries leave by PEXPIRE; SweepBarrier is a no-op", storetest.ErrNotSupported)
 			}
-			return openPrefix(t, "syncguard_test_"+ns, func(c *Config) {
+			return open(t, prefix+ns, func(c *Config) {
+				if layout != nil {
+					layout(c)
+				}
 				c.FenceFloor, c.AuditRetention = o.FenceFloor, o.AuditRetention
 			}), nil
 		},
@@ -98,15 +118,11 @@ func TestConformance(t *testing.T) {
 			if err != nil {
 				t.Fatalf("FenceKey: %v", err)
 			}
-			if err := s.Client().Set(context.Background(), fk, n, 0).Err(); err != nil {
+			if err := s.Universal().Set(context.Background(), fk, n, 0).Err(); err != nil {
 				t.Fatalf("SET %s: %v", fk, err)
 			}
 		},
-	})
-	// Every namespace the suite used is left behind on purpose by the suite's
-	// reopen cases; drop them now that it is done.
-	s := openPrefix(t, "syncguard_test_cleanup")
-	dropPrefix(t, s.Client(), "syncguard_test_t*")
+	}
 }
 
 // TestLayout: acquire("resource:123") with the default prefix writes exactly
