@@ -62,7 +62,12 @@ func (s *Store) acquireAcked(ctx context.Context, key, lockID string, keys []str
 				return failedCmd(ctx, err), failedCmd(ctx, err), err
 			}
 		}
-		pipe := conn.Pipeline()
+		var pipe goredis.Pipeliner
+		if s.cluster != nil && s.waitAnywhere {
+			pipe = s.cluster.Pipeline() // broken variant: WAIT goes to any master
+		} else {
+			pipe = conn.Pipeline()
+		}
 		var cmd *goredis.Cmd
 		if eval {
 			cmd = acquireScript.Eval(ctx, pipe, keys, args...)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -394,4 +396,107 @@ func TestConformanceClusterLayoutOneServer(t *testing.T) {
 	storetest.Run(t, conformanceHarness(openPrefix, "fgl_test_", func(c *Config) { c.Layout = LayoutCluster }))
 	s := openPrefix(t, "fgl_test_cleanup")
 	dropPrefix(t, s.Client(), "fgl_test_*")
+}
+
+// TestClusterAckOnKeyMaster: with one shard's replica frozen (SIGSTOP to
+// its process, found by INFO server on this machine), acknowledged
+// acquires on that shard's keys fail closed, since WAIT runs on the key's
+// master and counts its replica. The broken variant sends WAIT wherever a
+// keyless command lands (any master, whose replica answers): some of the
+// same acquires succeed with a fence the frozen replica lacks.
+func TestClusterAckOnKeyMaster(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		waitAnywhere bool
+	}{{"key_master", false}, {"wait_anywhere_broken", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openCluster(t, "fgc_ackm", func(c *Config) { c.AckReplicas = 1; c.AckTimeout = 100 * time.Millisecond })
+			t.Cleanup(func() { dropCluster(t, s, "fgc_ackm*") })
+			s.waitAnywhere = tc.waitAnywhere
+			ctx := t.Context()
+			ms, err := s.masters(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			master := ms[0]
+			// The replica of that master, and its pid.
+			var replica *goredis.Client
+			err = s.cluster.ForEachShard(ctx, func(ctx context.Context, c *goredis.Client) error {
+				info, err := c.Info(ctx, "replication").Result()
+				if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+strings.Split(master.Options().Addr, ":")[1]+"\r") {
+					replica = c
+				}
+				return nil
+			})
+			if err != nil || replica == nil {
+				t.Fatalf("no replica of %s found: %v", master.Options().Addr, err)
+			}
+			pid, err := serverPID(ctx, replica)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The broken variant's WAIT lands on a node picked at random,
+			// so it gets more tries (it stops at its first grant).
+			want := 6
+			if tc.waitAnywhere {
+				want = 30
+			}
+			var keys []string
+			for i := 0; len(keys) < want; i++ {
+				k := fmt.Sprintf("ackm/%d", i)
+				lk, _ := s.LockKey(k)
+				if m, err := s.cluster.MasterForKey(ctx, lk); err == nil && m.Options().Addr == master.Options().Addr {
+					keys = append(keys, k)
+				}
+			}
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatalf("SIGSTOP the replica (pid %d): %v", pid, err)
+			}
+			thawed := false
+			thaw := func() {
+				if !thawed {
+					thawed = true
+					_ = syscall.Kill(pid, syscall.SIGCONT)
+				}
+			}
+			defer thaw()
+			granted := 0
+			for _, k := range keys {
+				if tc.waitAnywhere && granted > 0 {
+					break
+				}
+				actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+				r, err := s.Acquire(actx, k, 5*time.Second)
+				cancel()
+				switch {
+				case err == nil && r.OK:
+					granted++
+				case !tc.waitAnywhere && lockstore.CodeOf(err) != lockstore.ServiceUnavailable:
+					t.Errorf("Acquire(%s) with the replica frozen = %+v, %v; want ServiceUnavailable or (broken) a grant", k, r, err)
+				}
+			}
+			thaw()
+			t.Logf("%d of %d acknowledged acquires granted with the shard's replica frozen", granted, len(keys))
+			switch {
+			case !tc.waitAnywhere && granted != 0:
+				t.Errorf("%d acquires were acknowledged with their shard's only replica frozen: WAIT did not run on the key's master", granted)
+			case tc.waitAnywhere && granted == 0:
+				t.Errorf("the broken variant (WAIT on any master) was never acknowledged elsewhere: the test cannot tell where WAIT runs")
+			}
+		})
+	}
+}
+
+// serverPID is the process id INFO server reports.
+func serverPID(ctx context.Context, c *goredis.Client) (int, error) {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("INFO server has no process_id")
 }

@@ -44,6 +44,10 @@ type Store struct {
 	// oneDispatcher (tests only) sends every cluster call through s.d:
 	// the broken variant TestClusterShardStall runs.
 	oneDispatcher bool
+	// waitAnywhere (tests only) sends an acknowledged acquire through the
+	// cluster client's pipeline, where WAIT (keyless) lands on any master:
+	// the broken variant TestClusterAckOnKeyMaster runs.
+	waitAnywhere bool
 	cleanup       bool
 	floorArg      string // the acquire script's floor argument: "1" (FloorClock) or "0"
 	// ackReplicas > 0: acquires wait for that many replicas (ack.go).
