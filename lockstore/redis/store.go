@@ -48,8 +48,8 @@ type Store struct {
 	// cluster client's pipeline, where WAIT (keyless) lands on any master:
 	// the broken variant TestClusterAckOnKeyMaster runs.
 	waitAnywhere bool
-	cleanup       bool
-	floorArg      string // the acquire script's floor argument: "1" (FloorClock) or "0"
+	cleanup      bool
+	floorArg     string // the acquire script's floor argument: "1" (FloorClock) or "0"
 	// ackReplicas > 0: acquires wait for that many replicas (ack.go).
 	ackReplicas int64
 	ackTimeout  time.Duration
