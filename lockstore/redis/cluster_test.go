@@ -476,7 +476,7 @@ func TestClusterAckOnKeyMaster(t *testing.T) {
 				}
 			}
 			thaw()
-			t.Logf("%d of %d acknowledged acquires granted with the shard's replica frozen", granted, len(keys))
+			t.Logf("acknowledged acquires granted with the shard's replica frozen: %d (of %d tried; the broken variant stops at its first)", granted, len(keys))
 			switch {
 			case !tc.waitAnywhere && granted != 0:
 				t.Errorf("%d acquires were acknowledged with their shard's only replica frozen: WAIT did not run on the key's master", granted)
