@@ -274,6 +274,7 @@ var sections = []section{
 		unit:  "cycles/s",
 		note: "cluster/one-node: the store on REDIS_URL (one redis-server, SyncGuard's layout), in-process, 16 workers on keys of their own (floor). cluster/one-master and cluster/three-masters: the store on a cluster of one and of three masters started by the benchmark (no replicas, cluster layout: hash-tagged keys, one dispatcher per master). ÷ one master: the three-master cluster's cycles/s over the one-master cluster's in the same round: how throughput grows with shards. " +
 			"On this 2-core machine the three masters, the bench process (clients and store) and the kernel share the same two cores, so three shards cannot give three times the throughput: the ratio measures what sharding costs or gains when CPU, not Redis's single thread, is the limit; growth with shards needs a core per master beyond the clients'. " +
+			"CPU µs/op is this process's (clients and store); Redis CPU is measured for the one server only, not for the cluster nodes, so the added-CPU column understates the cluster rows by their Redis share (about the one server's). " +
 			"cluster/authz-*: ext_authz Check (checks/s) through the `fencegate serve` binary on one server and on the three-master cluster; server CPU: the fencegate process's (Redis CPU only for the one server).",
 		floorHead: "cycles/s ÷ one master",
 		rows: []row{
