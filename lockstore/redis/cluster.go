@@ -366,6 +366,7 @@ func ClusterKeySlot(key string) (int, error) {
 func (s *Store) newDispatcher() *dispatcher {
 	d := newDispatcher(s.client)
 	d.cluster = s.cluster
+	d.noRetry = s.noRetry
 	return d
 }
 

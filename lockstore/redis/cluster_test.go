@@ -500,3 +500,128 @@ func serverPID(ctx context.Context, c *goredis.Client) (int, error) {
 	}
 	return 0, fmt.Errorf("INFO server has no process_id")
 }
+
+// TestClusterMigrationRetry: a slot of the shared cluster moves to another
+// master, one key at a time (CLUSTER SETSLOT IMPORTING/MIGRATING, MIGRATE),
+// while 8 callers acquire and release keys in it. With the store's retry
+// no call fails (MOVED and ASK are followed, TRYAGAIN and the half-moved
+// lock's undeclared read are sent again); without it (the broken variant)
+// the half-moved slot's errors reach the callers.
+func TestClusterMigrationRetry(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		noRetry bool
+	}{{"retry", false}, {"no_retry_broken", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openCluster(t, "fgc_mig_"+tc.name)
+			t.Cleanup(func() { dropCluster(t, s, "fgc_mig_*") })
+			s.noRetry = tc.noRetry
+			ctx := t.Context()
+			slot, _ := ClusterKeySlot("mig/" + tc.name)
+			var keys []string
+			for i := 0; len(keys) < 8; i++ {
+				k := fmt.Sprintf("mig/%s/%d", tc.name, i)
+				if sl, _ := ClusterKeySlot(k); sl == slot {
+					keys = append(keys, k)
+				}
+			}
+			owner := func() (*goredis.Client, []*goredis.Client) {
+				ms, err := s.masters(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lk, _ := s.LockKey(keys[0])
+				m, err := s.cluster.MasterForKey(ctx, lk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var others []*goredis.Client
+				for _, c := range ms {
+					if c.Options().Addr != m.Options().Addr {
+						others = append(others, c)
+					}
+				}
+				return m, others
+			}
+			src, others := owner()
+			dst := others[0]
+			// Some state in the slot before it moves: fence counters.
+			for _, k := range keys {
+				r, err := s.Acquire(ctx, k, 5*time.Second)
+				if err != nil || !r.OK {
+					t.Fatalf("Acquire(%s) = %+v, %v", k, r, err)
+				}
+				_, _ = s.Release(ctx, r.LockID)
+			}
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var failed []string
+			ok := 0
+			for w := range keys {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+						r, err := s.Acquire(cctx, keys[w], 5*time.Second)
+						if err == nil && r.OK {
+							_, err = s.Release(cctx, r.LockID)
+						}
+						cancel()
+						mu.Lock()
+						if err != nil {
+							failed = append(failed, err.Error())
+						} else {
+							ok++
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			id := func(c *goredis.Client) string { return c.Do(ctx, "cluster", "myid").Val().(string) }
+			srcID, dstID := id(src), id(dst)
+			host, port, _ := strings.Cut(dst.Options().Addr, ":")
+			do := func(c *goredis.Client, args ...any) {
+				if err := c.Do(ctx, args...).Err(); err != nil {
+					t.Errorf("%v: %v", args, err)
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+			do(dst, "cluster", "setslot", slot, "importing", srcID)
+			do(src, "cluster", "setslot", slot, "migrating", dstID)
+			moved := 0
+			for {
+				ks, err := src.Do(ctx, "cluster", "getkeysinslot", slot, 1).Slice()
+				if err != nil || len(ks) == 0 {
+					break
+				}
+				if err := src.Do(ctx, "migrate", host, port, ks[0], 0, 5000).Err(); err != nil && !strings.Contains(err.Error(), "NOKEY") {
+					t.Errorf("MIGRATE: %v", err)
+					break
+				}
+				moved++
+				time.Sleep(15 * time.Millisecond)
+			}
+			for _, c := range append([]*goredis.Client{dst, src}, others[1:]...) {
+				do(c, "cluster", "setslot", slot, "node", dstID)
+			}
+			time.Sleep(200 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			t.Logf("slot %d: %d keys moved; %d cycles ok, %d failed %v", slot, moved, ok, len(failed), failed[:min(3, len(failed))])
+			if moved < 8 {
+				t.Errorf("only %d keys moved; the slot holds at least 8 fence counters", moved)
+			}
+			switch {
+			case !tc.noRetry && len(failed) != 0:
+				t.Errorf("%d calls failed while the slot moved; want none", len(failed))
+			case tc.noRetry && len(failed) == 0:
+				t.Errorf("without the retry no call failed: the test cannot tell a half-moved slot's errors")
+			}
+		})
+	}
+}

@@ -83,6 +83,9 @@ type dispatcher struct {
 	taken, pipelined atomic.Int64
 	// retried counts the calls retryCluster sent again.
 	retried atomic.Int64
+	// noRetry (tests only) skips retryCluster: the broken variant
+	// TestClusterMigrationRetry runs.
+	noRetry bool
 	// deliver, when set (tests only), sees a batch after its round trip and
 	// before its callers are released, to break delivery on purpose.
 	deliver func([]*call)
@@ -266,7 +269,7 @@ func (d *dispatcher) exec(batch []*call) {
 	if len(again) > 0 {
 		d.send(ctx, again, true)
 	}
-	if d.cluster != nil {
+	if d.cluster != nil && !d.noRetry {
 		d.retryCluster(ctx, live)
 	}
 	if d.deliver != nil {

@@ -48,6 +48,9 @@ type Store struct {
 	// cluster client's pipeline, where WAIT (keyless) lands on any master:
 	// the broken variant TestClusterAckOnKeyMaster runs.
 	waitAnywhere bool
+	// noRetry (tests only) makes the dispatchers created from now on skip
+	// their cluster retry: the broken variant TestClusterMigrationRetry runs.
+	noRetry bool
 	cleanup      bool
 	floorArg     string // the acquire script's floor argument: "1" (FloorClock) or "0"
 	// ackReplicas > 0: acquires wait for that many replicas (ack.go).
