@@ -50,9 +50,9 @@ type Store struct {
 	waitAnywhere bool
 	// noRetry (tests only) makes the dispatchers created from now on skip
 	// their cluster retry: the broken variant TestClusterMigrationRetry runs.
-	noRetry bool
-	cleanup      bool
-	floorArg     string // the acquire script's floor argument: "1" (FloorClock) or "0"
+	noRetry  bool
+	cleanup  bool
+	floorArg string // the acquire script's floor argument: "1" (FloorClock) or "0"
 	// ackReplicas > 0: acquires wait for that many replicas (ack.go).
 	ackReplicas int64
 	ackTimeout  time.Duration
