@@ -117,6 +117,13 @@ var serveDebugAddr = flag.String("serve-debug-addr", "", "pprof listener of the 
 // The store URL comes through FENCEGATE_STORE, as in the deployment.
 func startFencegateServe(tb testing.TB, store *redisstore.Store) *proc {
 	tb.Helper()
+	return startFencegateServeURL(tb, redisStoreURL(tb, store))
+}
+
+// startFencegateServeURL is startFencegateServe on any store URL (a
+// cluster's, say).
+func startFencegateServeURL(tb testing.TB, storeURL string) *proc {
+	tb.Helper()
 	bin, err := fencegateBinary()
 	if err != nil {
 		tb.Fatal(err)
@@ -126,7 +133,7 @@ func startFencegateServe(tb testing.TB, store *redisstore.Store) *proc {
 		debug = "debug:\n  addr: " + *serveDebugAddr + "\n"
 	}
 	cfg := writeServeConfig(tb, "127.0.0.1:0", benchCheckTimeout, debug)
-	return startProc(tb, []string{"FENCEGATE_CONFIG=", "FENCEGATE_STORE=" + redisStoreURL(tb, store)},
+	return startProc(tb, []string{"FENCEGATE_CONFIG=", "FENCEGATE_STORE=" + storeURL},
 		readyJSON("fencegate ready"), bin, "serve", "--config", cfg)
 }
 

@@ -269,6 +269,22 @@ var sections = []section{
 		},
 		extras: []string{"cpu-µs/req", "redis-calls/req"},
 	},
+	{
+		title: "5. Redis Cluster (issue #30): lock cycles and ext_authz checks on a cluster vs one server (floor), one master vs three",
+		unit:  "cycles/s",
+		note: "cluster/one-node: the store on REDIS_URL (one redis-server, SyncGuard's layout), in-process, 16 workers on keys of their own (floor). cluster/one-master and cluster/three-masters: the store on a cluster of one and of three masters started by the benchmark (no replicas, cluster layout: hash-tagged keys, one dispatcher per master). ÷ one master: the three-master cluster's cycles/s over the one-master cluster's in the same round: how throughput grows with shards. " +
+			"On this 2-core machine the three masters, the bench process (clients and store) and the kernel share the same two cores, so three shards cannot give three times the throughput: the ratio measures what sharding costs or gains when CPU, not Redis's single thread, is the limit; growth with shards needs a core per master beyond the clients'. " +
+			"CPU µs/op is this process's (clients and store); Redis CPU is measured for the one server only, not for the cluster nodes, so the added-CPU column understates the cluster rows by their Redis share (about the one server's). " +
+			"cluster/authz-*: ext_authz Check (checks/s) through the `fencegate serve` binary on one server and on the three-master cluster; server CPU: the fencegate process's (Redis CPU only for the one server).",
+		floorHead: "cycles/s ÷ one master",
+		rows: []row{
+			{id: "cluster/one-node", baseline: "cluster/one-node"},
+			{id: "cluster/one-master", baseline: "cluster/one-node"},
+			{id: "cluster/three-masters", baseline: "cluster/one-node", floor: "cluster/one-master"},
+			{id: "cluster/authz-one-node", baseline: "cluster/authz-one-node"},
+			{id: "cluster/authz-three-masters", baseline: "cluster/authz-one-node"},
+		},
+	},
 }
 
 // runInfo is what the report's header says about the run.

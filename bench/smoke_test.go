@@ -38,6 +38,7 @@ func TestSuites(t *testing.T) {
 		{"peer", peerSuite, []string{"peer/redislock", "peer/fencegate-redis"}},
 		{"floor", floorSuite, []string{"floor/bolt/off", "floor/bolt/clock", "floor/redis/off", "floor/redis/clock", "floor/postgres/off", "floor/postgres/clock"}},
 		{"proxy", proxySuite, []string{"proxy/floor", "proxy/fencegate", "proxy/fencegate-barrier", "proxy/nginx-forward-auth"}},
+		{"cluster", clusterSuite, []string{"cluster/one-node", "cluster/one-master", "cluster/three-masters", "cluster/authz-one-node", "cluster/authz-three-masters"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			subs := tc.suite(t, nw)

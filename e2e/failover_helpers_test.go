@@ -102,11 +102,19 @@ type fenceLoad struct {
 
 func startFenceLoad(t *testing.T, gatewayURL string) *fenceLoad {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &fenceLoad{t: t, cancel: cancel, grants: map[string][]grant{}, why: map[string]int{}}
+	var keys []string
 	for i := range loadKeys {
-		l.keys = append(l.keys, fmt.Sprintf("failover/k%d", i))
+		keys = append(keys, fmt.Sprintf("failover/k%d", i))
 	}
+	return startFenceLoadOn(t, gatewayURL, keys)
+}
+
+// startFenceLoadOn is startFenceLoad on the given keys (e.g. keys of one
+// cluster shard).
+func startFenceLoadOn(t *testing.T, gatewayURL string, keys []string) *fenceLoad {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &fenceLoad{t: t, cancel: cancel, grants: map[string][]grant{}, why: map[string]int{}, keys: keys}
 	l.setGateway(gatewayURL)
 	for range loadClients {
 		l.wg.Add(1)

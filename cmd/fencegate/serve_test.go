@@ -85,15 +85,17 @@ func TestServeConfigZeroIsPackageDefault(t *testing.T) {
 // bad parameters are errors that never print a password.
 func TestStoreTable(t *testing.T) {
 	for raw, want := range map[string]string{
-		"bolt://./x.db":                                "bolt",
-		"bolt://./x.db?records=json":                   "bolt",
-		"redis://127.0.0.1:6379/0":                     "redis",
-		"rediss://127.0.0.1:6379/0":                    "redis",
-		"redis+sentinel://127.0.0.1:26379/0?master=m":  "redis",
-		"rediss+sentinel://127.0.0.1:26379/0?master=m": "redis",
-		"postgres://h/db":                              "postgres",
-		"postgresql://h/db":                            "postgres",
-		"firestore://project":                          "firestore",
+		"bolt://./x.db":                                 "bolt",
+		"bolt://./x.db?records=json":                    "bolt",
+		"redis://127.0.0.1:6379/0":                      "redis",
+		"rediss://127.0.0.1:6379/0":                     "redis",
+		"redis+sentinel://127.0.0.1:26379/0?master=m":   "redis",
+		"rediss+sentinel://127.0.0.1:26379/0?master=m":  "redis",
+		"redis+cluster://127.0.0.1:7000,127.0.0.1:7001": "redis",
+		"rediss+cluster://127.0.0.1:7000/?prefix=app":   "redis",
+		"postgres://h/db":                               "postgres",
+		"postgresql://h/db":                             "postgres",
+		"firestore://project":                           "firestore",
 	} {
 		u, err := parseStoreURL(raw)
 		if err != nil || u.backend != want {

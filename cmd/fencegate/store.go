@@ -25,7 +25,7 @@ var backends = []backend{
 		settings: func(c *bolt.Config) (*lockstore.AuditRetention, **slog.Logger) { return &c.AuditRetention, &c.Logger },
 	}.row(),
 	backendSpec[redis.Config, *redis.Store]{
-		name: "redis", schemes: []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel"},
+		name: "redis", schemes: []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"},
 		parse: redis.ParseURL, open: redis.Open,
 		settings: func(c *redis.Config) (*lockstore.AuditRetention, **slog.Logger) { return &c.AuditRetention, &c.Logger },
 	}.row(),

@@ -51,7 +51,23 @@ func (s *Store) acquireAcked(ctx context.Context, key, lockID string, keys []str
 	const op = "acquire"
 	timeout := s.ackTimeout
 	run := func(eval bool) (*goredis.Cmd, *goredis.Cmd, error) {
-		pipe := s.client.Pipeline()
+		conn := s.single
+		if s.cluster != nil {
+			// WAIT counts the replicas of the node it runs on, for the
+			// writes of its connection: it must go with the script to
+			// the master of the key's slot, whose replicas a failover
+			// of this shard promotes.
+			var err error
+			if conn, err = s.cluster.MasterForKey(ctx, keys[0]); err != nil {
+				return failedCmd(ctx, err), failedCmd(ctx, err), err
+			}
+		}
+		var pipe goredis.Pipeliner
+		if s.cluster != nil && s.waitAnywhere {
+			pipe = s.cluster.Pipeline() // broken variant: WAIT goes to any master
+		} else {
+			pipe = conn.Pipeline()
+		}
 		var cmd *goredis.Cmd
 		if eval {
 			cmd = acquireScript.Eval(ctx, pipe, keys, args...)
@@ -65,6 +81,18 @@ func (s *Store) acquireAcked(ctx context.Context, key, lockID string, keys []str
 	cmd, wait, _ := run(false)
 	if err := cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmd, wait, _ = run(true)
+	}
+	// On a cluster, a slot that moved (MOVED, ASK: this pipeline goes to
+	// one node and follows no redirect) or a failover in progress: the
+	// script did not run; ask again where the slot map now says, a
+	// bounded number of times (as the dispatcher's retryCluster does).
+	for i, backoff := 0, clusterBackoff; s.cluster != nil && i < clusterRetries && notExecuted(cmd.Err()) && ctx.Err() == nil; i, backoff = i+1, min(2*backoff, clusterBackoffMax) {
+		s.cluster.ReloadState(ctx)
+		sleepCtx(ctx, backoff)
+		cmd, wait, _ = run(false)
+		if err := cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			cmd, wait, _ = run(true)
+		}
 	}
 	reply, err := cmd.Result()
 	if err != nil {
@@ -101,19 +129,38 @@ var _ lockstore.ReplicationReporter = (*Store)(nil)
 // for (ackReplicas below the replicas connected: a lagging one may be
 // promoted) or without ack mode; none without replicas.
 func (s *Store) Replication(ctx context.Context) (lockstore.Replication, error) {
-	info, err := s.client.Info(ctx, "replication").Result()
+	// On a cluster every shard's master is asked, and the shard with the
+	// fewest replicas is the report: a failover anywhere loses what that
+	// shard's replicas lacked.
+	replicas, most, shards := -1, 0, 0
+	err := s.eachMaster(ctx, func(c *goredis.Client) error {
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+				n, _ = strconv.Atoi(v)
+			}
+		}
+		if replicas < 0 || n < replicas {
+			replicas = n
+		}
+		most = max(most, n)
+		shards++
+		return nil
+	})
 	if err != nil {
 		return lockstore.Replication{}, classify(ctx, "replication", err)
 	}
-	var replicas int
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
-			replicas, _ = strconv.Atoi(v)
-		}
-	}
+	replicas = max(replicas, 0)
 	detail := fmt.Sprintf("connected replicas=%d", replicas)
+	if s.cluster != nil {
+		detail = fmt.Sprintf("cluster shards=%d; connected replicas of the least replicated shard=%d", shards, replicas)
+	}
 	switch {
-	case s.ackReplicas > 0 && int64(replicas) <= s.ackReplicas:
+	case s.ackReplicas > 0 && int64(most) <= s.ackReplicas:
 		return lockstore.Replication{Mode: lockstore.ReplicationSynchronous,
 			Detail: fmt.Sprintf("%s; acquires wait for %d (ack=replicas)", detail, s.ackReplicas)}, nil
 	case s.ackReplicas > 0:
@@ -123,4 +170,14 @@ func (s *Store) Replication(ctx context.Context) (lockstore.Replication, error) 
 		return lockstore.Replication{Mode: lockstore.ReplicationAsynchronous, Detail: detail}, nil
 	}
 	return lockstore.Replication{Mode: lockstore.ReplicationNone, Detail: detail}, nil
+}
+
+// sleepCtx sleeps for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

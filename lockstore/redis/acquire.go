@@ -23,7 +23,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
-	lockID, err := lockstore.NewLockID()
+	lockID, err := s.newLockID(norm)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}

@@ -57,7 +57,10 @@ func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) 
 			}
 			args = append(args, class, ev.KeyHash, ev.KeyDigest, string(b))
 		}
-		if err := appendAuditScript.Run(ctx, s.client, []string{s.auditKey, s.inputKey}, args...).Err(); err != nil {
+		// Each batch goes to the next shard (one under SyncGuard's layout),
+		// so no one slot takes every audit write.
+		shard := s.audit[int(s.auditNext.Add(1)-1)%len(s.audit)]
+		if err := appendAuditScript.Run(ctx, s.client, shard[:], args...).Err(); err != nil {
 			return classify(ctx, op, err)
 		}
 	}
@@ -65,7 +68,9 @@ func (s *Store) AppendAudit(ctx context.Context, events []lockstore.AuditEvent) 
 }
 
 // QueryAudit returns matching events, newest (by event time) first: the
-// best Limit of each class's stream, merged.
+// best Limit of each class's stream (of every shard's, on a cluster),
+// merged. Its work is bounded by Limit per stream, and the streams are a
+// fixed number (2, or 2×auditShards).
 func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]lockstore.AuditEvent, error) {
 	const op = "queryAudit"
 	limit := q.Limit
@@ -80,15 +85,19 @@ func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]locks
 	if q.Key != "" {
 		digest = lockstore.KeyDigest(q.Key)
 	}
-	out, err := s.queryStream(ctx, op, s.auditKey, digest, q.SinceMs, limit)
-	if err != nil {
-		return nil, err
+	var out []lockstore.AuditEvent
+	for _, shard := range s.audit {
+		for _, stream := range shard {
+			got, err := s.queryStream(ctx, op, stream, digest, q.SinceMs, limit)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, got...)
+		}
 	}
-	in, err := s.queryStream(ctx, op, s.inputKey, digest, q.SinceMs, limit)
-	if err != nil {
-		return nil, err
+	if out == nil {
+		out = []lockstore.AuditEvent{}
 	}
-	out = append(out, in...)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].TimeMs > out[j].TimeMs })
 	return out[:min(len(out), limit)], nil
 }

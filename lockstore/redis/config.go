@@ -42,6 +42,16 @@ type Config struct {
 	// Failover, when set, connects through Redis Sentinel to the master it
 	// names, following failovers.
 	Failover *goredis.FailoverOptions
+	// Cluster, when set, connects to a Redis Cluster through the seed
+	// nodes it lists, and implies Layout LayoutCluster (cluster.go).
+	Cluster *goredis.ClusterOptions
+
+	// Layout is the key layout: LayoutSyncGuard (the zero value, for one
+	// server or Sentinel: SyncGuard's keys byte for byte) or LayoutCluster
+	// (every key of one lock under one hash tag, cluster.go). A cluster
+	// takes only LayoutCluster; one server may take either (a step on the
+	// way to a cluster, docs/redis-cluster.md).
+	Layout Layout
 
 	// Prefix namespaces every key the store writes. Empty means
 	// DefaultPrefix; trailing ':' are ignored. A prefix that contains
@@ -89,6 +99,9 @@ const (
 	SchemeRedisTLS       = "rediss"
 	SchemeSentinel       = "redis+sentinel"
 	SchemeSentinelTLS    = "rediss+sentinel"
+	SchemeCluster        = "redis+cluster"
+	SchemeClusterTLS     = "rediss+cluster"
+	queryLayout          = "layout"
 	queryPrefix          = "prefix"
 	queryCleanup         = "cleanup"
 	queryAuditMaxEvents  = "auditMaxEvents"
@@ -102,6 +115,7 @@ const (
 	defaultSentinelPort  = "26379"
 	defaultRedisPort     = "6379"
 	sentinelSchemeSuffix = "+sentinel"
+	clusterSchemeSuffix  = "+cluster"
 )
 
 // ParseURL parses a store URL:
@@ -110,6 +124,8 @@ const (
 //	rediss://…                                (TLS)
 //	redis+sentinel://[user:pass@]host[:port][,host2[:port2]…][/db]?master=NAME[&prefix=P]
 //	rediss+sentinel://…                       (TLS to sentinels and servers)
+//	redis+cluster://[user:pass@]host:port[,host2:port2…][/][?prefix=P]
+//	rediss+cluster://…                        (TLS to every node)
 //
 // For Sentinel URLs the userinfo authenticates to the Redis servers (like
 // in redis:// URLs); sentinel_username and sentinel_password authenticate to
@@ -119,20 +135,21 @@ const (
 // Config.CleanupInIsLocked), auditMaxEvents and auditMaxAge (a Go
 // duration), fenceFloor (clock or off, see Config.FenceFloor), and
 // ack=replicas with ackReplicas=N and optionally ackTimeout (a Go duration):
-// Config.AckReplicas and Config.AckTimeout. Every other query parameter is handed to go-redis
+// Config.AckReplicas and Config.AckTimeout; layout (syncguard or cluster,
+// see Config.Layout; a cluster URL refuses syncguard). Every other query parameter is handed to go-redis
 // (dial_timeout, read_timeout, pool_size, …); unknown ones are an error.
 // Errors never echo the URL, which may hold a password.
 func ParseURL(raw string) (Config, error) {
 	var cfg Config
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return cfg, invalidConfig("store URL has no scheme; want redis://, rediss://, redis+sentinel:// or rediss+sentinel://")
+		return cfg, invalidConfig("store URL has no scheme; want redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster://")
 	}
 	scheme = strings.ToLower(scheme)
 	switch scheme {
-	case SchemeRedis, SchemeRedisTLS, SchemeSentinel, SchemeSentinelTLS:
+	case SchemeRedis, SchemeRedisTLS, SchemeSentinel, SchemeSentinelTLS, SchemeCluster, SchemeClusterTLS:
 	default:
-		return cfg, invalidConfig("unsupported store URL scheme %q; want redis, rediss, redis+sentinel or rediss+sentinel", scheme)
+		return cfg, invalidConfig("unsupported store URL scheme %q; want redis, rediss, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster", scheme)
 	}
 
 	// Split the authority off by hand: url.Parse rejects the comma-separated
@@ -160,12 +177,15 @@ func ParseURL(raw string) (Config, error) {
 	}
 	// Credentials go to go-redis through the rebuilt URL (or the options),
 	// never through an error message.
-	tls := scheme == SchemeRedisTLS || scheme == SchemeSentinelTLS
+	tls := scheme == SchemeRedisTLS || scheme == SchemeSentinelTLS || scheme == SchemeClusterTLS
 	base := SchemeRedis
 	if tls {
 		base = SchemeRedisTLS
 	}
 
+	if strings.HasSuffix(scheme, clusterSchemeSuffix) {
+		return parseClusterURL(cfg, base, userinfo, hosts, tail.Path, q)
+	}
 	if !strings.HasSuffix(scheme, sentinelSchemeSuffix) {
 		if strings.Contains(hosts, ",") {
 			return cfg, invalidConfig("a %s:// URL takes one host; use redis+sentinel:// for several", scheme)
@@ -187,16 +207,9 @@ func ParseURL(raw string) (Config, error) {
 	sentinelUser, sentinelPass := q.Get(querySentinelUser), q.Get(querySentinelPass)
 	q.Del(querySentinelUser)
 	q.Del(querySentinelPass)
-	var addrs []string
-	for _, h := range strings.Split(hosts, ",") {
-		h = strings.TrimSpace(h)
-		if h == "" {
-			return cfg, invalidConfig("Sentinel store URL has an empty host in its host list")
-		}
-		if _, _, err := splitHostPort(h); err != nil {
-			h += ":" + defaultSentinelPort
-		}
-		addrs = append(addrs, h)
+	addrs, err := splitHosts(hosts, defaultSentinelPort, "Sentinel")
+	if err != nil {
+		return cfg, err
 	}
 	// ParseFailoverURL takes the first sentinel as the URL host and the
 	// others as addr parameters, and its userinfo would authenticate to the
@@ -260,6 +273,17 @@ func takeOwnParams(cfg *Config, q url.Values) error {
 		cfg.FenceFloor = f
 		q.Del(lockstore.FenceFloorParam)
 	}
+	if v, ok := q[queryLayout]; ok {
+		if len(v) != 1 {
+			return invalidConfig("store URL: %s given %d times", queryLayout, len(v))
+		}
+		l, err := parseLayout(v[0])
+		if err != nil {
+			return err
+		}
+		cfg.Layout = l
+		q.Del(queryLayout)
+	}
 	return takeAckParams(cfg, q)
 }
 
@@ -301,6 +325,23 @@ func takeAckParams(cfg *Config, q url.Values) error {
 	return nil
 }
 
+// splitHosts splits a URL's comma-separated host list, giving a host
+// without a port the default one; what names the URL kind in errors.
+func splitHosts(hosts, port, what string) ([]string, error) {
+	var addrs []string
+	for _, h := range strings.Split(hosts, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			return nil, invalidConfig("%s store URL has an empty host in its host list", what)
+		}
+		if _, _, err := splitHostPort(h); err != nil {
+			h += ":" + port
+		}
+		addrs = append(addrs, h)
+	}
+	return addrs, nil
+}
+
 // splitHostPort is net.SplitHostPort that also insists on a port.
 func splitHostPort(h string) (string, string, error) {
 	i := strings.LastIndexByte(h, ':')
@@ -330,13 +371,13 @@ func invalidConfig(format string, args ...any) *lockstore.Error {
 // dropped (MakeStorageKey would drop them anyway), and a prefix whose keys
 // would collide with fence counters, or that leaves no room for a hashed
 // key, is refused before any I/O.
-func normalizePrefix(p string) (string, error) {
+func normalizePrefix(p string, layout Layout) (string, error) {
 	p = strings.TrimRight(p, ":")
 	if p == "" {
 		// An empty prefix would share the keyspace with everything else in
 		// the database and make the audit stream a bare "audit" key; we
 		// refuse it rather than guard each collision it allows.
-		p = DefaultPrefix
+		p = layout.defaultPrefix()
 	}
 	if !utf8.ValidString(p) {
 		return "", invalidConfig("prefix must be valid UTF-8")
@@ -352,6 +393,9 @@ func normalizePrefix(p string) (string, error) {
 	if _, err := lockstore.MakeStorageKey(p, strings.Repeat("k", lockstore.MaxKeyLengthBytes),
 		lockstore.RedisKeyLimit, lockstore.RedisKeyReserve); err != nil {
 		return "", invalidConfig("prefix of %d bytes is too long for Redis keys", len(p))
+	}
+	if layout == LayoutCluster {
+		return p, checkClusterPrefix(p)
 	}
 	return p, nil
 }
@@ -405,11 +449,14 @@ func orDefault(d, def time.Duration) time.Duration {
 
 // String describes the config without credentials, for logs.
 func (c Config) String() string {
-	prefix := c.Prefix
-	if prefix == "" {
-		prefix = DefaultPrefix
+	prefix := c.prefixOrDefault()
+	if c.Layout == LayoutCluster && c.Cluster == nil {
+		prefix += " layout=cluster"
 	}
 	switch {
+	case c.Cluster != nil:
+		return fmt.Sprintf("redis cluster seeds=%s tls=%t prefix=%s layout=cluster",
+			strings.Join(c.Cluster.Addrs, ","), c.Cluster.TLSConfig != nil, c.prefixOrDefault())
 	case c.Failover != nil:
 		return fmt.Sprintf("redis sentinel master=%s sentinels=%s db=%d prefix=%s",
 			c.Failover.MasterName, strings.Join(c.Failover.SentinelAddrs, ","), c.Failover.DB, prefix)

@@ -123,14 +123,14 @@ func TestNormalizePrefix(t *testing.T) {
 		{"fencegate", "fencegate"},
 	}
 	for _, c := range ok {
-		got, err := normalizePrefix(c.in)
+		got, err := normalizePrefix(c.in, LayoutSyncGuard)
 		if err != nil || got != c.want {
 			t.Errorf("normalizePrefix(%q) = %q, %v; want %q", c.in, got, err, c.want)
 		}
 	}
 	bad := []string{"a:fence:b", "fence:", "x:fence:", "myfence", "fence", "team.fencegate", "syncguard.fencegate:", strings.Repeat("p", 960), "\xff"}
 	for _, in := range bad {
-		if _, err := normalizePrefix(in); lockstore.CodeOf(err) != lockstore.InvalidArgument {
+		if _, err := normalizePrefix(in, LayoutSyncGuard); lockstore.CodeOf(err) != lockstore.InvalidArgument {
 			t.Errorf("normalizePrefix(%.20q) = %v, want InvalidArgument", in, err)
 		}
 	}

@@ -61,7 +61,11 @@ const (
 // is lost. A batch's round trip is bounded by
 // the latest deadline among its callers.
 type dispatcher struct {
-	client *goredis.Client
+	client goredis.UniversalClient
+	// cluster is client on a cluster, else nil: scripts are then sent as
+	// commands go-redis never replays (clusterCmd) and those that surely
+	// did not run are sent again (retryCluster).
+	cluster *goredis.ClusterClient
 
 	mu      sync.Mutex
 	work    *sync.Cond // a call was queued, a lane may join, or closed was set
@@ -77,6 +81,11 @@ type dispatcher struct {
 	// taken counts the calls lanes have taken from the queue; pipelined
 	// those sent in pipelines of two or more. Tests read them.
 	taken, pipelined atomic.Int64
+	// retried counts the calls retryCluster sent again.
+	retried atomic.Int64
+	// noRetry (tests only) skips retryCluster: the broken variant
+	// TestClusterMigrationRetry runs.
+	noRetry bool
 	// deliver, when set (tests only), sees a batch after its round trip and
 	// before its callers are released, to break delivery on purpose.
 	deliver func([]*call)
@@ -96,7 +105,7 @@ type call struct {
 	ready chan struct{}
 }
 
-func newDispatcher(client *goredis.Client) *dispatcher {
+func newDispatcher(client goredis.UniversalClient) *dispatcher {
 	d := &dispatcher{client: client, maxBusy: lanes}
 	d.work = sync.NewCond(&d.mu)
 	for i := range lanes {
@@ -260,6 +269,9 @@ func (d *dispatcher) exec(batch []*call) {
 	if len(again) > 0 {
 		d.send(ctx, again, true)
 	}
+	if d.cluster != nil && !d.noRetry {
+		d.retryCluster(ctx, live)
+	}
 	if d.deliver != nil {
 		d.deliver(live)
 	}
@@ -276,6 +288,10 @@ func (d *dispatcher) send(ctx context.Context, calls []*call, eval bool) {
 			return c.s.Eval(ctx, sc, c.keys, c.args...)
 		}
 		return c.s.EvalSha(ctx, sc, c.keys, c.args...)
+	}
+	if d.cluster != nil {
+		d.sendCluster(ctx, calls, eval)
+		return
 	}
 	if len(calls) == 1 {
 		calls[0].cmd = run(calls[0], d.client)
@@ -294,4 +310,91 @@ func failedCmd(ctx context.Context, err error) *goredis.Cmd {
 	cmd := goredis.NewCmd(ctx)
 	cmd.SetErr(err)
 	return cmd
+}
+
+// noRetryCmd is a script call go-redis must not send twice: its cluster
+// client replays a pipeline whose reply was lost (EOF, a reset) or whose
+// first command failed with a retryable error, which would run scripts
+// that already ran (a replayed acquire would find its own lock and report
+// contention). The dispatcher retries itself, only what surely did not run.
+type noRetryCmd struct{ *goredis.Cmd }
+
+func (noRetryCmd) NoRetry() bool { return true }
+
+// clusterCmd builds a script call (EVALSHA, or EVAL with eval) as
+// go-redis's Script would, marked noRetryCmd.
+func clusterCmd(ctx context.Context, c *call, eval bool) *goredis.Cmd {
+	args := make([]any, 0, 3+len(c.keys)+len(c.args))
+	if eval {
+		args = append(args, "eval", c.s.src)
+	} else {
+		args = append(args, "evalsha", c.s.Hash())
+	}
+	args = append(args, len(c.keys))
+	for _, k := range c.keys {
+		args = append(args, k)
+	}
+	args = append(args, c.args...)
+	cmd := goredis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	return cmd
+}
+
+// sendCluster is send on a cluster: the pipeline is split by node (each
+// script goes to its key's master) and MOVED/ASK are followed by go-redis.
+func (d *dispatcher) sendCluster(ctx context.Context, calls []*call, eval bool) {
+	if len(calls) == 1 {
+		calls[0].cmd = clusterCmd(ctx, calls[0], eval)
+		_ = d.cluster.Process(ctx, noRetryCmd{calls[0].cmd})
+		return
+	}
+	pipe := d.cluster.Pipeline()
+	for _, c := range calls {
+		c.cmd = clusterCmd(ctx, c, eval)
+		_ = pipe.Process(ctx, noRetryCmd{c.cmd})
+	}
+	_, _ = pipe.Exec(ctx)
+	d.pipelined.Add(int64(len(calls)))
+}
+
+// retryCluster sends again, up to clusterRetries times with a doubling
+// backoff, the calls whose error says their script did not run
+// (notExecuted: a failover or a slot migration in progress), and asks
+// go-redis to reload the slot map before each round. A call whose caller
+// has given up is not sent again; what still fails keeps its error.
+func (d *dispatcher) retryCluster(ctx context.Context, live []*call) {
+	backoff := clusterBackoff
+	for range clusterRetries {
+		var again []*call
+		for _, c := range live {
+			if err := c.cmd.Err(); !notExecuted(err) || c.ctx.Err() != nil {
+				continue
+			}
+			again = append(again, c)
+		}
+		if len(again) == 0 {
+			return
+		}
+		d.cluster.ReloadState(ctx)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		backoff = min(2*backoff, clusterBackoffMax)
+		d.retried.Add(int64(len(again)))
+		d.send(ctx, again, false)
+		// A promoted replica may lack the scripts.
+		var noscript []*call
+		for _, c := range again {
+			if err := c.cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+				noscript = append(noscript, c)
+			}
+		}
+		if len(noscript) > 0 {
+			d.send(ctx, noscript, true)
+		}
+	}
 }

@@ -67,7 +67,7 @@ func crossCheck(t *testing.T, s *Store, tag string, workers, rounds int) (wrong,
 func TestDispatchRepliesReachTheirCallers(t *testing.T) {
 	prefix := "dispatch-" + fmt.Sprint(time.Now().UnixNano())
 	s := openPrefix(t, prefix)
-	t.Cleanup(func() { dropPrefix(t, s.client, prefix) })
+	t.Cleanup(func() { dropPrefix(t, s.single, prefix) })
 
 	wrong, failed := crossCheck(t, s, "sound", 32, 30)
 	if wrong != 0 || failed != 0 {

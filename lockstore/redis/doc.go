@@ -1,12 +1,13 @@
 // Package redis is fencegate's Redis lock store: one Lua script per
 // operation, run with EVALSHA, with Redis's own clock (TIME) as the time
-// authority. It works against a single server or a master found through
-// Redis Sentinel; Redis Cluster is not supported (scripts touch keys they
-// resolve at run time).
+// authority. It works against a single server, a master found through
+// Redis Sentinel, or a Redis Cluster (redis+cluster://, cluster.go: its own
+// key layout, one hash tag per lock, which SyncGuard cannot share).
 //
 // # Key layout
 //
-// The layout is SyncGuard's, byte for byte, so a fleet already locking with
+// On one server or Sentinel (LayoutSyncGuard, the default) the layout is
+// SyncGuard's, byte for byte, so a fleet already locking with
 // the SyncGuard TypeScript library shares locks and fence sequences with
 // fencegate. With the default prefix "syncguard", acquiring "resource:123"
 // writes exactly:

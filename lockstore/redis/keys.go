@@ -12,16 +12,18 @@ func (s *Store) LockKey(key string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return lockstore.MakeStorageKey(s.prefix, k, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
+	lk, _, err := s.keys(k)
+	return lk, err
 }
 
 // FenceKey returns the storage key of user key's fence counter.
 func (s *Store) FenceKey(key string) (string, error) {
-	lk, err := s.LockKey(key)
+	k, err := normalize(key)
 	if err != nil {
 		return "", err
 	}
-	return lockstore.FenceStorageKey(s.prefix, lk, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
+	_, fk, err := s.keys(k)
+	return fk, err
 }
 
 // IndexKey returns the storage key of lockID's reverse index.
@@ -29,7 +31,35 @@ func (s *Store) IndexKey(lockID string) (string, error) {
 	if err := lockstore.ValidateLockID(lockID); err != nil {
 		return "", err
 	}
-	return lockstore.MakeStorageKey(s.prefix, "id:"+lockID, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
+	return lockstore.MakeStorageKey(s.keyPrefix(lockID[:tagLen]), "id:"+lockID, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
+}
+
+// keyPrefix is the prefix of the keys of a lock whose hash tag is tag: the
+// store's prefix in SyncGuard's layout (which has no tags), the tagged one
+// in the cluster layout.
+func (s *Store) keyPrefix(tag string) string {
+	if s.layout == LayoutCluster {
+		return s.taggedPrefix(tag)
+	}
+	return s.prefix
+}
+
+// newLockID is a fresh lockId for a lock on the normalised key: in the
+// cluster layout it carries the key's hash tag (cluster.go).
+func (s *Store) newLockID(norm string) (string, error) {
+	if s.layout == LayoutCluster {
+		return newTaggedLockID(keyTag(norm))
+	}
+	return lockstore.NewLockID()
+}
+
+// idPrefixOf is the prefix of the index keys of locks on the normalised key
+// (the readKey script's cleanup derives the index key from it), or "".
+func (s *Store) idPrefixOf(norm string) string {
+	if s.layout == LayoutCluster {
+		return s.taggedPrefix(keyTag(norm)) + ":id:"
+	}
+	return s.idPrefix
 }
 
 // Reserved user keys. The layout is SyncGuard's, where a user key "id:X"
@@ -66,11 +96,15 @@ func (s *Store) keys(norm string) (lockKey, fenceKey string, err error) {
 	if err := checkReserved(norm); err != nil {
 		return "", "", err
 	}
-	lockKey, err = lockstore.MakeStorageKey(s.prefix, norm, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
+	p := s.prefix
+	if s.layout == LayoutCluster {
+		p = s.taggedPrefix(keyTag(norm))
+	}
+	lockKey, err = lockstore.MakeStorageKey(p, norm, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
 	if err != nil {
 		return "", "", err
 	}
-	fenceKey, err = lockstore.FenceStorageKey(s.prefix, lockKey, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
+	fenceKey, err = lockstore.FenceStorageKey(p, lockKey, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
 	if err != nil {
 		return "", "", err
 	}

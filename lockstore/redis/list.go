@@ -2,7 +2,10 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -44,38 +47,55 @@ func (s *Store) ListHeld(ctx context.Context, limit int) (lockstore.LockList, er
 
 	byIndex := s.idPrefix != ""
 	pattern := globEscape(s.prefix) + ":*"
-	if byIndex {
+	switch {
+	case s.layout == LayoutCluster:
+		// Index keys are <prefix>:{TAG}:id:<lockId> (the layout refuses a
+		// prefix that would hash them).
+		byIndex, pattern = true, globEscape(s.prefix)+":{???}:id:*"
+	case byIndex:
 		pattern = globEscape(s.idPrefix) + "*"
 	}
+	// One server, or every master of a cluster in turn: the page budget
+	// is the listing's, not each master's.
+	nodes := []*goredis.Client{s.single}
+	if s.cluster != nil {
+		if nodes, err = s.masters(ctx); err != nil {
+			return out, classify(ctx, op, err)
+		}
+	}
 	seen := map[string]bool{}
-	var cursor uint64
-	for page := 0; ; page++ {
-		if page == listScanPages {
-			out.Partial = true
-			break
-		}
-		keys, next, err := s.client.Scan(ctx, cursor, pattern, listScanCount).Result()
-		if err != nil {
-			return out, classify(ctx, op, err)
-		}
-		found, err := s.readListed(ctx, keys, byIndex, out.NowMs)
-		if err != nil {
-			return out, classify(ctx, op, err)
-		}
-		for _, l := range found {
-			if seen[l.LockIDHash] {
-				continue // SCAN may return a key twice
-			}
-			if len(out.Locks) == limit {
+	page := 0
+	for _, node := range nodes {
+		var cursor uint64
+		for ; ; page++ {
+			if page == listScanPages {
 				out.Partial = true
 				return out, nil
 			}
-			seen[l.LockIDHash] = true
-			out.Locks = append(out.Locks, l)
-		}
-		cursor = next
-		if cursor == 0 {
-			break
+			keys, next, err := node.Scan(ctx, cursor, pattern, listScanCount).Result()
+			if err != nil {
+				return out, classify(ctx, op, err)
+			}
+			found, err := s.readListed(ctx, node, keys, byIndex, out.NowMs)
+			if err != nil {
+				return out, classify(ctx, op, err)
+			}
+			for _, l := range found {
+				if seen[l.LockIDHash] {
+					continue // SCAN may return a key twice
+				}
+				if len(out.Locks) == limit {
+					out.Partial = true
+					return out, nil
+				}
+				seen[l.LockIDHash] = true
+				out.Locks = append(out.Locks, l)
+			}
+			cursor = next
+			if cursor == 0 {
+				page++
+				break
+			}
 		}
 	}
 	return out, nil
@@ -84,29 +104,29 @@ func (s *Store) ListHeld(ctx context.Context, limit int) (lockstore.LockList, er
 // readListed turns one SCAN page into live locks: index keys are resolved
 // to their lock keys first (byIndex), other keys are read as locks and
 // whatever does not decode as one (fence counters, index entries) skipped.
-func (s *Store) readListed(ctx context.Context, keys []string, byIndex bool, nowMs int64) ([]lockstore.ListedLock, error) {
+func (s *Store) readListed(ctx context.Context, node *goredis.Client, keys []string, byIndex bool, nowMs int64) ([]lockstore.ListedLock, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
 	lockKeys := keys
 	var wantIDs []string // the lockId each lock key's index entry names
 	if byIndex {
-		vals, err := s.client.MGet(ctx, keys...).Result()
+		vals, err := s.getAll(ctx, node, keys)
 		if err != nil {
 			return nil, err
 		}
 		lockKeys = lockKeys[:0:0]
 		for i, v := range vals {
-			if str, ok := v.(string); ok {
+			if str, ok := v.(string); ok && len(keys[i]) >= lockstore.LockIDLength {
 				lockKeys = append(lockKeys, str)
-				wantIDs = append(wantIDs, strings.TrimPrefix(keys[i], s.idPrefix))
+				wantIDs = append(wantIDs, keys[i][len(keys[i])-lockstore.LockIDLength:])
 			}
 		}
 		if len(lockKeys) == 0 {
 			return nil, nil
 		}
 	}
-	vals, err := s.client.MGet(ctx, lockKeys...).Result()
+	vals, err := s.getAll(ctx, node, lockKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +144,34 @@ func (s *Store) readListed(ctx context.Context, keys []string, byIndex bool, now
 			continue // a stale index entry: the lock is someone else's now
 		}
 		out = append(out, lockstore.NewListedLock(l.Key, l.LockID, l.Fence, l.ExpiresAtMs, l.AcquiredAtMs))
+	}
+	return out, nil
+}
+
+// getAll reads keys from node: one MGET on one server; on a cluster
+// master, whose keys lie in many slots (MGET would be CROSSSLOT), one
+// pipeline of GETs. A missing key is nil.
+func (s *Store) getAll(ctx context.Context, node *goredis.Client, keys []string) ([]any, error) {
+	if s.cluster == nil {
+		return node.MGet(ctx, keys...).Result()
+	}
+	pipe := node.Pipeline()
+	cmds := make([]*goredis.StringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Get(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+		// A key moved away mid-listing answers MOVED: skip it, the
+		// listing is a snapshot and says Partial only for its bounds.
+		if !notExecuted(err) {
+			return nil, err
+		}
+	}
+	out := make([]any, len(keys))
+	for i, c := range cmds {
+		if v, err := c.Result(); err == nil {
+			out[i] = v
+		}
 	}
 	return out, nil
 }

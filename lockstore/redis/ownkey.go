@@ -30,7 +30,7 @@ func (s *Store) legacyAuditKey() string { return s.prefix + ":audit" }
 // key "audit" is a string and stays) and the new one does not exist yet
 // (never merging, never overwriting). It reports whether it moved.
 func (s *Store) moveLegacyAudit(ctx context.Context) (bool, error) {
-	n, err := moveAuditScript.Run(ctx, s.client, []string{s.legacyAuditKey(), s.auditKey}).Int()
+	n, err := moveAuditScript.Run(ctx, s.client, []string{s.legacyAuditKey(), s.audit[0][0]}).Int()
 	if err != nil {
 		return false, classify(ctx, "open", err)
 	}

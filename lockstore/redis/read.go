@@ -38,7 +38,7 @@ func (s *Store) readKey(ctx context.Context, op, key string, cleanup bool) (*sto
 	if cleanup {
 		flag = "1"
 	}
-	reply, err := s.eval(ctx, readKeyScript, []string{lockKey}, flag, s.idPrefix).Slice()
+	reply, err := s.eval(ctx, readKeyScript, []string{lockKey}, flag, s.idPrefixOf(norm)).Slice()
 	if err != nil {
 		return nil, "", lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}

@@ -17,8 +17,9 @@ import (
 // one step that no other client can interleave with (the TOCTOU rule).
 //
 // The scripts touch keys they read from the lockId index, which KEYS does not
-// declare; that is fine on a single server or behind Sentinel, and is why
-// Redis Cluster is not supported.
+// declare; that is fine on a single server or behind Sentinel, and on a
+// cluster only because the cluster layout puts the index and the lock in one
+// slot (cluster.go), where Redis allows an undeclared key.
 //
 // Replies use Lua false for "absent" (a nil reply) and small integer status
 // codes; numbers stay below 2^53, where Lua's doubles are exact.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -17,12 +18,39 @@ import (
 // (a single server, or a master found through Sentinel). It is safe for
 // concurrent use.
 type Store struct {
-	client   *goredis.Client
-	d        *dispatcher // runs every lock script (dispatch.go)
-	prefix   string
-	idPrefix string // prefix of lockId index keys when they are not hashed, else ""
-	auditKey string // decision-class audit stream, ownKey(auditStreamName)
-	inputKey string // input-class audit stream, ownKey(auditInputStreamName)
+	client  goredis.UniversalClient
+	single  *goredis.Client        // the client on one server or Sentinel, else nil
+	cluster *goredis.ClusterClient // the client on a cluster, else nil
+	layout  Layout                 // LayoutSyncGuard or LayoutCluster (cluster.go)
+	d       *dispatcher            // runs every lock script (dispatch.go); on a cluster, those whose master is not known
+	// nodeD (cluster only) is one dispatcher per master address
+	// (dispatcherFor), so that a shard that hangs holds up only its own
+	// keys' calls, never another shard's in the same pipeline.
+	nodeMu sync.Mutex
+	nodeD  map[string]*dispatcher
+	closed bool
+	prefix string
+	// idPrefix is the prefix of lockId index keys when they are not hashed,
+	// else ""; under the cluster layout each tag has its own (idPrefixOf).
+	idPrefix string
+	// audit holds the audit streams, one pair per shard: decision class
+	// (ownKey(auditStreamName)) and input class; one pair in SyncGuard's
+	// layout, auditShards under the cluster layout.
+	audit     [][2]string
+	auditNext atomic.Uint32 // the shard the next append batch goes to
+	// untagged (tests only) drops the hash tags from the cluster layout's
+	// key names: the broken variant TestClusterWithoutHashTags runs.
+	untagged bool
+	// oneDispatcher (tests only) sends every cluster call through s.d:
+	// the broken variant TestClusterShardStall runs.
+	oneDispatcher bool
+	// waitAnywhere (tests only) sends an acknowledged acquire through the
+	// cluster client's pipeline, where WAIT (keyless) lands on any master:
+	// the broken variant TestClusterAckOnKeyMaster runs.
+	waitAnywhere bool
+	// noRetry (tests only) makes the dispatchers created from now on skip
+	// their cluster retry: the broken variant TestClusterMigrationRetry runs.
+	noRetry  bool
 	cleanup  bool
 	floorArg string // the acquire script's floor argument: "1" (FloorClock) or "0"
 	// ackReplicas > 0: acquires wait for that many replicas (ack.go).
@@ -43,8 +71,11 @@ var (
 // Open validates cfg, connects, pings the server and loads the scripts into
 // its script cache. The returned store owns the connection pool; Close it.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
-	const op = "open"
-	prefix, err := normalizePrefix(cfg.Prefix)
+	layout, err := cfg.effectiveLayout()
+	if err != nil {
+		return nil, err
+	}
+	prefix, err := normalizePrefix(cfg.Prefix, layout)
 	if err != nil {
 		return nil, err
 	}
@@ -53,6 +84,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		logger = slog.Default()
 	}
 	s := &Store{
+		layout:      layout,
 		prefix:      prefix,
 		cleanup:     cfg.CleanupInIsLocked,
 		retention:   cfg.AuditRetention.WithDefaults(),
@@ -61,20 +93,32 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		ackTimeout:  orDefault(cfg.AckTimeout, DefaultAckTimeout),
 		log:         logger.With("store", "redis"),
 	}
-	s.auditKey, s.inputKey = s.ownKey(auditStreamName), s.ownKey(auditInputStreamName)
+	s.audit = [][2]string{{s.ownKey(auditStreamName), s.ownKey(auditInputStreamName)}}
+	if layout == LayoutCluster {
+		s.audit = s.audit[:0]
+		for _, tag := range auditShardTags {
+			s.audit = append(s.audit, [2]string{s.ownKey("{" + tag + "}:" + auditStreamName), s.ownKey("{" + tag + "}:" + auditInputStreamName)})
+		}
+	}
 	// The IsLocked cleanup derives index keys inside the script, which only
 	// works while they are plain prefix:id:<lockId>; a prefix long enough to
-	// hash them leaves their removal to their own TTL.
+	// hash them leaves their removal to their own TTL. (The cluster layout
+	// refuses such prefixes.)
 	probe := strings.Repeat("A", lockstore.LockIDLength)
 	if k, err := lockstore.MakeStorageKey(prefix, "id:"+probe, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve); err == nil && k == prefix+":id:"+probe {
 		s.idPrefix = prefix + ":id:"
 	}
 
+	var readTimeout time.Duration // the options applied the default
 	opts, fo := cfg.clientOptions()
-	var readTimeout time.Duration // clientOptions applied the default
-	if fo != nil {
+	var co *goredis.ClusterOptions
+	switch {
+	case cfg.Cluster != nil:
+		co = cfg.clusterOptions()
+		readTimeout = co.ReadTimeout
+	case fo != nil:
 		readTimeout = fo.ReadTimeout
-	} else {
+	default:
 		readTimeout = opts.ReadTimeout
 	}
 	if s.ackReplicas > 0 && (s.ackTimeout < time.Millisecond || (readTimeout > 0 && s.ackTimeout >= readTimeout)) {
@@ -82,55 +126,94 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// connection's read deadline must outlast it.
 		return nil, invalidConfig("ackTimeout %s must be at least 1ms and below the read timeout (%s)", s.ackTimeout, readTimeout)
 	}
-	if fo != nil {
-		s.client = goredis.NewFailoverClient(fo)
-	} else {
-		s.client = goredis.NewClient(opts)
+	switch {
+	case co != nil:
+		s.cluster = goredis.NewClusterClient(co)
+		s.client = s.cluster
+	case fo != nil:
+		s.single = goredis.NewFailoverClient(fo)
+		s.client = s.single
+	default:
+		s.single = goredis.NewClient(opts)
+		s.client = s.single
 	}
-	if err := s.client.Ping(ctx).Err(); err != nil {
-		_ = s.client.Close()
-		return nil, classify(ctx, op, fmt.Errorf("ping: %w", err))
-	}
-	if err := s.checkEviction(ctx); err != nil {
-		_ = s.client.Close()
-		return nil, err
-	}
-	// Loading up front makes the first EVALSHA of each script hit; Run still
-	// falls back to EVAL if the cache is flushed later.
-	pipe := s.client.Pipeline()
-	loads := make([]*goredis.StringCmd, len(allScripts))
-	for i, sc := range allScripts {
-		loads[i] = pipe.ScriptLoad(ctx, sc.src)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		_ = s.client.Close()
-		return nil, classify(ctx, op, fmt.Errorf("script load: %w", err))
-	}
-	for i, sc := range allScripts {
-		if got := loads[i].Val(); got != sc.Hash() {
-			_ = s.client.Close()
-			return nil, lockstore.Errorf(lockstore.Internal, op, "server digest %q of a script differs from ours %q", got, sc.Hash())
-		}
-	}
-	if moved, err := s.moveLegacyAudit(ctx); err != nil {
+	if err := s.openChecks(ctx); err != nil {
 		_ = s.client.Close()
 		return nil, err
-	} else if moved {
-		s.log.Info("redis audit stream moved to its own key", "from", s.legacyAuditKey(), "to", s.auditKey)
 	}
-	s.d = newDispatcher(s.client)
+	s.d = s.newDispatcher()
 	s.log.Info("redis lock store opened", "config", cfg.String())
 	return s, nil
+}
+
+// openChecks pings the server (every master of a cluster), checks its
+// eviction policy and loads the scripts.
+func (s *Store) openChecks(ctx context.Context) error {
+	const op = "open"
+	if s.cluster != nil {
+		// The first call fetches the slot map; every master must answer
+		// at Open, which is what an operator deploying expects to be told.
+		if err := s.cluster.Ping(ctx).Err(); err != nil {
+			return classify(ctx, op, fmt.Errorf("ping: %w", err))
+		}
+	}
+	if err := s.eachMaster(ctx, func(c *goredis.Client) error { return c.Ping(ctx).Err() }); err != nil {
+		return classify(ctx, op, fmt.Errorf("ping: %w", err))
+	}
+	if err := s.checkEviction(ctx); err != nil {
+		return err
+	}
+	// Loading up front makes the first EVALSHA of each script hit; Run still
+	// falls back to EVAL if the cache is flushed later (or a replica that
+	// never loaded them is promoted).
+	err := s.eachMaster(ctx, func(c *goredis.Client) error {
+		pipe := c.Pipeline()
+		loads := make([]*goredis.StringCmd, len(allScripts))
+		for i, sc := range allScripts {
+			loads[i] = pipe.ScriptLoad(ctx, sc.src)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return classify(ctx, op, fmt.Errorf("script load: %w", err))
+		}
+		for i, sc := range allScripts {
+			if got := loads[i].Val(); got != sc.Hash() {
+				return lockstore.Errorf(lockstore.Internal, op, "server digest %q of a script differs from ours %q", got, sc.Hash())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return classify(ctx, op, err)
+	}
+	if s.layout == LayoutCluster {
+		return nil // no earlier version wrote this layout
+	}
+	moved, err := s.moveLegacyAudit(ctx)
+	if err != nil {
+		return err
+	}
+	if moved {
+		s.log.Info("redis audit stream moved to its own key", "from", s.legacyAuditKey(), "to", s.audit[0][0])
+	}
+	return nil
 }
 
 // eval runs one of the lock scripts through the dispatcher: one atomic
 // script, sent alone or in a pipeline with other callers' scripts.
 func (s *Store) eval(ctx context.Context, sc script, keys []string, args ...any) *goredis.Cmd {
-	return s.d.run(ctx, sc, keys, args...)
+	return s.dispatcherFor(ctx, keys).run(ctx, sc, keys, args...)
 }
 
-// Client returns the underlying go-redis client (for tests and tooling).
-func (s *Store) Client() *goredis.Client { return s.client }
+// Client returns the underlying go-redis client on one server or Sentinel,
+// nil on a cluster (for tests and tooling).
+func (s *Store) Client() *goredis.Client { return s.single }
+
+// Universal returns the underlying go-redis client, a *goredis.Client or a
+// *goredis.ClusterClient (for tests and tooling).
+func (s *Store) Universal() goredis.UniversalClient { return s.client }
+
+// Layout returns the key layout in use: LayoutSyncGuard or LayoutCluster.
+func (s *Store) Layout() Layout { return s.layout }
 
 // Prefix returns the key prefix in use.
 func (s *Store) Prefix() string { return s.prefix }
@@ -142,7 +225,11 @@ func (s *Store) Capabilities() lockstore.Capabilities {
 
 // Ping checks that the server answers.
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.client.Ping(ctx).Err(); err != nil {
+	ping := func() error { return s.client.Ping(ctx).Err() }
+	if s.cluster != nil {
+		ping = func() error { return s.pingCluster(ctx) }
+	}
+	if err := ping(); err != nil {
 		return classify(ctx, "ping", err)
 	}
 	return nil
@@ -156,6 +243,12 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.d.close()
+		s.nodeMu.Lock()
+		s.closed = true
+		for _, d := range s.nodeD {
+			d.close()
+		}
+		s.nodeMu.Unlock()
 		if err := s.client.Close(); err != nil {
 			s.closeErr = classify(context.Background(), "close", err)
 		}
@@ -170,8 +263,12 @@ func (s *Store) Close() error {
 // Redis that denies CONFIG (managed services often do) is logged and
 // trusted: its operator must keep maxmemory-policy at noeviction.
 func (s *Store) checkEviction(ctx context.Context) error {
+	return s.eachMaster(ctx, func(c *goredis.Client) error { return s.checkEvictionOn(ctx, c) })
+}
+
+func (s *Store) checkEvictionOn(ctx context.Context, c *goredis.Client) error {
 	const op = "open"
-	res, err := s.client.ConfigGet(ctx, "maxmemory-policy").Result()
+	res, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 	if err != nil {
 		if ctx.Err() != nil {
 			return classify(ctx, op, err)

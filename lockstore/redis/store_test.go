@@ -35,9 +35,16 @@ func testURL(tb testing.TB) string {
 // prefix's keys when the test ends.
 func openPrefix(tb testing.TB, prefix string, mod ...func(*Config)) *Store {
 	tb.Helper()
-	cfg, err := ParseURL(testURL(tb))
+	return openOn(tb, testURL(tb), prefix, mod...)
+}
+
+// openOn opens a store on the store URL raw with prefix; mod adjusts the
+// config first.
+func openOn(tb testing.TB, raw, prefix string, mod ...func(*Config)) *Store {
+	tb.Helper()
+	cfg, err := ParseURL(raw)
 	if err != nil {
-		tb.Fatalf("ParseURL(REDIS_URL): %v", err)
+		tb.Fatalf("ParseURL: %v", err)
 	}
 	cfg.Prefix = prefix
 	cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), nil))
@@ -83,12 +90,25 @@ func dropPrefix(tb testing.TB, c *goredis.Client, prefix string) {
 
 func TestConformance(t *testing.T) {
 	testURL(t)
-	storetest.Run(t, storetest.Harness{
+	storetest.Run(t, conformanceHarness(openPrefix, "syncguard_test_", nil))
+	// Every namespace the suite used is left behind on purpose by the suite's
+	// reopen cases; drop them now that it is done.
+	s := openPrefix(t, "syncguard_test_cleanup")
+	dropPrefix(t, s.Client(), "syncguard_test_t*")
+}
+
+// conformanceHarness is the suite's harness over open: namespace ns is
+// prefix+ns, and layout (if not nil) adjusts each store's config.
+func conformanceHarness(open func(tb testing.TB, prefix string, mod ...func(*Config)) *Store, prefix string, layout func(*Config)) storetest.Harness {
+	return storetest.Harness{
 		Open: func(t *testing.T, ns string, o storetest.Options) (lockstore.Store, error) {
 			if o.Needs(storetest.SweepCounts) {
 				return nil, fmt.Errorf("%w: barrier entries leave by PEXPIRE; SweepBarrier is a no-op", storetest.ErrNotSupported)
 			}
-			return openPrefix(t, "syncguard_test_"+ns, func(c *Config) {
+			return open(t, prefix+ns, func(c *Config) {
+				if layout != nil {
+					layout(c)
+				}
 				c.FenceFloor, c.AuditRetention = o.FenceFloor, o.AuditRetention
 			}), nil
 		},
@@ -98,15 +118,11 @@ func TestConformance(t *testing.T) {
 			if err != nil {
 				t.Fatalf("FenceKey: %v", err)
 			}
-			if err := s.Client().Set(context.Background(), fk, n, 0).Err(); err != nil {
+			if err := s.Universal().Set(context.Background(), fk, n, 0).Err(); err != nil {
 				t.Fatalf("SET %s: %v", fk, err)
 			}
 		},
-	})
-	// Every namespace the suite used is left behind on purpose by the suite's
-	// reopen cases; drop them now that it is done.
-	s := openPrefix(t, "syncguard_test_cleanup")
-	dropPrefix(t, s.Client(), "syncguard_test_t*")
+	}
 }
 
 // TestLayout: acquire("resource:123") with the default prefix writes exactly
@@ -404,7 +420,7 @@ func TestAudit(t *testing.T) {
 	t.Cleanup(func() { dropPrefix(t, s.Client(), prefix) })
 	ctx := context.Background()
 	c := s.Client()
-	if got := s.auditKey; got != prefix+".fencegate:audit" {
+	if got := s.audit[0][0]; got != prefix+".fencegate:audit" {
 		t.Fatalf("audit stream = %q", got)
 	}
 
@@ -418,7 +434,7 @@ func TestAudit(t *testing.T) {
 	if err := s.AppendAudit(ctx, evs); err != nil {
 		t.Fatalf("AppendAudit: %v", err)
 	}
-	if n := c.XLen(ctx, s.auditKey).Val(); n < 150 || n > 400 {
+	if n := c.XLen(ctx, s.audit[0][0]).Val(); n < 150 || n > 400 {
 		t.Errorf("XLEN after 1000 events with MaxEvents 150 = %d, want about 150 (approximate trimming)", n)
 	}
 
@@ -449,12 +465,12 @@ func TestAudit(t *testing.T) {
 	aged := openPrefix(t, prefix, func(c *Config) {
 		c.AuditRetention = lockstore.AuditRetention{MaxEvents: 100000, MaxAge: 50 * time.Millisecond}
 	})
-	before := c.XLen(ctx, s.auditKey).Val()
+	before := c.XLen(ctx, s.audit[0][0]).Val()
 	time.Sleep(150 * time.Millisecond)
 	if err := aged.AppendAudit(ctx, evs[:1]); err != nil {
 		t.Fatal(err)
 	}
-	if n := c.XLen(ctx, s.auditKey).Val(); n >= before {
+	if n := c.XLen(ctx, s.audit[0][0]).Val(); n >= before {
 		t.Errorf("XLEN after an append past MaxAge = %d, want fewer than %d", n, before)
 	}
 }
@@ -671,7 +687,7 @@ func TestAuditStreamMove(t *testing.T) {
 		if st, err := s2.Inspect(ctx, "audit"); err != nil || st.Live == nil || st.Live.LockID != r.LockID {
 			t.Fatalf("Inspect(audit) after reopen = %+v, %v; want the lock untouched", st, err)
 		}
-		if n := s.Client().Exists(ctx, s.auditKey).Val(); n != 0 {
+		if n := s.Client().Exists(ctx, s.audit[0][0]).Val(); n != 0 {
 			t.Error("Open made an audit stream out of a lock")
 		}
 	})
@@ -682,7 +698,7 @@ func TestAuditStreamMove(t *testing.T) {
 		t.Cleanup(func() { dropPrefix(t, s.Client(), prefix) })
 		c := s.Client()
 		oldEntry(c, prefix+":audit", "old-1")
-		oldEntry(c, s.auditKey, "new-1")
+		oldEntry(c, s.audit[0][0], "new-1")
 		s2 := openPrefix(t, prefix)
 		if n := c.XLen(ctx, prefix+":audit").Val(); n != 1 {
 			t.Errorf("old stream has %d entries, want it left in place with 1", n)
