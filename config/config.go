@@ -414,6 +414,7 @@ func (c *Config) Validate() error {
 	}
 	p = append(p, c.maxWriteCapProblems()...)
 	p = append(p, c.maxWaitProblems()...)
+	p = append(p, c.proofNeedProblems()...)
 	c.validateProof(add)
 
 	if len(p) > 0 {
