@@ -201,7 +201,7 @@ func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // requestFlags collects repeated --request values.
 type requestFlags []string
 
-func (r *requestFlags) String() string     { return strings.Join(*r, "; ") }
+func (r *requestFlags) String() string { return strings.Join(*r, "; ") }
 func (r *requestFlags) Set(v string) error {
 	// A sample that is not "METHOD URL" is a bad flag (exit 2), not an
 	// answer about the table (exit 1): nothing was checked.
