@@ -5,13 +5,15 @@ import (
 	"strings"
 )
 
-// proofNeedProblems lists every route that requires a signed write proof
+// ProofKeyProblems lists every route that requires a signed write proof
 // (proof: signed) in a configuration with no key to verify one with
 // (proof.keys or proof.verifyKeys). Such a gateway would start, pass its
 // health checks and then refuse every write the route governs 503
 // unavailable (the check fails closed without a verifier); it refuses to
-// start instead, and `routes check` says so.
-func (c *Config) proofNeedProblems() []string {
+// start instead (Validate, and the proxy's validation, include these), and
+// `routes check` says so. Not part of ValidateRoutes: a table alone (what
+// `routes istio` renders from) needs no key.
+func (c *Config) ProofKeyProblems() []string {
 	if len(c.Proof.Keys) > 0 || len(c.Proof.VerifyKeys) > 0 {
 		return nil
 	}

@@ -193,7 +193,6 @@ func (c *Config) ValidateRoutes() error {
 	p := Problems(c.routeProblems())
 	p = append(p, c.maxWriteCapProblems()...)
 	p = append(p, c.maxWaitProblems()...)
-	p = append(p, c.proofNeedProblems()...)
 	if len(p) > 0 {
 		return p
 	}

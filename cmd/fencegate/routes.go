@@ -265,6 +265,9 @@ func routesCheck(_ context.Context, args []string, stdout, stderr io.Writer) int
 	if err := c.ValidateRoutes(); err != nil {
 		problems = append(problems, err.(config.Problems)...)
 	}
+	// What serve would refuse at start besides the table: a table that
+	// requires signed proofs in a file with no key to verify them.
+	problems = append(problems, c.ProofKeyProblems()...)
 	var t *routes.Table
 	if len(problems) == 0 {
 		if t, err = compileTable(&c); err != nil {
