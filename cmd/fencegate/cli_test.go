@@ -149,6 +149,7 @@ func TestCLIHelpAndBadFlags(t *testing.T) {
 	for _, c := range cliCases() {
 		name := strings.Join(append([]string{"fencegate"}, c.args...), " ")
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each runs the binary three times; none shares state
 			for _, h := range []string{"-h", "--help"} {
 				if p := helpProblem(c, runBinary(t, bin, append(c.args, h)...)); p != "" {
 					t.Errorf("%s %s: %s", name, h, p)
