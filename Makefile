@@ -4,6 +4,7 @@
 #   make test    every test with -race, against real Redis, PostgreSQL, the Firestore
 #                emulator, nginx and a kube-apiserver (scripts/testenv starts the servers);
 #                scripts/preflight first checks (as root: installs) what they need
+#   make test-unit  every package's unit tests, no services, no tool builds (go test -short)
 #   make preflight  only that check, in seconds
 #   make test-js the TypeScript kit's tests alone (js/, examples/orders-node; `make test` runs them)
 #   make lint    gofmt, go vet, staticcheck
@@ -78,6 +79,17 @@ test-js: test-binary
 	cd js && $(NPM_CI)
 	cd examples/orders-node && $(NPM_CI)
 	FENCEGATE_TEST_BINARY=$(TEST_BINARY) scripts/testenv sh -c 'cd js && npm run --silent typecheck && npm test && cd ../examples/orders-node && npm test'
+
+# test-unit runs every package's unit tests with no services: `go test -short`
+# with the services' variables unset, so a test that needs Redis, PostgreSQL,
+# the Firestore emulator, nginx, a kube-apiserver, helm, promtool, spin or
+# Chromium skips, naming it (internal/testutil: NeedService, RedisURL,
+# DatabaseURL, LookPath), rather than reach a developer's own server. `make
+# test` never passes -short: there a missing service fails the test. The
+# binary is built once for the packages that run it (bolt stores only here).
+UNIT_FLAGS ?= -short -count=1 -timeout 10m
+test-unit: test-binary
+	env -u REDIS_URL -u DATABASE_URL -u FIRESTORE_EMULATOR_HOST FENCEGATE_TEST_BINARY=$(TEST_BINARY) $(GO) test $(UNIT_FLAGS) ./...
 
 # image writes the OCI image (static binary on an empty image, user 65532) as
 # an OCI layout; push it with e.g. `crane push bin/image REGISTRY/fencegate:$(VERSION)`

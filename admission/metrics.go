@@ -1,9 +1,9 @@
 package admission
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/internal/promreg"
 )
 
 // Values of the decision label, beyond fencecheck's allow/deny/would-deny.
@@ -51,26 +51,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"operation"}),
 	}
-	m.reviews = register(reg, m.reviews)
-	m.duration = register(reg, m.duration)
+	m.reviews = promreg.Shared(reg, m.reviews)
+	m.duration = promreg.Shared(reg, m.duration)
 	return m
-}
-
-// register registers c with reg (if any) and returns the collector to use:
-// the one already registered when another Handler on the same registry got
-// there first.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if reg == nil {
-		return c
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(err) // a name clash with a different metric: a programming error
-	}
-	return c
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
@@ -48,11 +48,7 @@ var logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
 // real server, and a skipped comparison would look like a finished one.
 func redisURL(tb testing.TB) string {
 	tb.Helper()
-	u := os.Getenv("REDIS_URL")
-	if u == "" {
-		tb.Fatal("REDIS_URL is not set: run `make bench` (or `make test`), whose scripts/testenv starts a throwaway Redis, or export REDIS_URL=redis://127.0.0.1:PORT/0")
-	}
-	return u
+	return testutil.RedisURL(tb)
 }
 
 // cleanupCtx is a fresh context for teardown: tb.Context is already
@@ -154,11 +150,7 @@ func redisStoreURL(tb testing.TB, store *redisstore.Store) string {
 // databaseURL returns DATABASE_URL or fails the benchmark, as redisURL.
 func databaseURL(tb testing.TB) string {
 	tb.Helper()
-	u := os.Getenv("DATABASE_URL")
-	if u == "" {
-		tb.Fatal("DATABASE_URL is not set: run `make bench` (or `make test`), whose scripts/testenv starts a throwaway PostgreSQL, or export DATABASE_URL=postgres://…")
-	}
-	return u
+	return testutil.DatabaseURL(tb)
 }
 
 // openPostgres opens the PostgreSQL store on DATABASE_URL over tables of

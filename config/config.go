@@ -420,6 +420,7 @@ func (c *Config) Validate() error {
 	}
 	p = append(p, c.maxWriteCapProblems()...)
 	p = append(p, c.maxWaitProblems()...)
+	p = append(p, c.ProofKeyProblems()...)
 	c.validateProof(add)
 
 	if len(p) > 0 {

@@ -207,6 +207,7 @@ func (c *Config) ValidateProxy() error {
 	}
 	p = append(p, c.maxWriteCapProblems()...)
 	p = append(p, c.maxWaitProblems()...)
+	p = append(p, c.ProofKeyProblems()...)
 	if len(p) > 0 {
 		return p
 	}

@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -31,6 +32,13 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// Every test here runs the built binary against real services
+		// (Redis, PostgreSQL, the Firestore emulator, nginx, Chromium).
+		fmt.Println("e2e: every test needs the built binary and real services: skipped under -short (make test-unit); make test runs them")
+		os.Exit(0)
+	}
 	var err error
 	binary, err = fencegatetest.Binary()
 	if err != nil {

@@ -173,32 +173,35 @@ func TestBarrierWaiterWokenOnFinish(t *testing.T) {
 	}
 }
 
-// TestBarrierWaiterAcrossGateways: two Checkers over one Redis store (two
-// gateways): W1 in flight at A, W2 waiting at B is admitted once A
-// finishes W1, within a poll (pollMax, jittered) and a margin. B is never
-// woken by A, so this is the re-check. The old budget refuses W2 first.
+// TestBarrierWaiterAcrossGateways: two Checkers over one store (two
+// gateways: over bolt, two Checkers on the one handle a process may hold;
+// over Redis, two connections): W1 in flight at A, W2 waiting at B is
+// admitted once A finishes W1, within a poll (pollMax, jittered) and a
+// margin. B is never woken by A (wake-ups are a Checker's own), so this is
+// the re-check. The old budget refuses W2 first.
 func TestBarrierWaiterAcrossGateways(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		broken brokenWait
-	}{
-		{"correct", brokenNone},
-		{"broken: old budget (check.timeout)", brokenOldBudget},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			prefix := fmt.Sprintf("fencecheck-gw-%d", time.Now().UnixNano())
-			sa, sb := redistest.Open(t, prefix), redistest.Open(t, prefix)
-			a := New(sa, Options{Timeout: 150 * time.Millisecond})
-			b := New(sb, Options{Timeout: 150 * time.Millisecond})
-			b.broken = tc.broken
-			err := admittedAfterFinish(t, sa, sb, a, b, pollMax+promptly)
-			if tc.broken == brokenNone && err != nil {
-				t.Fatal(err)
-			}
-			if tc.broken != brokenNone && err == nil {
-				t.Fatal("the broken wait was not caught")
-			}
-		})
+	for _, st := range waitStores() {
+		for _, tc := range []struct {
+			name   string
+			broken brokenWait
+		}{
+			{"correct", brokenNone},
+			{"broken: old budget (check.timeout)", brokenOldBudget},
+		} {
+			t.Run(st.name+"/"+tc.name, func(t *testing.T) {
+				sa, sb := st.open(t)
+				a := New(sa, Options{Timeout: 150 * time.Millisecond})
+				b := New(sb, Options{Timeout: 150 * time.Millisecond})
+				b.broken = tc.broken
+				err := admittedAfterFinish(t, sa, sb, a, b, pollMax+promptly)
+				if tc.broken == brokenNone && err != nil {
+					t.Fatal(err)
+				}
+				if tc.broken != brokenNone && err == nil {
+					t.Fatal("the broken wait was not caught")
+				}
+			})
+		}
 	}
 }
 

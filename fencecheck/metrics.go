@@ -1,10 +1,9 @@
 package fencecheck
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencegate/fencegate/internal/promreg"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -56,44 +55,44 @@ func newCheckMetrics(reg prometheus.Registerer) *checkMetrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .15, .25, .5, 1},
 		}),
 	}
-	m.inflight = register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+	m.inflight = promreg.Shared(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fencegate_barrier_inflight_writes",
 		Help: "Writes this process admitted under the write barrier and has not yet finished or abandoned.",
 	}))
-	m.abandoned = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	m.abandoned = promreg.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencegate_barrier_abandoned_total",
 		Help: "Barrier writes whose upstream exchange failed; their entries are left to expire at maxWrite.",
 	}))
-	m.finishErrors = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	m.finishErrors = promreg.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencegate_barrier_finish_errors_total",
 		Help: "Barrier Finish store calls that failed; those entries expire at maxWrite.",
 	}))
-	m.barrierWait = register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+	m.barrierWait = promreg.Shared(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "fencegate_barrier_wait_seconds",
 		Help: "Time a barrier write waited for older writes of its key to finish (admitted or refused as draining).",
 		// Up to the longest wait a route may ask for (check.maxWaitCap's default).
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .15, .25, .5, 1, 2.5, 5, 10, 30},
 	}))
-	m.waiters = register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+	m.waiters = promreg.Shared(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fencegate_barrier_waiters",
 		Help: "Barrier writes waiting now for older writes of their key to finish (at most check.barrierMaxWaiters).",
 	}))
-	m.waitersFull = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	m.waitersFull = promreg.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencegate_barrier_waiters_full_total",
 		Help: "Barrier writes refused as draining without waiting: the gateway already had check.barrierMaxWaiters writes waiting, or their key or client its share of them (fencegate_barrier_waiters_share_full_total).",
 	}))
-	m.waitersShare = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+	m.waitersShare = promreg.Shared(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fencegate_barrier_waiters_share_full_total",
 		Help: "Barrier writes refused as draining without waiting because their key, or their client (source address), already had its share of the waiter slots (check.barrierMaxWaiters / 8), by share: key or client.",
 	}, []string{"share"}))
 	m.waitersShare.WithLabelValues(waitersFullKey)
 	m.waitersShare.WithLabelValues(waitersFullClient)
-	m.barrierFull = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+	m.barrierFull = promreg.Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencegate_barrier_full_total",
 		Help: "Barrier writes refused as too-many-writes: their key already had its cap of writes in flight (maxInFlight).",
 	}))
-	m.decisions = register(reg, m.decisions)
-	m.duration = register(reg, m.duration)
+	m.decisions = promreg.Shared(reg, m.decisions)
+	m.duration = promreg.Shared(reg, m.duration)
 	m.allowEnforce = m.decisions.WithLabelValues(decisionAllow, reasonNone, string(ModeEnforce))
 	return m
 }
@@ -111,34 +110,13 @@ func newDroppedCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 		Name: "fencegate_audit_dropped_total",
 		Help: "Audit events dropped, by reason (queue full, sink write failed, recorded after Close) and retention class (decision, input).",
 	}, []string{"reason", "class"})
-	c = register(reg, c)
+	c = promreg.Shared(reg, c)
 	// Exported as 0 from the start: increase() cannot see a series's first
 	// value as an increase, so an alert on drops would miss the first burst.
 	for _, r := range []string{dropQueueFull, dropWriteFailed, dropClosed} {
 		for _, cl := range []lockstore.AuditClass{lockstore.AuditDecision, lockstore.AuditInput} {
 			c.WithLabelValues(r, cl.String())
 		}
-	}
-	return c
-}
-
-// register registers c with reg (when reg is non-nil) and returns the
-// collector to use: the already registered one when another Checker or
-// Auditor on the same registry got there first, so that several of them
-// (authz and admission in one process) share one series.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if reg == nil {
-		return c
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		// A conflicting definition under the same name is a programming
-		// error: keep counting locally rather than failing every check.
 	}
 	return c
 }

@@ -55,7 +55,9 @@ type Route struct {
 }
 
 // ErrRouteOption marks a route option that does not parse.
-var ErrRouteOption = errors.New("fencecheck: bad route option")
+// Its text has no package prefix: the cause it wraps carries one
+// ("bad route option: fencecheck: write methods …"), said once.
+var ErrRouteOption = errors.New("bad route option")
 
 // CompileRoute parses s once. The error lists every option that does not
 // parse (it wraps ErrRouteOption, and ErrBadTemplate for a key template);

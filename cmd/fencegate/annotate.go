@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -31,16 +30,14 @@ Without --patch it reads one object (JSON or YAML) on stdin and prints it as JSO
 // runAnnotate prints an object (or a merge patch) carrying the fence
 // annotations; it needs no gateway.
 func runAnnotate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("lock annotate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, annotateUsage); fs.PrintDefaults() }
+	fs := newFlagSet("lock annotate", annotateUsage)
 	key := fs.String("key", os.Getenv("FENCE_KEY"), "lock key (env FENCE_KEY)")
 	fence := fs.String("fence", os.Getenv("FENCE_TOKEN"), "fence (env FENCE_TOKEN)")
 	patch := fs.Bool("patch", false, "print a JSON merge patch instead of reading an object")
 	keyAnn := fs.String("key-annotation", admission.DefaultKeyAnnotation, "annotation holding the key")
 	fenceAnn := fs.String("fence-annotation", admission.DefaultFenceAnnotation, "annotation holding the fence")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
+		return code
 	}
 	if *key == "" || !lockstore.ValidFence(*fence) {
 		fmt.Fprintln(stderr, "fencegate lock annotate: needs --key and a 15-digit --fence (or FENCE_KEY and FENCE_TOKEN from 'fencegate lock run')")

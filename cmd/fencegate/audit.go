@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -16,8 +15,7 @@ import (
 // first, one JSON object per line; with --follow it keeps polling and
 // prints new events oldest first as they arrive, like tail -f.
 func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("audit", "")
 	var cf clientFlags
 	cf.register(fs)
 	key := fs.String("key", "", "only events for this key")
@@ -25,8 +23,8 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	limit := fs.Int("limit", 100, "at most this many events per query")
 	follow := fs.Bool("follow", false, "keep polling for new events")
 	every := fs.Duration("interval", 2*time.Second, "with --follow, how often to poll")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
+		return code
 	}
 	c, err := cf.client()
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,8 +13,7 @@ import (
 // --fence for --key would pass the edge: the same decision Envoy and nginx
 // get. It prints the decision and exits 0 when allowed, 1 when denied.
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("check", "")
 	var cf clientFlags
 	cf.register(fs)
 	key := fs.String("key", "", "lock key (required)")
@@ -23,8 +21,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	lockID := fs.String("lock-id", envOr("FENCE_LOCK_ID", ""), "optional ownership proof (env FENCE_LOCK_ID)")
 	method := fs.String("method", http.MethodPut, "the write's HTTP method")
 	policy := fs.String("policy", "", "holder or latest (default: the gateway's default, holder)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
+		return code
 	}
 	if *key == "" {
 		fmt.Fprintln(stderr, "fencegate check: --key is required")

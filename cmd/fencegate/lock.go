@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -35,6 +34,10 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, lockUsage)
 		return exitUsage
 	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(stdout, lockUsage)
+		return exitOK
+	}
 	sub, args := args[0], args[1:]
 	switch sub {
 	case "run":
@@ -42,17 +45,54 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "annotate":
 		return runAnnotate(args, os.Stdin, stdout, stderr)
 	}
-	fs := flag.NewFlagSet("lock "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fs)
-	key := fs.String("key", "", "lock key")
-	lockID := fs.String("lock-id", envOr("FENCE_LOCK_ID", ""), "lock id (env FENCE_LOCK_ID)")
-	ttl := fs.Duration("ttl", lockstore.DefaultTTL, "lock TTL")
-	wait := fs.Duration("wait", 0, "with acquire: how long the gateway retries while the key is held")
-	if err := fs.Parse(args); err != nil {
+	uses, known := lockSubFlags[sub]
+	if !known {
+		fmt.Fprintf(stderr, "fencegate lock: unknown subcommand %q\n\n%s\n", sub, lockUsage)
 		return exitUsage
 	}
+	// Each subcommand declares only the flags it reads, so its -h lists
+	// exactly those and a flag it would ignore is refused.
+	fs := newFlagSet("lock "+sub, "usage: fencegate lock "+uses.usage)
+	var cf clientFlags
+	cf.register(fs)
+	var key, lockID string
+	ttl, wait := lockstore.DefaultTTL, time.Duration(0)
+	if uses.key {
+		fs.StringVar(&key, "key", "", "lock key")
+	}
+	if uses.lockID {
+		fs.StringVar(&lockID, "lock-id", envOr("FENCE_LOCK_ID", ""), "lock id (env FENCE_LOCK_ID)")
+	}
+	if uses.ttl {
+		fs.DurationVar(&ttl, "ttl", lockstore.DefaultTTL, "lock TTL")
+	}
+	if uses.wait {
+		fs.DurationVar(&wait, "wait", 0, "how long the gateway retries while the key is held")
+	}
+	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fencegate lock %s: unexpected argument %q\n", sub, fs.Arg(0))
+		return exitUsage
+	}
+	return lockOp(ctx, sub, &cf, &key, &lockID, &ttl, &wait, stdout, stderr)
+}
+
+// lockSubFlags is which flags each of lock's store subcommands reads.
+var lockSubFlags = map[string]struct {
+	usage                  string
+	key, lockID, ttl, wait bool
+}{
+	"acquire": {usage: "acquire --key K [--ttl 30s] [--wait 0s]", key: true, ttl: true, wait: true},
+	"release": {usage: "release --lock-id ID", lockID: true},
+	"extend":  {usage: "extend --lock-id ID [--ttl 30s]", lockID: true, ttl: true},
+	"status":  {usage: "status --key K", key: true},
+	"lookup":  {usage: "lookup --key K | --lock-id ID", key: true, lockID: true},
+}
+
+// lockOp runs one of lock's store subcommands.
+func lockOp(ctx context.Context, sub string, cf *clientFlags, key, lockID *string, ttl, wait *time.Duration, stdout, stderr io.Writer) int {
 	c, err := cf.client()
 	if err != nil {
 		fmt.Fprintln(stderr, "fencegate lock:", err)

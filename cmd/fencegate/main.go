@@ -5,7 +5,7 @@
 //	fencegate proxy    run the fencing reverse proxy in front of an API
 //	fencegate lock     acquire, release, extend, look up, or run a command under a lock
 //	fencegate audit    list audit events (denials) from a gateway
-//	fencegate routes   check the route table and which entry a request matches
+//	fencegate routes   check the route table and which entry a request matches; print its Istio policy
 //	fencegate check    ask a gateway whether a fence is current for a key
 //	fencegate migrate  create the PostgreSQL schema
 //	fencegate token    generate a bearer token and the hash for the config file
@@ -43,9 +43,9 @@ func commands() []command {
 	return []command{
 		{"serve", "run the gateway", runServe},
 		{"proxy", "run the fencing reverse proxy (routes from the config file)", runProxy},
-		{"lock", "acquire | release | extend | status | lookup | run", runLock},
+		{"lock", "acquire | release | extend | status | lookup | run | annotate (a Kubernetes object's fence annotations)", runLock},
 		{"audit", "list audit events (denials) from a gateway", runAudit},
-		{"routes", "check the route table (routes check --config F --request \"PUT URL\")", runRoutes},
+		{"routes", "check: validate the route table, show which entry a request matches | istio: print its Istio policy", runRoutes},
 		{"check", "ask a gateway whether a fence is current for a key", runCheck},
 		{"migrate", "create the PostgreSQL tables and indexes", runMigrate},
 		{"token", "generate a bearer token and its config entry", runToken},
@@ -62,11 +62,12 @@ func main() {
 }
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(stderr)
-		if len(args) == 0 {
-			return exitUsage
-		}
+		return exitUsage
+	}
+	if isHelp(args[0]) {
+		usage(stdout) // asked for: the answer, on stdout
 		return exitOK
 	}
 	for _, c := range commands() {
@@ -87,7 +88,15 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'fencegate <command> -h' for a command's flags.")
 }
 
-func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) int {
+func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("version", "usage: fencegate version")
+	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fencegate version: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
 	fmt.Fprintf(stdout, "fencegate %s\n", version)
 	return exitOK
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -14,10 +13,15 @@ import (
 // runMigrate creates a store's schema (PostgreSQL's tables and indexes),
 // for teams that pre-create schema and run the gateway with autoMigrate=false.
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("migrate", "")
 	store := fs.String("store", envOr("FENCEGATE_STORE", ""), "postgres:// store URL (env FENCEGATE_STORE)")
-	if err := fs.Parse(args); err != nil {
+	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
+		return code
+	}
+	if *store == "" {
+		// Not parseStoreURL's hint: its example is a bolt URL, which needs
+		// no schema and which migrate refuses.
+		fmt.Fprintln(stderr, "fencegate migrate: --store is required: the postgres:// URL of the database (e.g. postgres://fencegate@db.internal/fencegate); other stores need no schema")
 		return exitUsage
 	}
 	u, err := parseStoreURL(*store)

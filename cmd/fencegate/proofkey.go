@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,12 +16,11 @@ import (
 // config entry. With --out the seed goes to a new 0600 file and the entry
 // names it; without, the seed is inline (move it to a Secret).
 func runProofKey(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("proofkey", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("proofkey", "")
 	kid := fs.String("kid", "", "key id, 1 to 32 characters of [A-Za-z0-9_-] (e.g. the date: 2026-11)")
 	out := fs.String("out", "", "write the private seed to this new file (mode 0600) instead of printing it")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "fencegate proofkey: unexpected argument %q\n", fs.Arg(0))

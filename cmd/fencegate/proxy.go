@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,12 +26,11 @@ import (
 // runProxy is `fencegate proxy`: the fencing reverse proxy on its own,
 // against a store URL (the gateway's Redis, PostgreSQL or Firestore, or a
 // local bolt file), with routes from the config file's proxy section.
-func runProxy(ctx context.Context, args []string, _, stderr io.Writer) int {
+func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// The proxy's routes apply at start; a SIGHUP (meant for a reload)
 	// must not stop it.
 	signal.Ignore(syscall.SIGHUP)
-	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("proxy", "usage: fencegate proxy --config FILE [flags]\n\nA fencing reverse proxy: every write on a route is checked against the store\nbefore it reaches the upstream. Routes come from the config file's routes: entries that\nhave an upstream (or proxy.routes).")
 	configPath := fs.String("config", "", "YAML config file with the routes: entries that have an upstream, or proxy.routes (env FENCEGATE_CONFIG)")
 	listen := fs.String("listen", "", "proxy listener host:port (default proxy.addr, else "+config.DefaultProxyAddr+")")
 	store := fs.String("store", "", "store URL; overrides the config's store (env FENCEGATE_STORE)")
@@ -45,12 +43,8 @@ func runProxy(ctx context.Context, args []string, _, stderr io.Writer) int {
 		shutdownDelay = &d
 		return err
 	})
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: fencegate proxy --config FILE [flags]\n\nA fencing reverse proxy: every write on a route is checked against the store\nbefore it reaches the upstream. Routes come from the config file's routes: entries that\nhave an upstream (or proxy.routes).\n\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "fencegate proxy: unexpected argument %q\n", fs.Arg(0))

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/sha256"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -241,11 +240,13 @@ func restartKeys(old, cur config.Config) []string {
 
 // runRoutes is `fencegate routes <subcommand>`.
 func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stderr, "usage: fencegate routes <subcommand> [flags]\n\nsubcommands:\n  check   validate the route table and show which entry a sample request matches\n  istio   print the Istio AuthorizationPolicy (CUSTOM) and DestinationRule generated from the table")
-		if len(args) == 0 {
-			return exitUsage
-		}
+	const usage = "usage: fencegate routes <subcommand> [flags]\n\nsubcommands:\n  check   validate the route table and show which entry a sample request matches\n  istio   print the Istio AuthorizationPolicy (CUSTOM) and DestinationRule generated from the table\n\nRun 'fencegate routes <subcommand> -h' for its flags."
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return exitUsage
+	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(stdout, usage)
 		return exitOK
 	}
 	switch args[0] {
@@ -254,15 +255,25 @@ func runRoutes(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case "istio":
 		return routesIstio(args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "fencegate routes: unknown subcommand %q\n", args[0])
+	fmt.Fprintf(stderr, "fencegate routes: unknown subcommand %q\n\n%s\n", args[0], usage)
 	return exitUsage
 }
 
 // requestFlags collects repeated --request values.
 type requestFlags []string
 
-func (r *requestFlags) String() string     { return strings.Join(*r, "; ") }
-func (r *requestFlags) Set(v string) error { *r = append(*r, v); return nil }
+func (r *requestFlags) String() string { return strings.Join(*r, "; ") }
+func (r *requestFlags) Set(v string) error {
+	// A sample that is not "METHOD URL" is a bad flag (exit 2), not an
+	// answer about the table (exit 1): nothing was checked.
+	method, raw, found := strings.Cut(strings.TrimSpace(v), " ")
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if !found || method == "" || err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return fmt.Errorf("%q is not \"METHOD URL\" with an absolute http(s) URL (\"PUT https://api.example.com/orders/42\")", v)
+	}
+	*r = append(*r, v)
+	return nil
+}
 
 // headerFlags collects repeated --header "name: value" values.
 type headerFlags http.Header
@@ -280,22 +291,19 @@ func (h headerFlags) Set(v string) error {
 // routesCheck is `fencegate routes check`: it validates the config file's
 // route table as serve would load it (or reload it), prints its entries,
 // and for each --request the entry that governs it and the key it yields.
-// Exit 0: valid; 2: the table (or a flag) does not load; 1: a --request
-// no entry matches (or its path cannot be routed).
+// Exit 0: valid, and every --request has an entry that would check it; 2:
+// the table (or a flag, a --request that is not "METHOD URL" included)
+// does not load; 1: a --request no entry matches, or one refused 400
+// malformed (a path that cannot be routed, or that names no key).
 func routesCheck(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("routes check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("routes check", "usage: fencegate routes check --config FILE [--request \"PUT https://api.example.com/orders/42\"]...\n\nValidates the route table as `fencegate serve` loads it, lists its entries, and\nshows which entry governs each sample request and the lock key it yields.")
 	configPath := fs.String("config", "", "YAML config file with routes: (env FENCEGATE_CONFIG)")
 	var reqs requestFlags
 	hdrs := headerFlags{}
 	fs.Var(&reqs, "request", `a sample request, "METHOD URL" ("PUT https://api.example.com/orders/42"); repeatable`)
 	fs.Var(hdrs, "header", `a header of every sample request, "name: value" (x-fence-key: orders/7); repeatable`)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: fencegate routes check --config FILE [--request \"PUT https://api.example.com/orders/42\"]...\n\nValidates the route table as `fencegate serve` loads it, lists its entries, and\nshows which entry governs each sample request and the lock key it yields.\n\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "fencegate routes check: unexpected argument %q\n", fs.Arg(0))
@@ -318,6 +326,9 @@ func routesCheck(_ context.Context, args []string, stdout, stderr io.Writer) int
 	if err := c.ValidateRoutes(); err != nil {
 		problems = append(problems, err.(config.Problems)...)
 	}
+	// What serve would refuse at start besides the table: a table that
+	// requires signed proofs in a file with no key to verify them.
+	problems = append(problems, c.ProofKeyProblems()...)
 	var t *routes.Table
 	if len(problems) == 0 {
 		if t, err = compileTable(&c); err != nil {
@@ -390,7 +401,8 @@ func writeMethods(ms fencecheck.MethodSet) string {
 }
 
 // explainRequest says which entry governs "METHOD URL" and the key it
-// yields; ok is false when no entry does.
+// yields; ok is false when no entry does or the request would be refused
+// 400 malformed (its path names no key under the entry's template).
 func explainRequest(t *routes.Table, spec string, h http.Header) (string, bool) {
 	method, raw, found := strings.Cut(strings.TrimSpace(spec), " ")
 	u, err := url.Parse(strings.TrimSpace(raw))
@@ -425,7 +437,7 @@ func explainRequest(t *routes.Table, spec string, h http.Header) (string, bool) 
 	case rt.Policy == fencecheck.PolicyOff:
 		out += ": a write, policy off (passes unchecked)"
 	case kerr != nil:
-		out += fmt.Sprintf(": a write with no key, denied 400 malformed (%v)", kerr)
+		return out + fmt.Sprintf(": a write with no key, refused 400 malformed (%v)", kerr), false
 	case req.Key == "" && rt.Key == nil:
 		out += fmt.Sprintf(": a write; key from header %s (none given: --header \"%s: KEY\")", rt.KeyHeader, rt.KeyHeader)
 	default:

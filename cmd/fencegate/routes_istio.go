@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -41,8 +40,7 @@ func (s selectorFlag) Set(v string) error {
 // DestinationRule giving the selected proxies fencegate's client
 // certificate (`fencegate routes istio`; deploy/mesh).
 func routesIstio(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("routes istio", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("routes istio", "usage: fencegate routes istio --config FILE [--namespace NS] [--selector k=v]...\n\nPrints the Istio AuthorizationPolicy (CUSTOM) and DestinationRule that send the route\ntable's requests to fencegate.")
 	path := fs.String("config", "", "the config file whose routes: to cover (env FENCEGATE_CONFIG)")
 	var o mesh.Options
 	fs.StringVar(&o.Namespace, "namespace", "default", "namespace of the AuthorizationPolicy (the protected workload's; Istio's root namespace: mesh-wide)")
@@ -53,8 +51,8 @@ func routesIstio(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.ServiceNamespace, "service-namespace", "fencegate", "fencegate's Service's namespace")
 	fs.IntVar(&o.Port, "port", 9191, "fencegate's authz port")
 	fs.StringVar(&o.ClientSecret, "client-secret", "fencegate-authz-client", "Secret (in --namespace) with fencegate's authz client certificate")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "fencegate routes istio: unexpected argument %q\n", fs.Arg(0))

@@ -26,6 +26,8 @@ import (
 // table that does not load (exit 2).
 func TestRoutesCheck(t *testing.T) {
 	good := writeConfig(t, `
+proof:
+  verifyKeys: [{kid: k1, publicKey: u3YXKVdR7oMQHDVJUhMCNCg-0jhoS5XsF3jBlCXyj5o}]
 routes:
   - name: orders
     match: {hosts: [api.example.com], path: {type: Template, value: "/orders/{int}"}}
@@ -90,6 +92,68 @@ routes:
 	}
 	if code := runRoutes(t.Context(), []string{"nope"}, &out, &errOut); code != exitUsage {
 		t.Errorf("unknown subcommand: exit %d", code)
+	}
+}
+
+// TestRoutesCheckRefusals (#27 item 9): a sample the gateway would refuse
+// 400 malformed exits 1 (the old check answered 0 and printed the
+// refusal); a --request that is not "METHOD URL" is a bad flag, 2 (the
+// old check: 1); a table that requires signed proofs without a key to
+// verify them does not load, 2 (the old check: 0, and serve then refused
+// every routed write 503); an error names its package once.
+func TestRoutesCheckRefusals(t *testing.T) {
+	noKey := writeConfig(t, `
+routes:
+  - name: orders
+    match: {path: {type: Template, value: "/orders/{int}"}}
+    key: "orders/{1:int}"
+`)
+	signedNoKeys := writeConfig(t, `
+routes:
+  - name: orders
+    match: {hosts: [api.example.com], path: {type: Template, value: "/orders/{int}"}}
+    key: "orders/{2:int}"
+    proof: signed
+`)
+	badMethods := writeConfig(t, `
+routes:
+  - {name: b, methods: "FOO"}
+`)
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		code       int
+		out, noOut string // in and not in stdout+stderr
+	}{
+		{"a write refused 400 malformed", []string{"--config", noKey, "--request", "PUT https://x/orders/42"}, exitNo, "refused 400 malformed", ""},
+		{"a read on the same entry", []string{"--config", noKey, "--request", "GET https://x/orders/42"}, exitOK, "a read", ""},
+		{"a request without a host", []string{"--config", noKey, "--request", "PUT /orders/42"}, exitUsage, `is not "METHOD URL"`, ""},
+		{"a request without a method", []string{"--config", noKey, "--request", "https://x/orders/42"}, exitUsage, `is not "METHOD URL"`, ""},
+		{"signed proofs without keys", []string{"--config", signedNoKeys}, exitUsage, "proof: signed needs a key", ""},
+		{"one package prefix per error", []string{"--config", badMethods}, exitUsage, `bad route option: fencecheck: write methods "FOO"`, "fencecheck: bad route option: fencecheck:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := runRoutes(t.Context(), append([]string{"check"}, tc.args...), &out, &errOut)
+			all := out.String() + errOut.String()
+			if code != tc.code || !strings.Contains(all, tc.out) || (tc.noOut != "" && strings.Contains(all, tc.noOut)) {
+				t.Fatalf("exit %d (want %d), want %q in:\n%s", code, tc.code, tc.out, all)
+			}
+		})
+	}
+	// serve refuses the same table at start, rather than refusing every
+	// routed write 503 once it runs.
+	cfg := writeConfig(t, "store: bolt://"+t.TempDir()+"/x.db\n"+`
+routes:
+  - name: orders
+    match: {path: {type: Template, value: "/orders/{int}"}}
+    key: "orders/{2:int}"
+    proof: signed
+`)
+	var stderr bytes.Buffer
+	if code := runServe(t.Context(), []string{"--config", cfg}, io.Discard, &stderr); code != exitUsage ||
+		!strings.Contains(stderr.String(), "proof: signed needs a key") {
+		t.Fatalf("serve: exit %d: %s", code, stderr.String())
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -41,17 +40,15 @@ Exit codes: CMD's status; 120 lock held by another for --wait; 121 lock lost (CM
 125 fencegate failed; 126 CMD not executable; 127 CMD not found; 128+N CMD killed by signal N.`
 
 func runLockRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("lock run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, runUsage); fs.PrintDefaults() }
+	fs := newFlagSet("lock run", runUsage)
 	var cf clientFlags
 	cf.register(fs)
 	key := fs.String("key", "", "lock key (required)")
 	ttl := fs.Duration("ttl", lockstore.DefaultTTL, "lock TTL; the lock is extended at half of it")
 	wait := fs.Duration("wait", 0, "how long to wait for the lock if it is held")
 	grace := fs.Duration("grace", 2*time.Second, "after the lock is lost, how long CMD has between SIGTERM and SIGKILL")
-	if err := fs.Parse(args); err != nil {
-		return exitRunFailure
+	if code, ok := parseFlags(fs, args, stdout, stderr, exitRunFailure); !ok {
+		return code
 	}
 	argv := fs.Args()
 	if *key == "" || len(argv) == 0 {

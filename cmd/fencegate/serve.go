@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -36,17 +35,16 @@ import (
 // storeOpenTimeout bounds the first connection to the store.
 const storeOpenTimeout = 15 * time.Second
 
-func runServe(ctx context.Context, args []string, _, stderr io.Writer) int {
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// SIGHUP reloads the route table; caught from the start, so that one
 	// sent while the store opens neither kills the process nor is lost.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("serve", "usage: fencegate serve [flags]\n\nRuns the gateway: the lock API, ext_authz, ext_proc, forward-auth, the admission\nwebhook and the console, as the config file (--config) and FENCEGATE_* say.")
 	build := config.Flags(fs)
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "fencegate serve: unexpected argument %q\n", fs.Arg(0))

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -15,13 +14,12 @@ import (
 // runToken prints a fresh bearer token and the config entry holding its
 // SHA-256: the gateway stores only the hash, so a leaked config leaks no token.
 func runToken(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("token", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("token", "")
 	name := fs.String("name", "", "token name (appears in logs)")
 	prefixes := fs.String("prefixes", "", "comma-separated key prefixes the token may use (empty: all keys)")
 	ops := fs.String("operations", "", "comma-separated operations (acquire,release,extend,lookup,status,audit,ui,check; empty: all lock operations)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
+		return code
 	}
 	if *name == "" {
 		fmt.Fprintln(stderr, "fencegate token: --name is required")

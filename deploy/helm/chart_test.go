@@ -25,6 +25,7 @@ import (
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/deploy/helm"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 var (
@@ -53,6 +54,7 @@ func TestMissingBinaryNamesMakeTest(t *testing.T) {
 }
 
 func TestLint(t *testing.T) {
+	testutil.NeedService(t, "helm (make helm-bin)")
 	for name, args := range variants {
 		t.Run(name, func(t *testing.T) {
 			out, err := helm.Run(context.Background(), append([]string{"lint", "--strict", helm.ChartDir()}, args...)...)
@@ -66,6 +68,7 @@ func TestLint(t *testing.T) {
 // Values the gateway cannot run with fail the render (helm install), not
 // the pods later.
 func TestRenderRefuses(t *testing.T) {
+	testutil.NeedService(t, "helm (make helm-bin)")
 	for name, tc := range map[string]struct {
 		args []string
 		want string
@@ -104,6 +107,7 @@ func TestRenderRefuses(t *testing.T) {
 type rendered map[string]map[string]any
 
 func render(t *testing.T, release, namespace string, args ...string) rendered {
+	testutil.NeedService(t, "helm (make helm-bin)")
 	t.Helper()
 	out, err := helm.Template(context.Background(), release, namespace, args...)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/deploy/helm"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // drainBound is the gateway's drain bound (cmd/fencegate shutdownTimeout):
@@ -60,6 +61,7 @@ func shutdownOf(t *testing.T, dep *appsv1.Deployment) (preStop, delay, grace tim
 // covers the sleep, the delay and the drain, so the kubelet's SIGKILL never
 // cuts a drain short. A grace period set below that is refused at render.
 func TestLifecycle(t *testing.T) {
+	testutil.NeedService(t, "helm (make helm-bin)")
 	for name, args := range variants {
 		t.Run(name, func(t *testing.T) {
 			r := render(t, "fencegate", "fencegate", args...)

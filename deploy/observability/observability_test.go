@@ -26,6 +26,7 @@ import (
 
 	"github.com/fencegate/fencegate/cmd/fencegate/fencegatetest"
 	"github.com/fencegate/fencegate/internal/certwatch/certtest"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"gopkg.in/yaml.v3"
 )
 
@@ -43,6 +44,7 @@ var notYetExported = map[string]string{}
 // fails naming the command that builds it.
 func promtool(t *testing.T) string {
 	t.Helper()
+	testutil.NeedService(t, "promtool (make promtool)")
 	dir := os.Getenv("FENCEGATE_CACHE")
 	if dir == "" {
 		home, err := os.UserHomeDir()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencegate/fencegate/cmd/fencegate/fencegatetest"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"time"
 )
@@ -17,6 +18,7 @@ import (
 // `fencegate lock run` exports them) and the API server admits the patch
 // while its fence is current, and refuses it once superseded.
 func TestAnnotateCLIThroughKubeAPIServer(t *testing.T) {
+	testutil.NeedService(t, "kube-apiserver and etcd (make kube-bins)")
 	bin, err := fencegatetest.Binary()
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/fencegate/fencegate/deploy/helm"
 	"github.com/fencegate/fencegate/deploy/k8s"
 	"github.com/fencegate/fencegate/e2e/kube"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // resources maps the kinds fencegate's manifests use to their REST
@@ -61,6 +62,7 @@ func (c *cluster) apply(manifests []byte, dryRun bool) (warnings []string, err e
 // Certificate, Issuer and ServiceMonitor, so those objects are validated
 // too (against a schema of the fields the chart uses).
 func TestChartServerSideDryRun(t *testing.T) {
+	testutil.NeedService(t, "kube-apiserver and etcd (make kube-bins)")
 	c := startCluster(t)
 	crds, err := os.ReadFile("testdata/crds.yaml")
 	if err != nil {

@@ -334,6 +334,7 @@ func expectDenied(t *testing.T, what string, code int, s status, wantCode int32,
 }
 
 func TestAdmissionThroughKubeAPIServer(t *testing.T) {
+	testutil.NeedService(t, "kube-apiserver and etcd (make kube-bins)")
 	began := time.Now()
 	c := startCluster(t)
 	clusterUp := time.Since(began)
@@ -621,6 +622,7 @@ func keyPaths(prefix string, v any, out map[string]bool) {
 // In warn mode a stale write is admitted, the client is told through the
 // API server's Warning header, and the would-deny is audited.
 func TestWarnModeThroughKubeAPIServer(t *testing.T) {
+	testutil.NeedService(t, "kube-apiserver and etcd (make kube-bins)")
 	c := startCluster(t)
 	g := startGate(t, fencecheck.ModeWarn)
 	setUp(t, c, g)

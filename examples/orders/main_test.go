@@ -19,16 +19,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fenceguard"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/writeproof"
 )
 
 func databaseURL(t *testing.T) string {
 	t.Helper()
-	u := os.Getenv("DATABASE_URL")
-	if u == "" {
-		t.Fatal("DATABASE_URL is not set: run the tests with `make test` or scripts/testenv, which start a throwaway PostgreSQL")
-	}
-	return u
+	return testutil.DatabaseURL(t)
 }
 
 // TestRunScript runs the README's one command (run.sh --demo: PostgreSQL,
@@ -36,6 +33,7 @@ func databaseURL(t *testing.T) string {
 // demo answered as expected, through both edges.
 func TestRunScript(t *testing.T) {
 	databaseURL(t)
+	testutil.NeedService(t, "nginx")
 	if _, err := exec.LookPath("nginx"); err != nil {
 		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {
 			t.Fatalf("nginx not found: the example's nginx half needs it (apt-get install -y nginx)")

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,17 +17,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fenceguard/pgfence"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // pool connects to DATABASE_URL; a missing database fails the test (make
 // test and scripts/testenv start one), it never skips.
 func pool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	url := os.Getenv("DATABASE_URL")
-	if url == "" {
-		t.Fatal("DATABASE_URL is not set: run the tests with `make test` or scripts/testenv, which start a throwaway PostgreSQL")
-	}
-	cfg, err := pgxpool.ParseConfig(url)
+	cfg, err := pgxpool.ParseConfig(testutil.DatabaseURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,17 +15,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/fenceguard/redisfence"
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // client connects to REDIS_URL; a missing Redis fails the test (make test
 // and scripts/testenv start one), it never skips.
 func client(t *testing.T) *redis.Client {
 	t.Helper()
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		t.Fatal("REDIS_URL is not set: run the tests with `make test` or scripts/testenv, which start a throwaway Redis")
-	}
-	o, err := redis.ParseURL(url)
+	o, err := redis.ParseURL(testutil.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

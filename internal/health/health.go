@@ -78,7 +78,7 @@ type Check struct {
 // Options configure a Readiness. Store is required.
 type Options struct {
 	// Store is pinged by every readiness check.
-	Store lockstore.Store
+	Store Store
 	// Checks run after the ping, in order.
 	Checks []Check
 	// Replication, when set, reports the store's replication mode on a
@@ -93,6 +93,14 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Logger: nil is slog.Default().
 	Logger *slog.Logger
+}
+
+// Store is the role of the lock store readiness reads: its ping, and its
+// backend's name (the label of fencegate_store_ready). Every
+// lockstore.Store is one.
+type Store interface {
+	lockstore.Pinger
+	lockstore.Describer
 }
 
 // Readiness is the process's lifecycle and readiness, shared by every

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/fencegate/fencegate/lockstore"
 )
 
 // newStoreReady returns fencegate_store_ready{backend}: 1 when the store
@@ -16,7 +14,7 @@ import (
 // an outage from the alert that exists to report it. It covers the store
 // only (not the phase, nor the webhook's certificate, which has its own
 // metric).
-func newStoreReady(store lockstore.Store, timeout time.Duration) prometheus.Collector {
+func newStoreReady(store Store, timeout time.Duration) prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "fencegate_store_ready",
 		Help:        "1 when the lock store answers a ping within the readiness timeout, else 0 (checked at scrape).",

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // Each step (spin -a, gcc, pan, spin -t) gets this long; the slowest, the
@@ -111,14 +113,8 @@ func TestModel(t *testing.T) {
 // tools returns spin and gcc, failing (never skipping) when one is missing.
 func tools(t *testing.T) (spin, gcc string) {
 	t.Helper()
-	spin, err := exec.LookPath("spin")
-	if err != nil {
-		t.Fatalf("spin is not on PATH (%v): this test model-checks fence.pml with it; install it (apt-get install spin; .ci/run does)", err)
-	}
-	gcc, err = exec.LookPath("gcc")
-	if err != nil {
-		t.Fatalf("gcc is not on PATH (%v): spin's verifier is C; install it (apt-get install gcc libc6-dev; .ci/run does)", err)
-	}
+	spin = testutil.LookPath(t, "spin", "this test model-checks fence.pml with it; install it (apt-get install spin; .ci/run does)")
+	gcc = testutil.LookPath(t, "gcc", "spin's verifier is C; install it (apt-get install gcc libc6-dev; .ci/run does)")
 	return spin, gcc
 }
 

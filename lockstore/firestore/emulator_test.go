@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -33,6 +34,7 @@ var resetOnce sync.Once
 // repeated runs against a long-lived emulator do not pile up documents.
 func needEmulator(t testing.TB) string {
 	t.Helper()
+	testutil.NeedService(t, "the Firestore emulator (FIRESTORE_EMULATOR_HOST)")
 	host := os.Getenv("FIRESTORE_EMULATOR_HOST")
 	if host == "" {
 		t.Fatal(emulatorHelp)

@@ -2,12 +2,13 @@ package postgres
 
 import (
 	"context"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // databaseURL is the test server, which `make test` (scripts/testenv)
@@ -15,12 +16,7 @@ import (
 // nothing.
 func databaseURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv("DATABASE_URL")
-	if u == "" {
-		t.Fatal("DATABASE_URL is unset: run the PostgreSQL store tests with `make test` " +
-			"(scripts/testenv starts a throwaway PostgreSQL), or export DATABASE_URL=postgres://…")
-	}
-	return u
+	return testutil.DatabaseURL(t)
 }
 
 // nsConfig is the Config of namespace ns: its own three tables.

@@ -38,6 +38,7 @@ type ownServer struct {
 
 func startOwnServer(t *testing.T) *ownServer {
 	t.Helper()
+	testutil.NeedService(t, "a PostgreSQL server of its own (initdb, postgres, pg_ctl)")
 	for _, b := range []string{"initdb", "postgres", "pg_ctl"} {
 		if _, err := os.Stat(filepath.Join(pgBinDir, b)); err != nil {
 			t.Fatalf("the outage test needs the PostgreSQL 15 server binaries in %s (apt-get install postgresql-15): %v", pgBinDir, err)

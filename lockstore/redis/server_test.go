@@ -50,10 +50,7 @@ type redisServer struct {
 // killed when the test ends.
 func startServer(t *testing.T, args ...string) *redisServer {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatal("redis-server is not on PATH; these tests start their own servers (install redis-server, e.g. apt-get install redis-server)")
-	}
+	bin := testutil.LookPath(t, "redis-server", "these tests start their own servers (install redis-server, e.g. apt-get install redis-server)")
 	r := &redisServer{t: t, bin: bin, port: testutil.FreePort(t), dir: t.TempDir(), args: args}
 	r.start()
 	t.Cleanup(r.kill)
@@ -491,10 +488,7 @@ func (r *redisServer) startSentinel() {
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	pool := writeTestCerts(t, dir)
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatal("redis-server is not on PATH")
-	}
+	bin := testutil.LookPath(t, "redis-server", "install redis-server, e.g. apt-get install redis-server")
 	port := testutil.FreePort(t)
 	srv := &redisServer{t: t, bin: bin, port: port, dir: dir,
 		tls: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}}

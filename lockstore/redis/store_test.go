@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -24,11 +23,7 @@ import (
 // testURL returns REDIS_URL or fails: these tests need a real server.
 func testURL(tb testing.TB) string {
 	tb.Helper()
-	u := os.Getenv("REDIS_URL")
-	if u == "" {
-		tb.Fatal("REDIS_URL is not set; run the tests with `make test` (scripts/testenv starts a throwaway Redis), or export REDIS_URL=redis://127.0.0.1:PORT/0")
-	}
-	return u
+	return testutil.RedisURL(tb)
 }
 
 // openPrefix opens a store on REDIS_URL with prefix and deletes the

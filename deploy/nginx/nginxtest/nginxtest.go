@@ -47,6 +47,7 @@ func Start(t testing.TB, fencegateAddr, appAddr string) string {
 // empty value).
 func StartWithCredential(t testing.TB, fencegateAddr, appAddr, credential string) string {
 	t.Helper()
+	testutil.NeedService(t, "nginx")
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		if _, serr := os.Stat("/usr/sbin/nginx"); serr != nil {

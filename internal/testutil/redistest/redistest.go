@@ -7,9 +7,9 @@ package redistest
 
 import (
 	"context"
-	"os"
 	"testing"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/redis"
 )
@@ -20,11 +20,7 @@ import (
 // cleanup.
 func Open(tb testing.TB, prefix string) lockstore.Store {
 	tb.Helper()
-	u := os.Getenv("REDIS_URL")
-	if u == "" {
-		tb.Fatal("REDIS_URL is not set; run the tests with scripts/testenv (it starts a throwaway Redis), or export REDIS_URL=redis://127.0.0.1:PORT/0")
-	}
-	cfg, err := redis.ParseURL(u)
+	cfg, err := redis.ParseURL(testutil.RedisURL(tb))
 	if err != nil {
 		tb.Fatal(err)
 	}
