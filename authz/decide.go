@@ -83,6 +83,10 @@ type decider struct {
 	trustLoopback bool
 	routes        *routes.Holder
 	inline        *routeCache
+	// exactMethod matches the table on the method as sent alone: the
+	// broken variant (before #26) the tests show caught; never set
+	// otherwise.
+	exactMethod bool
 }
 
 func newDecider(c *fencecheck.Checker, o Options) decider {
@@ -100,7 +104,8 @@ func newDecider(c *fencecheck.Checker, o Options) decider {
 // one, a caller that is not trusted cannot choose or override an entry:
 // its options are ignored (under check.unmatchedWrites: defaults, they
 // govern the requests no entry matches). refuse: a path the table cannot
-// route (not canonical, or ambiguous).
+// route (not canonical, a raw '#', or a path or method that selects
+// another entry when read another way).
 func (d decider) resolve(tbl *routes.Table, v requestView, ro routeOptions) (rt *fencecheck.Route, refuse error) {
 	if tbl == nil {
 		return d.inline.get(ro), nil
@@ -113,7 +118,14 @@ func (d decider) resolve(tbl *routes.Table, v requestView, ro routeOptions) (rt 
 			return d.inline.get(ro), nil
 		}
 	}
-	e, err := tbl.Match(v.host, v.path, v.method)
+	// Every reading of the method (its case, an override header or
+	// _method parameter): readings that select different entries select
+	// none (routes.ErrAmbiguousMethod), so a client cannot pick a weaker
+	// entry by spelling the method another way.
+	e, err := tbl.MatchRequest(v.host, v.input(v.caller.trusted))
+	if d.exactMethod {
+		e, err = tbl.MatchMethods(v.host, v.path, []string{v.method})
+	}
 	switch {
 	case err != nil:
 		return nil, err
