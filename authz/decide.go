@@ -40,6 +40,9 @@ type Options struct {
 	// resolve says; the owner swaps the table on reload. nil or empty:
 	// every request takes its caller's options.
 	Routes *routes.Holder
+
+	// exactMethod: the decider's (tests only).
+	exactMethod bool
 }
 
 // requestView is what both transports extract from their wire format.
@@ -94,7 +97,7 @@ func newDecider(c *fencecheck.Checker, o Options) decider {
 		o.Logger = slog.Default()
 	}
 	return decider{checker: c, log: o.Logger, authenticate: o.Authenticate, trustLoopback: o.TrustLoopback,
-		routes: o.Routes, inline: newRouteCache(routeCacheSize)}
+		routes: o.Routes, inline: newRouteCache(routeCacheSize), exactMethod: o.exactMethod}
 }
 
 // resolve picks the route governing a request (#20), in order: the table

@@ -242,11 +242,17 @@ func originalRequest(r *http.Request) (requestView, convention) {
 	// a path it finds invalidly encoded (raw UTF-8, say), so the key
 	// template would judge another spelling than the upstream receives.
 	v.path = r.URL.EscapedPath()
+	query := ""
 	if strings.HasPrefix(r.RequestURI, "/") {
-		v.path, _, _ = strings.Cut(r.RequestURI, "?")
+		v.path, query, _ = strings.Cut(r.RequestURI, "?")
 	}
 	if rest, ok := strings.CutPrefix(v.path, HTTPPath); ok && (rest == "" || rest[0] == '/') {
 		v.path = rest
+	}
+	if v.path != "" && query != "" {
+		// The query is the client's: never route options, but read for a
+		// _method override (fencecheck.Input.Overrides).
+		v.path += "?" + query
 	}
 	if v.path == "" {
 		// Envoy's http_service always appends the original path to its
