@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
@@ -180,30 +177,3 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 }
 
 func denialJSON(dec fencecheck.Decision) []byte { return fencecheck.DenialJSON(dec) }
-
-// asciiJSON escapes every non-ASCII rune of a JSON document as \uXXXX, so
-// that it can travel in an HTTP header (the nginx mapping).
-func asciiJSON(b []byte) string {
-	var sb strings.Builder
-	for _, r := range string(b) {
-		switch {
-		case r < utf8.RuneSelf:
-			sb.WriteRune(r)
-		case r > 0xFFFF:
-			r1, r2 := utf16.EncodeRune(r)
-			writeU(&sb, r1)
-			writeU(&sb, r2)
-		default:
-			writeU(&sb, r)
-		}
-	}
-	return sb.String()
-}
-
-func writeU(sb *strings.Builder, r rune) {
-	const hex = "0123456789abcdef"
-	sb.WriteString(`\u`)
-	for shift := 12; shift >= 0; shift -= 4 {
-		sb.WriteByte(hex[(r>>shift)&0xF])
-	}
-}
