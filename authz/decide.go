@@ -28,18 +28,22 @@ type Options struct {
 	// trusted. nil: forward-auth answers whoever reaches it (auth off).
 	Authenticate func(credential string) (KeyScope, error)
 	// TrustLoopback trusts callers connecting from a loopback address (the
-	// same host or pod) as the operator's proxy, as the lock API trusts
-	// them without tokens. Off, only a gRPC caller with a verified client
-	// certificate, or a forward-auth caller with a credential, is trusted.
-	// Only a trusted caller's route may ask for the write barrier.
+	// same host or pod) as the operator's proxy (config
+	// check.trustLoopback; off by default). 127.0.0.6, where Istio's
+	// sidecar connects every inbound caller from, is never trusted. Off,
+	// only a gRPC caller with a verified client certificate, or a
+	// forward-auth caller with a credential, is trusted. Only a trusted
+	// caller may name a table entry (fence_route), send inline options
+	// over a table, or ask for the write barrier.
 	TrustLoopback bool
 	// Routes, when it holds a table (config routes:), governs requests as
 	// resolve says; the owner swaps the table on reload. nil or empty:
 	// every request takes its caller's options.
 	Routes *routes.Holder
 
-	// exactMethod: the decider's (tests only).
-	exactMethod bool
+	// exactMethod: the decider's; trustSidecar trusts 127.0.0.6 like any
+	// loopback peer, as before #26 (tests only: broken variants).
+	exactMethod, trustSidecar bool
 }
 
 // requestView is what both transports extract from their wire format.
@@ -87,6 +91,8 @@ type decider struct {
 	// broken variant (before #26) the tests show caught; never set
 	// otherwise.
 	exactMethod bool
+	// trustSidecar: Options' (tests only).
+	trustSidecar bool
 }
 
 func newDecider(c *fencecheck.Checker, o Options) decider {
@@ -94,7 +100,7 @@ func newDecider(c *fencecheck.Checker, o Options) decider {
 		o.Logger = slog.Default()
 	}
 	return decider{checker: c, log: o.Logger, authenticate: o.Authenticate, trustLoopback: o.TrustLoopback,
-		routes: o.Routes, inline: newRouteCache(routeCacheSize), exactMethod: o.exactMethod}
+		routes: o.Routes, inline: newRouteCache(routeCacheSize), exactMethod: o.exactMethod, trustSidecar: o.trustSidecar}
 }
 
 // resolve picks the route governing a request (#20), in order: the table

@@ -89,7 +89,7 @@ func NewHTTPHandler(c *fencecheck.Checker, o Options) *HTTPHandler {
 }
 
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	who := httpCaller(r, h.d.trustLoopback)
+	who := httpCaller(r, h.d.trustLoopback, h.d.trustSidecar)
 	if h.d.authenticate != nil {
 		// Before anything is read or decided: a caller without the
 		// credential learns nothing and costs no store read, no audit event.
