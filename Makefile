@@ -5,6 +5,7 @@
 #                emulator, nginx and a kube-apiserver (scripts/testenv starts the servers);
 #                scripts/preflight first checks (as root: installs) what they need
 #   make preflight  only that check, in seconds
+#   make test-js the TypeScript kit's tests alone (js/, examples/orders-node; `make test` runs them)
 #   make lint    gofmt, go vet, staticcheck
 #   make bench   the benchmarks under bench/ (writes bench/results/)
 #   make proto   regenerate api/proto
@@ -17,7 +18,7 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 LDFLAGS     := -X main.version=$(VERSION)
 TEST_FLAGS  ?= -race -count=1 -timeout 40m
 
-.PHONY: build test test-unit preflight test-binary tool-modules lint fmt bench proto kube-bins helm-bin promtool image k8s-manifests clean
+.PHONY: build test test-js test-unit preflight test-binary tool-modules lint fmt bench proto kube-bins helm-bin promtool image k8s-manifests clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/fencegate ./cmd/fencegate
@@ -65,6 +66,18 @@ test: preflight
 	@$(MAKE) --no-print-directory -j2 tool-modules test-binary
 	@$(MAKE) --no-print-directory kube-bins helm-bin promtool
 	FENCEGATE_TEST_BINARY=$(TEST_BINARY) scripts/testenv $(GO) test $(TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory test-js
+
+# test-js: the TypeScript kit (js/, @fencegate/guard) and its example
+# (examples/orders-node) with node's test runner, against the servers
+# scripts/testenv starts and the test binary: packages from the committed
+# lockfiles (npm ci), tsc --noEmit, the Go vectors, npm pack, the demo and
+# the end-to-end proof.
+NPM_CI := npm ci --no-audit --no-fund --loglevel=error
+test-js: test-binary
+	cd js && $(NPM_CI)
+	cd examples/orders-node && $(NPM_CI)
+	FENCEGATE_TEST_BINARY=$(TEST_BINARY) scripts/testenv sh -c 'cd js && npm run --silent typecheck && npm test && cd ../examples/orders-node && npm test'
 
 # image writes the OCI image (static binary on an empty image, user 65532) as
 # an OCI layout; push it with e.g. `crane push bin/image REGISTRY/fencegate:$(VERSION)`

@@ -97,6 +97,9 @@ type Connections struct {
 	// (nginx forward-auth, Envoy) is the only peer and opens more
 	// concurrent connections than the default.
 	MaxPerPeer int `yaml:"maxPerPeer"`
+	// MaxRequestsPerPeer bounds the requests (HTTP/2 streams and gRPC
+	// calls each count) one remote IP has in flight on one listener.
+	MaxRequestsPerPeer int `yaml:"maxRequestsPerPeer"`
 }
 
 // validate adds the problems of the connection limits.
@@ -106,6 +109,9 @@ func (c Connections) validate(add func(format string, args ...any)) {
 	}
 	if c.MaxPerPeer < 0 {
 		add("connections.maxPerPeer: %d must not be negative (0 is the default, 64)", c.MaxPerPeer)
+	}
+	if c.MaxRequestsPerPeer < 0 {
+		add("connections.maxRequestsPerPeer: %d must not be negative (0 is the default, 256)", c.MaxRequestsPerPeer)
 	}
 	if c.MaxPerListener > 0 && c.MaxPerPeer > c.MaxPerListener {
 		add("connections.maxPerPeer: %d is more than connections.maxPerListener (%d)", c.MaxPerPeer, c.MaxPerListener)
@@ -299,7 +305,7 @@ func Default() Config {
 // LoadFile merges the YAML file at path into c. Unknown fields are errors:
 // a misspelt option must not be silently ignored.
 func (c *Config) LoadFile(path string) error {
-	b, err := os.ReadFile(path)
+	b, err := ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}

@@ -186,12 +186,12 @@ func TestRedactURL(t *testing.T) {
 // set the limits; a negative value, a per-peer cap above the listener's
 // and a non-number are each listed.
 func TestConnectionLimits(t *testing.T) {
-	path := writeFile(t, "connections:\n  maxPerListener: 512\n")
+	path := writeFile(t, "connections:\n  maxPerListener: 512\n  maxRequestsPerPeer: 100\n")
 	c, err := load(t, []string{"--config", path, "--max-conns-per-peer", "16"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Connections != (Connections{MaxPerListener: 512, MaxPerPeer: 16}) {
+	if c.Connections != (Connections{MaxPerListener: 512, MaxPerPeer: 16, MaxRequestsPerPeer: 100}) {
 		t.Fatalf("got %+v", c.Connections)
 	}
 	if c, err = load(t, nil, map[string]string{"FENCEGATE_MAX_CONNS": "2048"}); err != nil || c.Connections.MaxPerListener != 2048 {
@@ -204,6 +204,7 @@ func TestConnectionLimits(t *testing.T) {
 		{[]string{"--max-conns", "-1", "--max-conns-per-peer", "-2"}, []string{"connections.maxPerListener: -1", "connections.maxPerPeer: -2"}},
 		{[]string{"--max-conns", "8", "--max-conns-per-peer", "9"}, []string{"connections.maxPerPeer: 9 is more than connections.maxPerListener (8)"}},
 		{[]string{"--max-conns", "many"}, []string{"--max-conns: must be an integer"}},
+		{[]string{"--max-requests-per-peer", "-1"}, []string{"connections.maxRequestsPerPeer: -1 must not be negative"}},
 	} {
 		_, err := load(t, tc.args, nil)
 		var p Problems

@@ -60,6 +60,8 @@ var settings = []setting{
 		set: func(c *Config, v string) error { return setInt(&c.Connections.MaxPerListener, v) }},
 	{name: "max-conns-per-peer", usage: "connections one remote IP holds open on one listener (default 64)",
 		set: func(c *Config, v string) error { return setInt(&c.Connections.MaxPerPeer, v) }},
+	{name: "max-requests-per-peer", usage: "requests (HTTP/2 streams and gRPC calls each count) one remote IP has in flight on one listener; one more is refused 429 / RESOURCE_EXHAUSTED (default 256)",
+		set: func(c *Config, v string) error { return setInt(&c.Connections.MaxRequestsPerPeer, v) }},
 	{name: "shutdown-delay", usage: "after SIGTERM or SIGINT, how long every listener keeps serving while /readyz answers 503 and gRPC health NOT_SERVING, before draining (config shutdown.delay; default 0s)",
 		set: func(c *Config, v string) error { return setDuration(&c.Shutdown.Delay, v) }},
 	{name: "debug-addr", usage: "net/http/pprof listener, e.g. 127.0.0.1:6060 (default off; a non-loopback address is served with a warning)",

@@ -45,6 +45,7 @@ const (
 	// (jittered down to half), and at once when a write of its key
 	// finishes here, so the cap also bounds what waiting costs the store:
 	// past the first few re-checks, at most 20 calls a second per waiter.
+	// One key, and one client, may hold an eighth of them (waiters.go).
 	DefaultBarrierMaxWaiters = 256
 )
 
@@ -124,6 +125,7 @@ func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string, 
 		backoff            = c.pollMin
 		sub                *wakeEntry // the key's wake-up, while waiting
 		slot               bool       // holds one of the Checker's waiter slots
+		client             = waiterClient(r.Peer)
 		// last is the latest answer that found the write blocked;
 		// failures counts the re-checks that failed since.
 		last     lockstore.WriteAdmitResult
@@ -134,6 +136,7 @@ func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string, 
 			c.wake.release(key, sub)
 		}
 		if slot {
+			c.slots.give(key, client)
 			c.waiters.Add(-1)
 			c.m.waiters.Dec()
 		}
@@ -272,14 +275,19 @@ func (c *Checker) admit(ctx context.Context, d Decision, r Request, key string, 
 		if attempt == 0 {
 			waitStart = time.Now()
 			waitEnd = waitStart.Add(maxWait)
-			if c.waiters.Add(1) > c.maxWaiters {
-				// The gateway's waiters are all taken: refuse now rather
-				// than let waiting writes pile up behind a slow API.
-				c.waiters.Add(-1)
+			if ok, full := c.slots.take(key, client); !ok {
+				// The gateway's waiters are all taken, or this key's or
+				// this client's share of them (waiters.go): refuse now
+				// rather than let waiting writes pile up behind a slow
+				// API, or let one key or client take every slot.
 				c.m.waitersFull.Inc()
+				if full != waitersFullGateway {
+					c.m.waitersShare.WithLabelValues(full).Inc()
+				}
 				return draining(drainIn), nil
 			}
 			slot = true
+			c.waiters.Add(1)
 			c.m.waiters.Inc()
 			// Ask again at once, subscribed: a write that finished here
 			// between that answer and the subscription woke no one.

@@ -74,8 +74,10 @@ type Options struct {
 	// "draining" at once (fencegate_barrier_waiters_full_total). Each
 	// waiter holds a client connection (bounded by the listeners'
 	// connection slots) and re-checks the store every 100 ms at most; the
-	// cap bounds that store load whatever the listeners admit. 0 is
-	// DefaultBarrierMaxWaiters.
+	// cap bounds that store load whatever the listeners admit. The writes
+	// of one key, and those of one client (Request.Peer's address), hold
+	// at most an eighth of the slots, so that neither can refuse another
+	// key's writes their wait. 0 is DefaultBarrierMaxWaiters.
 	BarrierMaxWaiters int
 }
 
@@ -102,7 +104,8 @@ type Checker struct {
 	// writes waiting at once and their count, and the per-key wake-ups.
 	maxWaitCap time.Duration
 	maxWaiters int64
-	waiters    atomic.Int64
+	waiters    atomic.Int64 // writes holding a slot of slots
+	slots      *waiterSlots
 	wake       *keyWake
 	// pollMin, pollMax bound the sleeps between a waiter's store re-checks
 	// (the constants; tests lengthen them to tell a wake-up from a poll).
@@ -143,6 +146,7 @@ func New(s lockstore.EdgeState, o Options) *Checker {
 	if c.maxWaiters <= 0 {
 		c.maxWaiters = DefaultBarrierMaxWaiters
 	}
+	c.slots = newWaiterSlots(int(c.maxWaiters), false)
 	if c.maxWriteCap <= 0 || c.maxWriteCap > lockstore.MaxWriteLimit {
 		c.maxWriteCap = lockstore.MaxWriteLimit
 	}

@@ -38,6 +38,9 @@ type checkMetrics struct {
 	barrierFull  prometheus.Counter
 	waiters      prometheus.Gauge
 	waitersFull  prometheus.Counter
+	// waitersShare counts the refusals of waitersFull due to a key's or a
+	// client's share of the slots (waiters.go), by share.
+	waitersShare *prometheus.CounterVec
 }
 
 func newCheckMetrics(reg prometheus.Registerer) *checkMetrics {
@@ -77,8 +80,14 @@ func newCheckMetrics(reg prometheus.Registerer) *checkMetrics {
 	}))
 	m.waitersFull = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencegate_barrier_waiters_full_total",
-		Help: "Barrier writes refused as draining without waiting: the gateway already had check.barrierMaxWaiters writes waiting.",
+		Help: "Barrier writes refused as draining without waiting: the gateway already had check.barrierMaxWaiters writes waiting, or their key or client its share of them (fencegate_barrier_waiters_share_full_total).",
 	}))
+	m.waitersShare = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencegate_barrier_waiters_share_full_total",
+		Help: "Barrier writes refused as draining without waiting because their key, or their client (source address), already had its share of the waiter slots (check.barrierMaxWaiters / 8), by share: key or client.",
+	}, []string{"share"}))
+	m.waitersShare.WithLabelValues(waitersFullKey)
+	m.waitersShare.WithLabelValues(waitersFullClient)
 	m.barrierFull = register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencegate_barrier_full_total",
 		Help: "Barrier writes refused as too-many-writes: their key already had its cap of writes in flight (maxInFlight).",

@@ -99,12 +99,15 @@ type Options struct {
 	Unmatched Unmatched
 
 	// skipFolds matches on the exact reading alone, skipOverlap keeps
-	// entries no request can tell apart: only so the tests can show what
-	// each prevents; production code never sets them.
-	skipFolds, skipOverlap bool
+	// entries no request can tell apart, allPairs compares every pair of
+	// entries (the O(n²) check before issue #26 item 8): only so the tests
+	// can show what each prevents; production code never sets them.
+	skipFolds, skipOverlap, allPairs bool
+	// comparisons, when set, counts the pairs the overlap check compares.
+	comparisons *int
 	// exactMethods matches the method as sent alone (no upper-case
 	// reading, no override), skipTarget lets a raw '#' through: the
-	// broken variants the tests show caught.
+	// broken variants the tests show caught (#26 items 2, 3).
 	exactMethods, skipTarget bool
 }
 
@@ -139,11 +142,13 @@ func Compile(entries []config.Route, o Options) (*Table, error) {
 		t.byName[e.Name] = e
 		t.entries = append(t.entries, e)
 	}
-	for i, a := range t.entries {
-		for _, b := range t.entries[i+1:] {
-			if why := indistinguishable(a, b); why != "" && !o.skipOverlap {
-				errs = append(errs, fmt.Errorf("routes %q and %q: no request can tell them apart (%s)", a.Name, b.Name, why))
-			}
+	for _, p := range overlapCandidates(t.entries, o.allPairs) {
+		a, b := t.entries[p[0]], t.entries[p[1]]
+		if o.comparisons != nil {
+			*o.comparisons++
+		}
+		if why := indistinguishable(a, b); why != "" && !o.skipOverlap {
+			errs = append(errs, fmt.Errorf("routes %q and %q: no request can tell them apart (%s)", a.Name, b.Name, why))
 		}
 	}
 	if len(errs) > 0 {
@@ -286,3 +291,102 @@ func (h *Holder) Load() *Table {
 
 // Store swaps in t.
 func (h *Holder) Store(t *Table) { h.p.Store(t) }
+
+// overlapCandidates are the pairs of entries (indexes, i < j, in order)
+// that indistinguishable must compare: only those whose path matches could
+// coincide, found by grouping (issue #26 item 8: comparing every pair made
+// a table of 8,000 entries take 5.7 s to load, and a reload with it).
+// Exact and PathPrefix entries meet only where their paths are one under
+// some reading, so they are grouped by (type, reading, folded path).
+// Templates meet only at the same precedence and length, and then only
+// when their first segments can (a literal meets the same literal, or a
+// placeholder), under the raw segments or some reading: they are grouped
+// by (precedence, length, reading, first literal), a template whose first
+// segment is a placeholder joining every group of its precedence and
+// length. So a table of distinct paths costs O(n log n) (the final sort);
+// what stays quadratic is only entries that share one path (the same path
+// for many hosts or methods, or many templates opening with a
+// placeholder at one precedence), which indistinguishable must tell apart
+// pair by pair. Hosts and methods are deliberately not grouped on: the
+// check's rules for them stay in indistinguishable alone.
+func overlapCandidates(entries []*Entry, all bool) [][2]int {
+	var pairs [][2]int
+	if all {
+		for i := range entries {
+			for j := i + 1; j < len(entries); j++ {
+				pairs = append(pairs, [2]int{i, j})
+			}
+		}
+		return pairs
+	}
+	type tplGroup struct {
+		lits map[string][]int
+		wild []int
+	}
+	flat := map[string][]int{}
+	tpls := map[string]*tplGroup{}
+	for i, e := range entries {
+		pm := &e.path
+		if pm.typ != PathTemplate {
+			for r, f := range pm.folded {
+				k := fmt.Sprintf("%s\x00%d\x00%s", pm.typ, r, f)
+				flat[k] = append(flat[k], i)
+			}
+			continue
+		}
+		readings := append([][]tplSeg{pm.segs}, pm.foldedSegs...)
+		for r, segs := range readings {
+			k := fmt.Sprintf("%d\x00%d\x00%d", pm.templateRank(), len(segs), r)
+			g := tpls[k]
+			if g == nil {
+				g = &tplGroup{lits: map[string][]int{}}
+				tpls[k] = g
+			}
+			if len(segs) == 0 || !segs[0].literal() {
+				g.wild = append(g.wild, i)
+			} else {
+				g.lits[segs[0].lit] = append(g.lits[segs[0].lit], i)
+			}
+		}
+	}
+	seen := map[[2]int]bool{}
+	add := func(i, j int) {
+		if i == j {
+			return
+		}
+		p := [2]int{min(i, j), max(i, j)}
+		if !seen[p] {
+			seen[p] = true
+			pairs = append(pairs, p)
+		}
+	}
+	within := func(ix []int) {
+		for x := range ix {
+			for y := x + 1; y < len(ix); y++ {
+				add(ix[x], ix[y])
+			}
+		}
+	}
+	for _, ix := range flat {
+		within(ix)
+	}
+	for _, g := range tpls {
+		within(g.wild)
+		for _, ix := range g.lits {
+			within(ix)
+			for _, w := range g.wild {
+				for _, i := range ix {
+					add(w, i)
+				}
+			}
+		}
+	}
+	// In the file's order, as every pair was reported before.
+	slices.SortFunc(pairs, func(a, b [2]int) int {
+		if a[0] != b[0] {
+			return a[0] - b[0]
+		}
+		return a[1] - b[1]
+	})
+	return pairs
+}

@@ -12,8 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 )
 
 // Connection slots. Every listener holds at most max connections and at
@@ -34,24 +37,46 @@ import (
 // slow requests; with it, an attacker needs max/perPeer addresses to do
 // so (docs/api.md "Connection limits").
 
+// Requests in flight per peer (issue #26 item 5). Counting connections
+// does not bound what one address holds: over HTTP/2 (every TLS HTTP
+// listener) and gRPC a connection carries many streams, so 12 connections
+// from one address held 3,000 slow requests at the proxy's upstream. Each
+// listener also counts the requests (HTTP requests, h2 streams, gRPC
+// calls and streams) in flight from each peer address, and answers one
+// more than perPeerRequests at once: HTTP 429 with Retry-After, gRPC
+// RESOURCE_EXHAUSTED with a retry-after header.
+
 // Defaults of config.Connections.
 const (
 	maxConnsPerListener = 1024
 	maxConnsPerPeer     = 64
+	// maxRequestsPerPeer: what a busy proxy in front of fencegate (one
+	// address) needs in flight, and as many streams as one gRPC
+	// connection may carry (grpcLimits.maxStreams).
+	maxRequestsPerPeer = 256
 )
+
+// maxHTTP2Streams bounds the streams of one HTTP/2 connection (Go's
+// default is 250; nginx's 128): what one connection may ask of the
+// per-peer request budget at once.
+const maxHTTP2Streams = 100
 
 // connLimits bounds one listener's connections.
 type connLimits struct {
 	max     int // connections open at once; 0 is maxConnsPerListener
 	perPeer int // connections open at once from one IP; 0 is maxConnsPerPeer, capped at max
+	// perPeerRequests: requests in flight at once from one IP; 0 is
+	// maxRequestsPerPeer.
+	perPeerRequests int
 	// metrics, when set, counts every listener's connections.
 	metrics *connMetrics
 }
 
 // connMetrics are the connection slots' metrics, labelled by listener.
 type connMetrics struct {
-	open *prometheus.GaugeVec
-	shed *prometheus.CounterVec
+	open    *prometheus.GaugeVec
+	shed    *prometheus.CounterVec
+	refused *prometheus.CounterVec
 }
 
 // Reasons of fencegate_listener_connections_shed_total.
@@ -70,15 +95,19 @@ func newConnMetrics(reg prometheus.Registerer) *connMetrics {
 			Name: "fencegate_listener_connections_shed_total",
 			Help: "Connections a full listener closed: idle_closed (the longest-idle, to admit a new one), peer_refused (a new one over its peer's cap with every connection of that peer busy).",
 		}, []string{"listener", "reason"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_listener_requests_refused_total",
+			Help: "Requests (HTTP requests, HTTP/2 streams, gRPC calls and streams) a listener refused at once (HTTP 429, gRPC RESOURCE_EXHAUSTED) because their peer address already had connections.maxRequestsPerPeer in flight.",
+		}, []string{"listener"}),
 	}
-	reg.MustRegister(m.open, m.shed)
+	reg.MustRegister(m.open, m.shed, m.refused)
 	return m
 }
 
 // listenerMetrics are one listener's series (nil-safe: no metrics).
 type listenerMetrics struct {
-	open             prometheus.Gauge
-	idleShed, refuse prometheus.Counter
+	open                       prometheus.Gauge
+	idleShed, refuse, requests prometheus.Counter
 }
 
 func (m *connMetrics) forListener(name string) *listenerMetrics {
@@ -86,7 +115,8 @@ func (m *connMetrics) forListener(name string) *listenerMetrics {
 		return nil
 	}
 	return &listenerMetrics{open: m.open.WithLabelValues(name),
-		idleShed: m.shed.WithLabelValues(name, shedIdle), refuse: m.shed.WithLabelValues(name, shedPeer)}
+		idleShed: m.shed.WithLabelValues(name, shedIdle), refuse: m.shed.WithLabelValues(name, shedPeer),
+		requests: m.refused.WithLabelValues(name)}
 }
 
 func (c connLimits) resolved() connLimits {
@@ -95,6 +125,9 @@ func (c connLimits) resolved() connLimits {
 	}
 	if c.perPeer <= 0 {
 		c.perPeer = maxConnsPerPeer
+	}
+	if c.perPeerRequests <= 0 {
+		c.perPeerRequests = maxRequestsPerPeer
 	}
 	c.perPeer = min(c.perPeer, c.max)
 	return c
@@ -119,6 +152,10 @@ type limitListener struct {
 	byAddr map[string]*trackedConn // remote address → connection, for the gRPC interceptors
 	peers  map[netip.Addr]int
 	closed bool
+	// requests counts each peer's requests in flight (takeRequest).
+	requests map[netip.Addr]int
+	// requestsRefused counts refusals since the last warning.
+	requestsRefused int
 
 	// shed counts connections closed for a slot since the last warning.
 	evicted, refused int
@@ -135,6 +172,7 @@ func newLimitListener(ln net.Listener, name string, limits connLimits, log *slog
 		open:     make(map[*trackedConn]struct{}),
 		byAddr:   make(map[string]*trackedConn),
 		peers:    make(map[netip.Addr]int),
+		requests: make(map[netip.Addr]int),
 	}
 	l.freed = sync.NewCond(&l.mu)
 	return l
@@ -299,7 +337,7 @@ func (l *limitListener) releaseLocked(c *trackedConn) {
 // connections were closed for a slot since the last line. The line
 // carries counts only: no peer address an attacker could make it repeat.
 func (l *limitListener) warnLocked() {
-	if l.evicted == 0 && l.refused == 0 {
+	if l.evicted == 0 && l.refused == 0 && l.requestsRefused == 0 {
 		return
 	}
 	now := time.Now()
@@ -307,10 +345,85 @@ func (l *limitListener) warnLocked() {
 		return
 	}
 	l.lastWarn = now
-	l.log.Warn("listener at its connection limits: closed idle connections to admit new ones, and refused connections from peers at their cap",
-		"listener", l.name, "idle_closed", l.evicted, "peer_refused", l.refused,
-		"max_conns", l.limits.max, "max_conns_per_peer", l.limits.perPeer)
-	l.evicted, l.refused = 0, 0
+	l.log.Warn("listener at its connection limits: closed idle connections to admit new ones, and refused connections and requests from peers at their cap",
+		"listener", l.name, "idle_closed", l.evicted, "peer_refused", l.refused, "requests_refused", l.requestsRefused,
+		"max_conns", l.limits.max, "max_conns_per_peer", l.limits.perPeer, "max_requests_per_peer", l.limits.perPeerRequests)
+	l.evicted, l.refused, l.requestsRefused = 0, 0, 0
+}
+
+// takeRequest counts a request in flight from peer, or refuses it (false)
+// when the peer already has perPeerRequests in flight on this listener.
+// Every taken request is given back with doneRequest.
+func (l *limitListener) takeRequest(peer netip.Addr) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.requests[peer] >= l.limits.perPeerRequests && !unlimitedRequests {
+		l.requestsRefused++
+		if l.m != nil {
+			l.m.requests.Inc()
+		}
+		l.warnLocked()
+		return false
+	}
+	l.requests[peer]++
+	return true
+}
+
+func (l *limitListener) doneRequest(peer netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.requests[peer]--; l.requests[peer] <= 0 {
+		delete(l.requests, peer)
+	}
+}
+
+// unlimitedRequests turns the per-peer request limit off: only so a test
+// can show that it catches the listener without it.
+var unlimitedRequests = false
+
+// requestRetryAfter is the Retry-After (seconds) of a request refused for
+// its peer's requests in flight: they are slow ones, by construction.
+const requestRetryAfter = "1"
+
+// limitRequests is the HTTP side of the per-peer request limit: every
+// HTTP listener's handler (the proxy's included) runs behind it, so over
+// HTTP/2 each stream counts.
+func (l *limitListener) limitRequests(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var peer netip.Addr
+		if tc, ok := r.Context().Value(connKey{}).(*trackedConn); ok {
+			peer = tc.peer
+		} else if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+			peer = peerOf(net.TCPAddrFromAddrPort(ap))
+		}
+		if !l.takeRequest(peer) {
+			w.Header().Set("Retry-After", requestRetryAfter)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Cache-Control", "no-store")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"error":"too-many-requests","message":"too many requests in flight from this address (connections.maxRequestsPerPeer)"}` + "\n"))
+			return
+		}
+		defer l.doneRequest(peer)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// grpcPeer is the peer address a gRPC call is counted under.
+func grpcPeer(ctx context.Context) netip.Addr {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return peerOf(p.Addr)
+	}
+	return netip.Addr{}
+}
+
+// errPeerRequests is a gRPC call refused for its peer's calls in flight.
+var errPeerRequests = status.Error(codes.ResourceExhausted, "too many calls in flight from this address (connections.maxRequestsPerPeer)")
+
+// refuseCall sends the retry-after header of a refused call.
+func refuseCall(set func(metadata.MD) error) error {
+	_ = set(metadata.Pairs("retry-after", requestRetryAfter))
+	return errPeerRequests
 }
 
 func (l *limitListener) Close() error {
@@ -416,6 +529,11 @@ func (l *limitListener) grpcConn(ctx context.Context) *trackedConn {
 // its slot in the call's context (markTrusted).
 func (l *limitListener) busyUnary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		p := grpcPeer(ctx)
+		if !l.takeRequest(p) {
+			return nil, refuseCall(func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
+		}
+		defer l.doneRequest(p)
 		tc := l.grpcConn(ctx)
 		if tc == nil {
 			return h(ctx, req)
@@ -430,6 +548,13 @@ func (l *limitListener) busyUnary() grpc.UnaryServerInterceptor {
 // idle is open.
 func (l *limitListener) busyStream(idle map[string]bool) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		// Every stream counts against its peer's requests in flight, the
+		// idle ones (health Watch) included: they are not free either.
+		p := grpcPeer(ss.Context())
+		if !l.takeRequest(p) {
+			return refuseCall(ss.SetHeader)
+		}
+		defer l.doneRequest(p)
 		if idle[info.FullMethod] {
 			return h(srv, ss)
 		}

@@ -300,7 +300,8 @@ func newHTTPRunner(name, addr string, tc *tls.Config, h http.Handler, readTimeou
 		return nil, err
 	}
 	return &httpRunner{ln: ln, tls: tc != nil, srv: &http.Server{
-		Handler:           recoverHTTP(h, log),
+		Handler:           recoverHTTP(ln.limitRequests(h), log),
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: maxHTTP2Streams},
 		TLSConfig:         tc,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,

@@ -12,6 +12,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,6 +59,8 @@ type tableReloader struct {
 	running config.Check
 	reloads *prometheus.CounterVec
 	entries prometheus.Gauge
+	// stuck counts reads given up on that have not returned (read).
+	stuck atomic.Int32
 }
 
 // newTableReloader watches path for the table held by h, counting
@@ -78,9 +81,15 @@ func newTableReloader(path string, loaded config.Config, sum [32]byte, hup <-cha
 }
 
 // readConfigFile loads path over the defaults, with its content's hash.
+// The read is bounded (config.ReadFile): a regular file of at most
+// config.MaxFileSize bytes.
 func readConfigFile(path string) (config.Config, [32]byte, error) {
+	b, err := config.ReadFile(path)
+	return loadConfigBytes(path, b, err)
+}
+
+func loadConfigBytes(path string, b []byte, err error) (config.Config, [32]byte, error) {
 	c := config.Default()
-	b, err := os.ReadFile(path)
 	if err != nil {
 		return c, [32]byte{}, fmt.Errorf("config: %w", err)
 	}
@@ -88,12 +97,61 @@ func readConfigFile(path string) (config.Config, [32]byte, error) {
 	return c, sha256.Sum256(b), c.LoadBytes(path, b)
 }
 
+// A reload's read of the config file. The reloader is one goroutine
+// serving SIGHUP and the poll, so a read that never returns (a FIFO a
+// symlink swap put there, a hung network filesystem) would stop every
+// later reload, a valid table's included (#26 item 8). config.ReadFile
+// refuses what is not a regular file without blocking; beyond that each
+// read runs apart and is given up after reloadReadTimeout, and at most
+// maxStuckReads given-up reads may still hang before the reloader stops
+// starting new ones (each holds a goroutine and a descriptor).
+var (
+	reloadReadTimeout = 5 * time.Second
+	// readConfigBytes reads the file (a test makes it hang).
+	readConfigBytes = config.ReadFile
+	// reloadBlocking reads in the reloader's goroutine, unbounded: the
+	// behaviour before #26 item 8, only so a test can show it is caught.
+	reloadBlocking = false
+)
+
+const maxStuckReads = 4
+
+// read reads the config file within reloadReadTimeout.
+func (r *tableReloader) read() ([]byte, error) {
+	if reloadBlocking {
+		return os.ReadFile(r.path)
+	}
+	if n := r.stuck.Load(); n >= maxStuckReads {
+		return nil, fmt.Errorf("%s: %d earlier reads still have not returned; not reading again until one does", r.path, n)
+	}
+	type result struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan result, 1)
+	r.stuck.Add(1)
+	readFile := readConfigBytes
+	go func() {
+		defer r.stuck.Add(-1)
+		b, err := readFile(r.path)
+		ch <- result{b, err}
+	}()
+	t := time.NewTimer(reloadReadTimeout)
+	defer t.Stop()
+	select {
+	case res := <-ch:
+		return res.b, res.err
+	case <-t.C:
+		return nil, fmt.Errorf("%s: not read within %v; given up", r.path, reloadReadTimeout)
+	}
+}
+
 // run reloads on SIGHUP and on a changed file until ctx ends.
 func (r *tableReloader) run(ctx context.Context) {
 	t := time.NewTicker(routesPollInterval)
 	defer t.Stop()
 	// An edit made between the start's read and now is applied at once.
-	if b, err := os.ReadFile(r.path); err == nil && sha256.Sum256(b) != r.sum {
+	if b, err := r.read(); err == nil && sha256.Sum256(b) != r.sum {
 		r.reload("file changed")
 	}
 	for {
@@ -103,7 +161,9 @@ func (r *tableReloader) run(ctx context.Context) {
 		case <-r.hup:
 			r.reload("SIGHUP")
 		case <-t.C:
-			b, err := os.ReadFile(r.path)
+			// A file that cannot be read is reported by SIGHUP's reload,
+			// not on every poll.
+			b, err := r.read()
 			if err == nil && sha256.Sum256(b) != r.sum {
 				r.reload("file changed")
 			}
@@ -113,7 +173,8 @@ func (r *tableReloader) run(ctx context.Context) {
 
 // reload reads the file and swaps in its table, or keeps the old one.
 func (r *tableReloader) reload(trigger string) {
-	c, sum, err := readConfigFile(r.path)
+	b, err := r.read()
+	c, sum, err := loadConfigBytes(r.path, b, err)
 	r.sum = sum // a broken file is reported once, not on every poll
 	var problems []string
 	if err != nil {

@@ -336,7 +336,7 @@ const (
 
 // connsOf turns the configuration's connection limits into connLimits.
 func connsOf(c config.Connections) connLimits {
-	return connLimits{max: c.MaxPerListener, perPeer: c.MaxPerPeer}
+	return connLimits{max: c.MaxPerListener, perPeer: c.MaxPerPeer, perPeerRequests: c.MaxRequestsPerPeer}
 }
 
 // newLocksGRPCRunner builds the gRPC lock API listener. A Locks call

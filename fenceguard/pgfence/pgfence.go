@@ -18,6 +18,10 @@
 // Both allow a write under the fence already stored (a holder writes many
 // times under one fence) and refuse only a lower one. RecipeSQL is the same
 // rule as a trigger, for writers that are not Go.
+//
+// The statements are the *.sql files of this folder, with {{table}},
+// {{id}}, {{fence}} and {{set}} replaced by quoted names (and the caller's
+// SET list); @fencegate/guard (js/) runs the same files.
 package pgfence
 
 import (
@@ -71,6 +75,26 @@ const (
 //go:embed recipe.sql
 var RecipeSQL string
 
+// The statements, one file each; sqlText fills in their names.
+var (
+	//go:embed table_create.sql
+	tableCreateSQL string
+	//go:embed table_claim.sql
+	tableClaimSQL string
+	//go:embed table_stored.sql
+	tableStoredSQL string
+	//go:embed column_update.sql
+	columnUpdateSQL string
+	//go:embed column_stored.sql
+	columnStoredSQL string
+)
+
+// sqlText fills a statement's {{name}} slots (quoted identifiers, or the
+// program's own SET list) and drops the file's final newline.
+func sqlText(stmt string, slots ...string) string {
+	return strings.TrimSuffix(strings.NewReplacer(slots...).Replace(stmt), "\n")
+}
+
 // IsStale reports whether err is RecipeSQL's trigger refusing a write
 // under a lower fence.
 func IsStale(err error) bool {
@@ -111,7 +135,7 @@ func (t Table) name() string {
 
 // Create creates the table if it does not exist.
 func (t Table) Create(ctx context.Context, q Querier) error {
-	_, err := q.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+ident(t.name())+` (key text PRIMARY KEY, fence bigint NOT NULL CHECK (fence > 0))`)
+	_, err := q.Exec(ctx, sqlText(tableCreateSQL, "{{table}}", ident(t.name())))
 	if err != nil {
 		return fmt.Errorf("pgfence: create %s: %w", t.name(), err)
 	}
@@ -134,16 +158,14 @@ func (t Table) Claim(ctx context.Context, tx Querier, key, fence string) (fenceg
 	// holder's). ON CONFLICT DO UPDATE locks the row and evaluates the
 	// WHERE against its latest committed version.
 	var stored int64
-	err = tx.QueryRow(ctx, `INSERT INTO `+name+` AS f (key, fence) VALUES ($1, $2)
-		ON CONFLICT (key) DO UPDATE SET fence = EXCLUDED.fence WHERE f.fence <= EXCLUDED.fence
-		RETURNING fence`, key, n).Scan(&stored)
+	err = tx.QueryRow(ctx, sqlText(tableClaimSQL, "{{table}}", name), key, n).Scan(&stored)
 	if err == nil {
 		return fenceguard.Result{Applied: true, Fence: fence, Stored: formatFence(stored)}, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return fenceguard.Result{}, fmt.Errorf("pgfence: claim: %w", err)
 	}
-	if err := tx.QueryRow(ctx, `SELECT fence FROM `+name+` WHERE key = $1`, key).Scan(&stored); err != nil {
+	if err := tx.QueryRow(ctx, sqlText(tableStoredSQL, "{{table}}", name), key).Scan(&stored); err != nil {
 		return fenceguard.Result{}, fmt.Errorf("pgfence: read the stored fence: %w", err)
 	}
 	return fenceguard.Result{Fence: fence, Stored: formatFence(stored)}, nil
@@ -204,7 +226,7 @@ func (c Column) Update(ctx context.Context, q Querier, id any, fence string, set
 		fc = "fence"
 	}
 	tbl, idc, fc := ident(c.Table), ident(idc), ident(fc)
-	tag, err := q.Exec(ctx, `UPDATE `+tbl+` SET `+set+`, `+fc+` = $1 WHERE `+idc+` = $2 AND (`+fc+` IS NULL OR `+fc+` <= $1)`,
+	tag, err := q.Exec(ctx, sqlText(columnUpdateSQL, "{{table}}", tbl, "{{set}}", set, "{{fence}}", fc, "{{id}}", idc),
 		append([]any{n, id}, args...)...)
 	if err != nil {
 		return fenceguard.Result{}, fmt.Errorf("pgfence: update: %w", err)
@@ -215,7 +237,7 @@ func (c Column) Update(ctx context.Context, q Querier, id any, fence string, set
 	// Not applied: no row, or a higher fence. This read only names the
 	// stored fence; the UPDATE above already decided.
 	var stored *int64
-	if err := q.QueryRow(ctx, `SELECT `+fc+` FROM `+tbl+` WHERE `+idc+` = $1`, id).Scan(&stored); err != nil {
+	if err := q.QueryRow(ctx, sqlText(columnStoredSQL, "{{table}}", tbl, "{{fence}}", fc, "{{id}}", idc), id).Scan(&stored); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fenceguard.Result{}, ErrNoRow
 		}

@@ -86,7 +86,7 @@ func TestSemantics(t *testing.T) {
 			t.Errorf("fence %q accepted", bad)
 		}
 	}
-	if err := rdb.Set(ctx, key+":fence", "garbage", 0).Err(); err != nil {
+	if err := rdb.Set(ctx, redisfence.FenceKey(key), "garbage", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := redisfence.Set(ctx, rdb, redisfence.Write{Key: key, Fence: fence(2000), Value: "x"}); err == nil || !strings.Contains(err.Error(), "no fence") {
@@ -115,7 +115,7 @@ var brokenCommitters = map[string]committer{
 		return commit(func() (bool, error) { return true, rdb.Set(ctx, key, fc, 0).Err() })
 	},
 	"GET the fence, then SET": func(ctx context.Context, rdb *redis.Client, key, fc string, hold time.Duration, commit func(func() (bool, error)) (bool, error)) (bool, error) {
-		s, err := rdb.Get(ctx, key+":fence").Result()
+		s, err := rdb.Get(ctx, redisfence.FenceKey(key)).Result()
 		if err != nil && err != redis.Nil {
 			return false, err
 		}
@@ -123,7 +123,7 @@ var brokenCommitters = map[string]committer{
 			return false, nil
 		}
 		time.Sleep(hold)
-		return commit(func() (bool, error) { return true, rdb.MSet(ctx, key+":fence", fc, key, fc).Err() })
+		return commit(func() (bool, error) { return true, rdb.MSet(ctx, redisfence.FenceKey(key), fc, key, fc).Err() })
 	},
 }
 

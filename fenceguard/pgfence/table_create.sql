@@ -1,0 +1,1 @@
+CREATE TABLE IF NOT EXISTS {{table}} (key text PRIMARY KEY, fence bigint NOT NULL CHECK (fence > 0))

@@ -1,0 +1,1 @@
+SELECT fence FROM {{table}} WHERE key = $1
