@@ -51,8 +51,8 @@ type caller struct {
 // grpcCaller is the caller of a gRPC stream or call: trusted when its
 // connection presented a client certificate the listener verified (the
 // authz listener's tls.clientCAFile), or, with trustLoopback, when it
-// comes from a loopback address.
-func grpcCaller(ctx context.Context, trustLoopback bool) caller {
+// comes from a loopback address (not 127.0.0.6).
+func grpcCaller(ctx context.Context, trustLoopback, trustSidecar bool) caller {
 	p, ok := grpcpeer.FromContext(ctx)
 	if !ok {
 		return caller{}
@@ -60,22 +60,33 @@ func grpcCaller(ctx context.Context, trustLoopback bool) caller {
 	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 {
 		return caller{trusted: true}
 	}
-	return caller{trusted: trustLoopback && p.Addr != nil && loopbackAddr(p.Addr.String())}
+	return caller{trusted: trustLoopback && p.Addr != nil && loopbackAddr(p.Addr.String(), trustSidecar)}
 }
 
 // httpCaller is a forward-auth caller with auth off: trusted only as a
 // loopback peer, with trustLoopback.
-func httpCaller(r *http.Request, trustLoopback bool) caller {
-	return caller{trusted: trustLoopback && loopbackAddr(r.RemoteAddr)}
+func httpCaller(r *http.Request, trustLoopback, trustSidecar bool) caller {
+	return caller{trusted: trustLoopback && loopbackAddr(r.RemoteAddr, trustSidecar)}
 }
 
+// sidecarInbound is the address Istio's sidecar connects every inbound
+// caller to the workload from (InboundPassthroughBindIpv4): loopback, yet
+// anyone on the pod network. Its IPv6 twin, ::6, is not loopback.
+var sidecarInbound = netip.AddrFrom4([4]byte{127, 0, 0, 6})
+
 // loopbackAddr reports whether a "host:port" peer address is a loopback
-// IP. Only the connection's own peer is judged, never a header.
-func loopbackAddr(addr string) bool {
+// IP other than sidecarInbound, which is never trusted (#26 item 9).
+// Only the connection's own peer is judged, never a header. With
+// trustSidecar (tests only: the broken variant) 127.0.0.6 counts too.
+func loopbackAddr(addr string, trustSidecar bool) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
 	}
 	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Unmap().IsLoopback()
+	if err != nil {
+		return false
+	}
+	ip = ip.Unmap()
+	return ip.IsLoopback() && (ip != sidecarInbound || trustSidecar)
 }

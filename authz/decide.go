@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
-	"unicode/utf16"
-	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/lockstore"
@@ -31,15 +28,22 @@ type Options struct {
 	// trusted. nil: forward-auth answers whoever reaches it (auth off).
 	Authenticate func(credential string) (KeyScope, error)
 	// TrustLoopback trusts callers connecting from a loopback address (the
-	// same host or pod) as the operator's proxy, as the lock API trusts
-	// them without tokens. Off, only a gRPC caller with a verified client
-	// certificate, or a forward-auth caller with a credential, is trusted.
-	// Only a trusted caller's route may ask for the write barrier.
+	// same host or pod) as the operator's proxy (config
+	// check.trustLoopback; off by default). 127.0.0.6, where Istio's
+	// sidecar connects every inbound caller from, is never trusted. Off,
+	// only a gRPC caller with a verified client certificate, or a
+	// forward-auth caller with a credential, is trusted. Only a trusted
+	// caller may name a table entry (fence_route), send inline options
+	// over a table, or ask for the write barrier.
 	TrustLoopback bool
 	// Routes, when it holds a table (config routes:), governs requests as
 	// resolve says; the owner swaps the table on reload. nil or empty:
 	// every request takes its caller's options.
 	Routes *routes.Holder
+
+	// exactMethod: the decider's; trustSidecar trusts 127.0.0.6 like any
+	// loopback peer, as before #26 (tests only: broken variants).
+	exactMethod, trustSidecar bool
 }
 
 // requestView is what both transports extract from their wire format.
@@ -83,6 +87,12 @@ type decider struct {
 	trustLoopback bool
 	routes        *routes.Holder
 	inline        *routeCache
+	// exactMethod matches the table on the method as sent alone: the
+	// broken variant (before #26) the tests show caught; never set
+	// otherwise.
+	exactMethod bool
+	// trustSidecar: Options' (tests only).
+	trustSidecar bool
 }
 
 func newDecider(c *fencecheck.Checker, o Options) decider {
@@ -90,7 +100,7 @@ func newDecider(c *fencecheck.Checker, o Options) decider {
 		o.Logger = slog.Default()
 	}
 	return decider{checker: c, log: o.Logger, authenticate: o.Authenticate, trustLoopback: o.TrustLoopback,
-		routes: o.Routes, inline: newRouteCache(routeCacheSize)}
+		routes: o.Routes, inline: newRouteCache(routeCacheSize), exactMethod: o.exactMethod, trustSidecar: o.trustSidecar}
 }
 
 // resolve picks the route governing a request (#20), in order: the table
@@ -100,7 +110,8 @@ func newDecider(c *fencecheck.Checker, o Options) decider {
 // one, a caller that is not trusted cannot choose or override an entry:
 // its options are ignored (under check.unmatchedWrites: defaults, they
 // govern the requests no entry matches). refuse: a path the table cannot
-// route (not canonical, or ambiguous).
+// route (not canonical, a raw '#', or a path or method that selects
+// another entry when read another way).
 func (d decider) resolve(tbl *routes.Table, v requestView, ro routeOptions) (rt *fencecheck.Route, refuse error) {
 	if tbl == nil {
 		return d.inline.get(ro), nil
@@ -113,7 +124,14 @@ func (d decider) resolve(tbl *routes.Table, v requestView, ro routeOptions) (rt 
 			return d.inline.get(ro), nil
 		}
 	}
-	e, err := tbl.Match(v.host, v.path, v.method)
+	// Every reading of the method (its case, an override header or
+	// _method parameter): readings that select different entries select
+	// none (routes.ErrAmbiguousMethod), so a client cannot pick a weaker
+	// entry by spelling the method another way.
+	e, err := tbl.MatchRequest(v.host, v.input(v.caller.trusted))
+	if d.exactMethod {
+		e, err = tbl.MatchMethods(v.host, v.path, []string{v.method})
+	}
 	switch {
 	case err != nil:
 		return nil, err
@@ -165,30 +183,3 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 }
 
 func denialJSON(dec fencecheck.Decision) []byte { return fencecheck.DenialJSON(dec) }
-
-// asciiJSON escapes every non-ASCII rune of a JSON document as \uXXXX, so
-// that it can travel in an HTTP header (the nginx mapping).
-func asciiJSON(b []byte) string {
-	var sb strings.Builder
-	for _, r := range string(b) {
-		switch {
-		case r < utf8.RuneSelf:
-			sb.WriteRune(r)
-		case r > 0xFFFF:
-			r1, r2 := utf16.EncodeRune(r)
-			writeU(&sb, r1)
-			writeU(&sb, r2)
-		default:
-			writeU(&sb, r)
-		}
-	}
-	return sb.String()
-}
-
-func writeU(sb *strings.Builder, r rune) {
-	const hex = "0123456789abcdef"
-	sb.WriteString(`\u`)
-	for shift := 12; shift >= 0; shift -= 4 {
-		sb.WriteByte(hex[(r>>shift)&0xF])
-	}
-}

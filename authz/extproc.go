@@ -177,7 +177,7 @@ func (s *ExtProc) decide(ctx context.Context, req *extprocv3.ProcessingRequest, 
 		peer:      extProcPeer(req),
 		source:    SourceExtProc,
 		canFinish: true,
-		caller:    grpcCaller(ctx, s.d.trustLoopback),
+		caller:    grpcCaller(ctx, s.d.trustLoopback, s.d.trustSidecar),
 	}
 	if v.method == "" {
 		v.methodUnknown = true // checked as a write

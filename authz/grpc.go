@@ -89,7 +89,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 		count:  count,
 		peer:   peerAddr(attrs.GetSource()),
 		source: SourceGRPC,
-		caller: grpcCaller(ctx, s.d.trustLoopback),
+		caller: grpcCaller(ctx, s.d.trustLoopback, s.d.trustSidecar),
 	}
 	dec, _ := s.d.decide(grpcTraceContext(ctx, headers), v, optionsFromMap(attrs.GetContextExtensions()))
 	return checkResponse(dec), nil

@@ -3,6 +3,7 @@ package authz
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -88,13 +89,13 @@ func NewHTTPHandler(c *fencecheck.Checker, o Options) *HTTPHandler {
 }
 
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	who := httpCaller(r, h.d.trustLoopback)
+	who := httpCaller(r, h.d.trustLoopback, h.d.trustSidecar)
 	if h.d.authenticate != nil {
 		// Before anything is read or decided: a caller without the
 		// credential learns nothing and costs no store read, no audit event.
 		scope, err := h.d.authenticate(r.Header.Get(HeaderCredential))
 		if err != nil {
-			writeCredentialError(w, err)
+			writeCredentialError(w, r, err)
 			return
 		}
 		who = caller{trusted: true, scope: scope}
@@ -148,7 +149,7 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	dec, err := h.d.decide(tracing.FromHTTP(r.Context(), r.Header), v, ro)
 	if errors.Is(err, errKeyOutOfScope) {
-		writeCredentialError(w, err)
+		writeCredentialError(w, r, err)
 		return
 	}
 
@@ -169,11 +170,15 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body := denialJSON(dec)
 	status := dec.Status
-	hd.Set("Content-Type", "application/json")
-	hd.Set(HeaderReason, string(dec.Reason))
+	for _, kv := range fencecheck.DenialHeaders(dec) {
+		hd.Set(kv[0], kv[1]) // content type, reason, decision id, Retry-After
+	}
 	if strings.EqualFold(r.Header.Get(HeaderAuthRequest), "nginx") {
+		// The body as it is: encoding/json escapes every control byte, so
+		// it fits a header as one line, and the shipped config replays it
+		// byte for byte (non-ASCII as UTF-8, which nginx passes through).
 		hd.Set(HeaderStatus, strconv.Itoa(status))
-		hd.Set(HeaderBody, asciiJSON(body))
+		hd.Set(HeaderBody, string(body))
 		status = http.StatusForbidden
 	}
 	w.WriteHeader(status)
@@ -242,11 +247,17 @@ func originalRequest(r *http.Request) (requestView, convention) {
 	// a path it finds invalidly encoded (raw UTF-8, say), so the key
 	// template would judge another spelling than the upstream receives.
 	v.path = r.URL.EscapedPath()
+	query := ""
 	if strings.HasPrefix(r.RequestURI, "/") {
-		v.path, _, _ = strings.Cut(r.RequestURI, "?")
+		v.path, query, _ = strings.Cut(r.RequestURI, "?")
 	}
 	if rest, ok := strings.CutPrefix(v.path, HTTPPath); ok && (rest == "" || rest[0] == '/') {
 		v.path = rest
+	}
+	if v.path != "" && query != "" {
+		// The query is the client's: never route options, but read for a
+		// _method override (fencecheck.Input.Overrides).
+		v.path += "?" + query
 	}
 	if v.path == "" {
 		// Envoy's http_service always appends the original path to its
@@ -285,7 +296,7 @@ var errAmbiguousRouteQuery = errors.New("authz: the forward-auth query equals th
 // not call forward-auth or check this key. The body is the lock API's
 // error body (code AuthFailed); there is no decision id, and no audit
 // event. nginx's auth_request passes both statuses through as they are.
-func writeCredentialError(w http.ResponseWriter, err error) {
+func writeCredentialError(w http.ResponseWriter, r *http.Request, err error) {
 	status, msg, hint := http.StatusUnauthorized, "forward-auth needs a token with the check operation in "+HeaderCredential, "invalid_token"
 	switch {
 	case errors.Is(err, ErrForbidden):
@@ -302,6 +313,13 @@ func writeCredentialError(w http.ResponseWriter, err error) {
 		// but it belongs with 407, which no auth_request proxy passes.
 		hd.Set("WWW-Authenticate", `Bearer realm="fencegate-check", error="`+hint+`"`)
 	}
+	body := fmt.Sprintf(`{"error":{"code":"AuthFailed","message":%q}}`, msg)
+	if status == http.StatusForbidden && strings.EqualFold(r.Header.Get(HeaderAuthRequest), "nginx") {
+		// nginx passes a 403 without its body: the shipped config replays
+		// this one, as every denial's.
+		hd.Set(HeaderStatus, strconv.Itoa(status))
+		hd.Set(HeaderBody, body)
+	}
 	w.WriteHeader(status)
-	_, _ = fmt.Fprintf(w, `{"error":{"code":"AuthFailed","message":%q}}`+"\n", msg)
+	_, _ = io.WriteString(w, body+"\n")
 }

@@ -219,6 +219,13 @@ type Check struct {
 	// BarrierMaxWaiters caps the barrier writes one gateway has waiting at
 	// once; zero is fencecheck.DefaultBarrierMaxWaiters (256).
 	BarrierMaxWaiters int `yaml:"barrierMaxWaiters"`
+	// TrustLoopback trusts an ext_authz, ext_proc or forward-auth caller
+	// connecting from a loopback address as the operator's proxy (it may
+	// name a table entry with fence_route, send inline route options and
+	// ask for the write barrier). Off by default: behind a sidecar (Istio
+	// connects every inbound caller from 127.0.0.6, Linkerd from
+	// 127.0.0.1) loopback is anyone. 127.0.0.6 is never trusted.
+	TrustLoopback bool `yaml:"trustLoopback"`
 }
 
 // Audit configures the audit trail. Zero fields take the defaults of

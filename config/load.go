@@ -41,6 +41,15 @@ var settings = []setting{
 			c.Insecure = b
 			return nil
 		}},
+	{name: "trust-loopback", bool: true, usage: "trust ext_authz, ext_proc and forward-auth callers from loopback (never 127.0.0.6) as the operator's proxy: fence_route, inline options, the barrier (config check.trustLoopback; default false; never behind a sidecar)",
+		set: func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("must be true or false, got %q", v)
+			}
+			c.Check.TrustLoopback = b
+			return nil
+		}},
 	{name: "log-level", usage: "debug, info, warn or error (default info)",
 		set: func(c *Config, v string) error { c.Log.Level = v; return nil }},
 	{name: "log-format", usage: "text or json (default text)",

@@ -144,7 +144,9 @@ func TestRouteTableGovernsEveryEdge(t *testing.T) {
 	} {
 		t.Run(variant.name, func(t *testing.T) {
 			cfg, _ := configMapDir(t, variant.table)
-			g := StartGateway(t, "bolt://./routes.db?fenceFloor=off", "--config", cfg, "--log-level", "info")
+			// Envoy Gateway's fence_route needs a trusted caller: here, loopback
+			// with the explicit setting (#26 item 9).
+			g := StartGateway(t, "bolt://./routes.db?fenceFloor=off", "--config", cfg, "--log-level", "info", "--trust-loopback")
 			orders := lockFence(t, g, "orders/42", 2) // ...002
 			legacy := lockFence(t, g, "legacy-lock", 3)
 			payments := lockFence(t, g, "payments/1", 1) // ...001: never current for orders/42

@@ -139,8 +139,9 @@ type Input struct {
 	// URI but not the method); it is checked as a write whatever the
 	// route's methods say.
 	MethodUnknown bool
-	// Path is the origin-form request target as sent; a query string or
-	// fragment is cut off here.
+	// Path is the origin-form request target as sent, with its query
+	// (read for MethodOverrideParam); the query is cut off here, and a
+	// write whose target fails CheckTarget (a raw '#') is denied 400.
 	Path string
 	// Header returns a header's value by lower-case name (one copy);
 	// Count how many copies the request carried.
@@ -186,8 +187,14 @@ func (rt *Route) Request(in Input) (Request, error) {
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
 	}
+	// A write under any of the method's readings (its case, an override)
+	// is a write: the upstream may run any of them.
+	write := in.MethodUnknown
+	for _, m := range in.Methods() {
+		write = write || rt.Methods.IsWrite(m)
+	}
 	req := Request{
-		Write:     in.MethodUnknown || rt.Methods.IsWrite(in.Method),
+		Write:     write,
 		Policy:    rt.Policy,
 		Mode:      rt.Mode,
 		ProofMode: rt.Proof,
@@ -218,7 +225,13 @@ func (rt *Route) Request(in Input) (Request, error) {
 		req.Ambiguous = true
 	}
 	var keyErr error
+	if err := CheckTarget(in.Path); err != nil && req.Write {
+		// The upstream may read another path than this check (Go's server
+		// keeps "#x" in the path): no key is known for sure.
+		req.Ambiguous, keyErr = true, err
+	}
 	switch {
+	case keyErr != nil:
 	case rt.keyErr != nil:
 		if req.Write {
 			req.Ambiguous, keyErr = true, rt.keyErr

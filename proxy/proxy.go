@@ -173,6 +173,9 @@ type Options struct {
 	// and skipRouteFolds routes by the exact match alone, only so the
 	// tests can show what each prevents; production code never sets them.
 	skipBodyBounds, skipHeaders, skipRouteFolds bool
+	// skipTarget lets a request target with a raw '#' through (tests
+	// only: the broken variant of #26 item 3).
+	skipTarget bool
 	// skipLogBounds logs every line in full, as before the throttle;
 	// logWindow replaces DefaultLogWindow (tests only).
 	skipLogBounds bool
@@ -206,7 +209,7 @@ type Proxy struct {
 	trust   bool
 	drain   int64
 	// skipBodyBounds, skipHeaders, skipRouteFolds, skipLogBounds: Options'.
-	skipBodyBounds, skipHeaders, skipRouteFolds, skipLogBounds bool
+	skipBodyBounds, skipHeaders, skipRouteFolds, skipLogBounds, skipTarget bool
 	// warn throttles the warn and error lines clients can cause.
 	warn *logThrottle
 	// preIdle, preTotal bound a request body until its route is known:
@@ -259,7 +262,7 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 		o.DrainLimit = DefaultDrainLimit
 	}
 	p := &Proxy{checker: c, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit, skipBodyBounds: o.skipBodyBounds, skipHeaders: o.skipHeaders, skipRouteFolds: o.skipRouteFolds,
-		skipLogBounds: o.skipLogBounds, maxWriteFromArrival: o.maxWriteFromArrival}
+		skipLogBounds: o.skipLogBounds, skipTarget: o.skipTarget, maxWriteFromArrival: o.maxWriteFromArrival}
 	window := o.logWindow
 	if window <= 0 {
 		window = DefaultLogWindow
@@ -379,6 +382,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := fencecheck.CheckPath(r.URL.EscapedPath()); err != nil {
 		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: non-canonical path refused", errAttr(err))
 		http.Error(w, "non-canonical request path", http.StatusBadRequest)
+		return
+	}
+	if err := fencecheck.CheckTarget(r.RequestURI); err != nil && !p.skipTarget {
+		// Go's server keeps a raw '#' in the path ("/orders/42#x"): no
+		// client sends one, and the edges that cut there would check
+		// another key than the upstream writes. Refused here for every
+		// method, like a non-canonical path.
+		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: request target with a byte no client sends refused", errAttr(err))
+		http.Error(w, "request target holds a byte no client sends", http.StatusBadRequest)
 		return
 	}
 	rt := p.match(r.URL.Path)
@@ -507,8 +519,12 @@ type exchange struct {
 // comma in a key is the key's own.
 func (p *Proxy) request(r *http.Request, rt *route) fencecheck.Request {
 	h := r.Header
+	path := r.URL.EscapedPath()
+	if r.URL.RawQuery != "" {
+		path += "?" + r.URL.RawQuery // for the _method parameter (fencecheck.Input.Overrides)
+	}
 	req, err := rt.compiled.Request(fencecheck.Input{
-		Method: r.Method, Path: r.URL.EscapedPath(),
+		Method: r.Method, Path: path,
 		Header: h.Get, Count: func(lc string) int { return len(h.Values(lc)) },
 		Peer: p.clientAddr(r), Source: Source, CanFinish: true, Trusted: true,
 	})

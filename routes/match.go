@@ -17,6 +17,13 @@ import (
 // denied 400 malformed, as for a path that is not canonical.
 var ErrAmbiguousPath = errors.New("routes: the path selects another route table entry when read another way (case, trailing dots, double decoding, compatibility forms)")
 
+// ErrAmbiguousMethod: the request's method selects another route table
+// entry when read another way (upper-cased, as Flask, Django and Symfony
+// dispatch it, or as a method-override header or _method parameter asks;
+// fencecheck.MethodReadings): it has no one route. Writes are denied 400
+// malformed, as for an ambiguous path.
+var ErrAmbiguousMethod = errors.New("routes: the method selects another route table entry when read another way (upper-cased, or as a method-override header or _method parameter names it)")
+
 // pathMatch is an entry's parsed path match.
 type pathMatch struct {
 	typ   string
@@ -204,6 +211,9 @@ func (e *Entry) hostRank(host string) (bool, int) {
 	return ok, best
 }
 
+// methodMatch compares one reading of the request's method with the
+// entry's methods (upper case) exactly: "delete" as sent does not match
+// DELETE, its upper-case reading does, and Match asks both.
 func (e *Entry) methodMatch(method string) (bool, int) {
 	if len(e.methods) == 0 {
 		return true, 0
@@ -220,10 +230,47 @@ func (e *Entry) methodMatch(method string) (bool, int) {
 // before one that does not. A path that is not canonical
 // (fencecheck.CheckPath: its error wraps fencecheck.ErrKeyPath), or that
 // another reading of it routes elsewhere (ErrAmbiguousPath), has no entry:
-// the caller denies its writes (Refuse).
+// the caller denies its writes (Refuse). The method is judged under every
+// reading fencecheck.MethodReadings gives it; MatchRequest adds the
+// request's method overrides.
 func (t *Table) Match(host, path, method string) (*Entry, error) {
+	return t.MatchMethods(host, path, fencecheck.MethodReadings(method))
+}
+
+// MatchRequest is Match for a transport's Input: its path, and every
+// reading of its method (fencecheck.Input.Methods: the case, the override
+// headers, the _method parameter). A request whose readings select
+// different entries has none (ErrAmbiguousMethod). An unknown method
+// (Input.MethodUnknown) is read as every method an entry lists, and as
+// none: unless they all select one entry, it has none.
+func (t *Table) MatchRequest(host string, in fencecheck.Input) (*Entry, error) {
 	if t == nil {
 		return nil, nil
+	}
+	ms := in.Methods()
+	if t.exactMethods {
+		ms = []string{in.Method}
+	}
+	if in.MethodUnknown {
+		ms = append(ms, t.methods...)
+	}
+	return t.MatchMethods(host, in.Path, ms)
+}
+
+// MatchMethods is Match under the method readings ms (the first one as
+// sent; fencecheck.MethodReadings, fencecheck.Input.Methods): the entry
+// every reading selects, or ErrAmbiguousMethod when they disagree.
+func (t *Table) MatchMethods(host, path string, ms []string) (*Entry, error) {
+	if t == nil {
+		return nil, nil
+	}
+	if len(ms) == 0 {
+		ms = []string{""}
+	}
+	if !t.skipTarget {
+		if err := fencecheck.CheckTarget(path); err != nil {
+			return nil, err
+		}
 	}
 	if i := strings.IndexAny(path, "?#"); i >= 0 {
 		path = path[:i]
@@ -234,13 +281,20 @@ func (t *Table) Match(host, path, method string) (*Entry, error) {
 	decoded, _ := url.PathUnescape(path)
 	p := trimPath(decoded)
 	host = requestHost(host)
-	e := t.best(-1, host, p, method)
+	e := t.best(-1, host, p, ms[0])
+	for _, m := range ms[1:] {
+		if t.best(-1, host, p, m) != e {
+			return nil, fmt.Errorf("%w: %q", ErrAmbiguousMethod, m)
+		}
+	}
 	if (t.foldInvariant && PlainPath(p)) || t.skipFolds {
 		return e, nil
 	}
 	for i := 0; i < Readings; i++ {
-		if t.best(i, host, Fold(i, p), method) != e {
-			return nil, fmt.Errorf("%w: %s", ErrAmbiguousPath, ReadingName(i))
+		for _, m := range ms {
+			if t.best(i, host, Fold(i, p), m) != e {
+				return nil, fmt.Errorf("%w: %s", ErrAmbiguousPath, ReadingName(i))
+			}
 		}
 	}
 	return e, nil
@@ -279,9 +333,12 @@ func (t *Table) best(i int, host, p, method string) *Entry {
 // the default's) is denied 400 malformed without a store read; a read
 // passes.
 func (t *Table) Refuse(in fencecheck.Input) fencecheck.Request {
-	write := in.MethodUnknown || t.noRoute.Methods.IsWrite(in.Method)
-	for _, e := range t.entries {
-		write = write || e.Route.Methods.IsWrite(in.Method)
+	write := in.MethodUnknown
+	for _, m := range in.Methods() {
+		write = write || t.noRoute.Methods.IsWrite(m)
+		for _, e := range t.entries {
+			write = write || e.Route.Methods.IsWrite(m)
+		}
 	}
 	path := in.Path
 	if i := strings.IndexAny(path, "?#"); i >= 0 {

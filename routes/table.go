@@ -72,7 +72,7 @@ type Entry struct {
 
 	hosts   []string // lower case; "*.example.com" wildcards; empty: every host
 	path    pathMatch
-	methods []string // exact request methods; empty: every method
+	methods []string // request methods, upper case; empty: every method
 }
 
 // Table is a compiled route table. It is immutable and safe for
@@ -88,6 +88,10 @@ type Table struct {
 	// plain path needs no second match; templates: some entry is one.
 	foldInvariant, templates bool
 	skipFolds                bool // Options'
+	// methods are every method an entry lists (an unknown method may be
+	// any of them).
+	methods                  []string
+	exactMethods, skipTarget bool // Options'
 }
 
 // Options are the table's gateway-wide settings.
@@ -101,6 +105,10 @@ type Options struct {
 	skipFolds, skipOverlap, allPairs bool
 	// comparisons, when set, counts the pairs the overlap check compares.
 	comparisons *int
+	// exactMethods matches the method as sent alone (no upper-case
+	// reading, no override), skipTarget lets a raw '#' through: the
+	// broken variants the tests show caught (#26 items 2, 3).
+	exactMethods, skipTarget bool
 }
 
 // Compile compiles entries into a Table, or reports every problem at once
@@ -112,7 +120,8 @@ func Compile(entries []config.Route, o Options) (*Table, error) {
 	if o.Unmatched == "" {
 		o.Unmatched = UnmatchedDeny
 	}
-	t := &Table{byName: make(map[string]*Entry, len(entries)), unmatched: o.Unmatched, skipFolds: o.skipFolds}
+	t := &Table{byName: make(map[string]*Entry, len(entries)), unmatched: o.Unmatched, skipFolds: o.skipFolds,
+		exactMethods: o.exactMethods, skipTarget: o.skipTarget}
 	var errs []error
 	for i, c := range entries {
 		where := fmt.Sprintf("routes[%d]", i)
@@ -147,6 +156,11 @@ func Compile(entries []config.Route, o Options) (*Table, error) {
 	}
 	t.foldInvariant = true
 	for _, e := range t.entries {
+		for _, m := range e.methods {
+			if !slices.Contains(t.methods, m) {
+				t.methods = append(t.methods, m)
+			}
+		}
 		t.templates = t.templates || e.path.typ == PathTemplate
 		for i := 0; i < Readings; i++ {
 			if e.path.typ == PathTemplate {
@@ -199,7 +213,10 @@ func compileEntry(c config.Route) (*Entry, error) {
 			errs = append(errs, fmt.Errorf("match.methods: %q is not an HTTP method", m))
 			continue
 		}
-		if !slices.Contains(e.methods, m) {
+		// Upper case: a request's method is matched as sent and
+		// upper-cased (MatchRequest), so "delete" here means DELETE, and
+		// an entry listing both spellings lists one method.
+		if m = strings.ToUpper(m); !slices.Contains(e.methods, m) {
 			e.methods = append(e.methods, m)
 		}
 	}

@@ -15,13 +15,13 @@ import (
 
 // authzOptions are the edge transports' options. With tokens (auth on),
 // forward-auth answers only a caller presenting, in Proxy-Authorization, a
-// token with the check operation, for the keys its prefixes cover. Callers
-// from loopback are trusted as the operator's proxy, as the lock API
-// trusts them without tokens; beyond loopback, an ext_authz/ext_proc
-// caller is trusted only with a client certificate the authz listener
-// verified (authz.tls.clientCAFile).
-func authzOptions(authn *auth.Authenticator, o authz.Options) authz.Options {
-	o.TrustLoopback = true
+// token with the check operation, for the keys its prefixes cover. An
+// ext_authz/ext_proc caller is trusted only with a client certificate the
+// authz listener verified (authz.tls.clientCAFile), or, with
+// check.trustLoopback (off by default: behind a sidecar every inbound
+// caller is loopback), from a loopback address other than 127.0.0.6.
+func authzOptions(authn *auth.Authenticator, trustLoopback bool, o authz.Options) authz.Options {
+	o.TrustLoopback = trustLoopback
 	if authn != nil {
 		o.Authenticate = forwardAuthCredential(authn)
 	}

@@ -95,7 +95,7 @@ func TestForwardAuthCredential(t *testing.T) {
 		broken bool
 	}{
 		{"correct", func(a *auth.Authenticator) authz.Options {
-			return authzOptions(a, authz.Options{Logger: discardLogger()})
+			return authzOptions(a, false, authz.Options{Logger: discardLogger()})
 		}, false},
 		{"broken: forward-auth takes no token", func(*auth.Authenticator) authz.Options { return authz.Options{Logger: discardLogger()} }, true},
 	} {
@@ -235,7 +235,7 @@ func TestForwardAuthOwnListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := func(a *auth.Authenticator) authz.Options {
-		return authzOptions(a, authz.Options{Logger: discardLogger()})
+		return authzOptions(a, false, authz.Options{Logger: discardLogger()})
 	}
 	base, gw := forwardAuthGateway(t, cfg, set, opts)
 	srv, err := api.New(api.Options{Store: gw.locks, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: discardLogger()})
@@ -295,7 +295,7 @@ func BenchmarkForwardAuthFlood(b *testing.B) {
 		opts func(*auth.Authenticator) authz.Options
 	}{
 		{"check-token", func(a *auth.Authenticator) authz.Options {
-			return authzOptions(a, authz.Options{Logger: discardLogger()})
+			return authzOptions(a, false, authz.Options{Logger: discardLogger()})
 		}},
 		{"open (today)", func(*auth.Authenticator) authz.Options { return authz.Options{Logger: discardLogger()} }},
 	} {

@@ -417,7 +417,8 @@ func explainRequest(t *routes.Table, spec string, h http.Header) (string, bool) 
 		path = "/"
 	}
 	head := fmt.Sprintf("%s %s → ", method, u.String())
-	e, err := t.Match(u.Host, path, method)
+	e, err := t.MatchRequest(u.Host, fencecheck.Input{Method: method, Path: path, Header: h.Get,
+		Count: func(lc string) int { return len(h.Values(lc)) }})
 	if err != nil {
 		return head + "refused: writes are denied 400 malformed (" + err.Error() + ")", false
 	}

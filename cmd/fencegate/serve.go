@@ -226,7 +226,11 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	if set.table != nil {
 		log.Info("route table loaded", "routes", set.table.Len(), "hash", set.table.Hash(), "unmatched_writes", string(set.table.Unmatched()))
 	}
-	edge := authzOptions(set.auth, authz.Options{Logger: log, Routes: table})
+	edge := authzOptions(set.auth, cfg.Check.TrustLoopback, authz.Options{Logger: log, Routes: table})
+	if cfg.Check.TrustLoopback {
+		log.Warn("check.trustLoopback: authz callers from loopback (never 127.0.0.6) are trusted as the operator's proxy (fence_route, inline options, the barrier); "+
+			"behind a mesh sidecar every inbound caller is loopback: use authz.tls.clientCAFile there", "trust_loopback", true)
+	}
 
 	if cfg.HTTP.Enabled() {
 		r, err := newMainHTTPRunner(cfg, gw.conns, srv, ui, gw.health, checker, edge, log, goBG)

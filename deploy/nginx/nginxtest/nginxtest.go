@@ -47,6 +47,13 @@ func Start(t testing.TB, fencegateAddr, appAddr string) string {
 // empty value).
 func StartWithCredential(t testing.TB, fencegateAddr, appAddr, credential string) string {
 	t.Helper()
+	return StartEdited(t, fencegateAddr, appAddr, credential, nil)
+}
+
+// StartEdited is StartWithCredential with the shipped config's text passed
+// through edit first (nil: as shipped): a test's broken variant of it.
+func StartEdited(t testing.TB, fencegateAddr, appAddr, credential string, edit func(string) string) string {
+	t.Helper()
 	testutil.NeedService(t, "nginx")
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
@@ -60,6 +67,9 @@ func StartWithCredential(t testing.TB, fencegateAddr, appAddr, credential string
 		t.Fatal(err)
 	}
 	text := string(conf)
+	if edit != nil {
+		text = edit(text)
+	}
 	listen := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	prefix := t.TempDir()
 	for from, to := range map[string]string{
