@@ -93,6 +93,9 @@ func TestRenderRefuses(t *testing.T) {
 		"misspelt route field":            {append(slices.Clone(required), "--set", "routes[0].name=a", "--set", "routes[0].mach.hosts={x}"), "mach"},
 		"route without a name":            {append(slices.Clone(required), "--set", "routes[0].key=a"), "/routes/0"},
 		"unknown route path type":         {append(slices.Clone(required), "--set", "routes[0].name=a", "--set", "routes[0].match.path.type=Regex"), "/routes/0/match/path/type"},
+		// The gateway refuses to start with it (config.ProofKeyProblems).
+		"signed proofs without a key": {append(slices.Clone(required), "--set", "routes[0].name=orders", "--set", "routes[0].key=orders",
+			"--set", "routes[0].proof=signed"), "routes entry orders has proof: signed"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := helm.Template(context.Background(), "fencegate", "fencegate", tc.args...)

@@ -98,4 +98,11 @@ true
 {{- fail "every proof.verifyKeys entry needs kid and publicKey" -}}
 {{- end -}}
 {{- end -}}
+{{- if and (not .Values.proof.keys) (not .Values.proof.verifyKeys) -}}
+{{- range .Values.routes -}}
+{{- if eq (lower (trim (toString .proof))) "signed" -}}
+{{- fail (printf "routes entry %s has proof: signed, and the chart has no key to verify proofs with: add proof.keys (the gateway refuses to start without one; config.ProofKeyProblems)" (toString .name)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
