@@ -45,6 +45,7 @@ func commands() []command {
 		{"proxy", "run the fencing reverse proxy (routes from the config file)", runProxy},
 		{"lock", "acquire | release | extend | status | lookup | run", runLock},
 		{"audit", "list audit events (denials) from a gateway", runAudit},
+		{"controller", "reconcile FencePolicy objects (Kubernetes, Gateway API)", runController},
 		{"routes", "check the route table (routes check --config F --request \"PUT URL\")", runRoutes},
 		{"check", "ask a gateway whether a fence is current for a key", runCheck},
 		{"migrate", "create the PostgreSQL tables and indexes", runMigrate},
