@@ -103,9 +103,9 @@ type routeRule struct {
 type httpRoute struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
-		ParentRefs []parentRef  `json:"parentRefs,omitempty"`
-		Hostnames  []string     `json:"hostnames,omitempty"`
-		Rules      []routeRule  `json:"rules,omitempty"`
+		ParentRefs []parentRef `json:"parentRefs,omitempty"`
+		Hostnames  []string    `json:"hostnames,omitempty"`
+		Rules      []routeRule `json:"rules,omitempty"`
 	} `json:"spec"`
 	raw json.RawMessage
 }
