@@ -419,10 +419,7 @@ spec:
 	}))
 }
 
-func testIstio(t *testing.T, e *env, g *gatewayProc) {
-	_, stop := e.startController(t, g, nil)
-	defer stop()
-	e.apply(t, `
+const istioCarts = `
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: carts, namespace: shop}
@@ -435,7 +432,12 @@ spec:
           method: POST
         - path: {type: Exact, value: /checkout}
       backendRefs: [{name: carts, port: 80}]
----
+`
+
+func testIstio(t *testing.T, e *env, g *gatewayProc) {
+	_, stop := e.startController(t, g, nil)
+	defer stop()
+	e.apply(t, istioCarts+`---
 apiVersion: fencegate.io/v1alpha1
 kind: FencePolicy
 metadata: {name: carts, namespace: shop}
@@ -456,6 +458,16 @@ spec:
 	must(t, waitFor(10*time.Second, "carts pending", condIs(e, t, "shop", "carts", CondEnforced, "False", ReasonPending)))
 	e.setChildAccepted(t, rAuthorizationPolicy, "shop", name, true)
 	must(t, waitFor(10*time.Second, "carts Enforced", condIs(e, t, "shop", "carts", CondEnforced, "True", "")))
+	// The route gains a path: the AuthorizationPolicy's rules follow, and
+	// its old acceptance does not count for the new generation.
+	e.apply(t, strings.Replace(istioCarts, "        - path: {type: Exact, value: /checkout}\n", "        - path: {type: Exact, value: /checkout}\n        - path: {type: PathPrefix, value: /baskets}\n", 1))
+	must(t, waitFor(10*time.Second, "the AuthorizationPolicy covers /baskets", func() (bool, string) {
+		ap := e.getQuiet(rAuthorizationPolicy, "shop", name)
+		return strings.Contains(toJSON(ap["spec"]), `"/baskets/*"`), toJSON(ap["spec"])
+	}))
+	must(t, waitFor(10*time.Second, "carts pending again", condIs(e, t, "shop", "carts", CondEnforced, "False", ReasonPending)))
+	e.setChildAccepted(t, rAuthorizationPolicy, "shop", name, true)
+	must(t, waitFor(10*time.Second, "carts Enforced again", condIs(e, t, "shop", "carts", CondEnforced, "True", "")))
 	// Istio cannot run the barrier.
 	e.apply(t, `
 apiVersion: fencegate.io/v1alpha1
@@ -518,24 +530,38 @@ func scenarioEntriesFromRoute(t *testing.T, e *env, g *gatewayProc, name string,
 // testRBAC: the permissions the code declares are exactly what it used in
 // this run and exactly what the chart's ClusterRole and Role grant.
 func testRBAC(t *testing.T, e *env, g *gatewayProc) {
-	c, stop := e.startController(t, g, nil)
+	// Updates of every emitted kind: the same policies, the Service port
+	// changed between two controllers.
 	e.apply(t, ordersRoute)
 	e.apply(t, ordersPolicy)
-	must(t, waitFor(10*time.Second, "a pass that writes", condIs(e, t, "shop", "orders", CondAccepted, "True", "")))
-	e.apply(t, ordersPolicy+"  barrier: true\n")
-	time.Sleep(time.Second)
+	e.apply(t, strings.ReplaceAll(strings.ReplaceAll(ordersPolicy, "name: orders, namespace: shop", "name: rbac-barrier, namespace: shop"), "sectionName: write", "sectionName: health")+"  barrier: true\n")
+	spName, eepName := "fencepolicy-orders-orders-write", "fencepolicy-rbac-barrier-orders-health-extproc"
+	for _, port := range []int{9191, 9192} {
+		_, stop := e.startController(t, g, func(o *Options) { o.ServicePort = port })
+		must(t, waitFor(10*time.Second, fmt.Sprintf("both objects with port %d", port), func() (bool, string) {
+			sp, eep := e.getQuiet(rSecurityPolicy, "shop", spName), e.getQuiet(rExtensionPolicy, "shop", eepName)
+			return sp != nil && eep != nil && strings.Contains(toJSON(sp["spec"]), fmt.Sprintf(`"port":%d`, port)) &&
+				strings.Contains(toJSON(eep["spec"]), fmt.Sprintf(`"port":%d`, port)), "not yet"
+		}))
+		stop()
+	}
+	_, stop := e.startController(t, g, nil)
 	e.del(t, rFencePolicy, "shop", "orders")
+	e.del(t, rFencePolicy, "shop", "rbac-barrier")
 	must(t, waitFor(10*time.Second, "cleanup", func() (bool, string) { return len(publishedEntries(t, e)) == 0, "entries left" }))
 	stop()
-	_ = c
-	// Calls every run makes for certain; create/update/delete of Istio's
-	// policies ran in the istio case with another controller value, so the
-	// comparison is with the declared set (the client refuses undeclared
-	// calls in every case).
-	used := c.opts.Kube.Used()
-	for _, p := range used {
+
+	// Exactly: what the run called is what the code declares (the client
+	// refuses anything else), and what it declares is what the chart grants.
+	used := e.used()
+	for _, p := range append(slices.Clone(ClusterPermissions), NamespacePermissions...) {
+		if !used[p] {
+			t.Errorf("declared (and granted by the chart) but never called in this run: %+v", p)
+		}
+	}
+	for p := range used {
 		if !declared(p) {
-			t.Errorf("used but not declared: %+v", p)
+			t.Errorf("called but not declared: %+v", p)
 		}
 	}
 	chart := chartRules(t)

@@ -62,6 +62,9 @@ type env struct {
 	a         *kube.APIServer
 	res       kube.Resources
 	tokenFile string
+
+	mu    sync.Mutex
+	kubes []*Kube // every controller's connection, for the RBAC comparison
 }
 
 var (
@@ -193,7 +196,24 @@ func (e *env) apply(t *testing.T, manifests string) {
 // kube is a controller's connection (as the admin: RBAC is checked by
 // comparing the declared permissions with the chart, not by the server).
 func (e *env) kube() *Kube {
-	return &Kube{URL: e.a.URL, TokenFile: e.tokenFile, HTTP: e.a.Client, Namespace: "fencegate"}
+	k := &Kube{URL: e.a.URL, TokenFile: e.tokenFile, HTTP: e.a.Client, Namespace: "fencegate"}
+	e.mu.Lock()
+	e.kubes = append(e.kubes, k)
+	e.mu.Unlock()
+	return k
+}
+
+// used is every permission any controller of the run exercised.
+func (e *env) used() map[Permission]bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[Permission]bool{}
+	for _, k := range e.kubes {
+		for _, p := range k.Used() {
+			out[p] = true
+		}
+	}
+	return out
 }
 
 // get reads one object as a map (nil when it does not exist).

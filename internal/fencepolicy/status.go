@@ -219,7 +219,9 @@ func (c *Controller) writeRouteStatus(ctx context.Context, routesByName map[stri
 			for _, pr := range hr.Spec.ParentRefs {
 				var prev []any
 				for _, o := range ours {
-					if toJSON(o["parentRef"]) == toJSON(pr) {
+					var opr parentRef
+					_ = json.Unmarshal([]byte(toJSON(o["parentRef"])), &opr)
+					if toJSON(opr) == toJSON(pr) {
 						prev, _ = o["conditions"].([]any)
 					}
 				}
