@@ -75,7 +75,7 @@ type tableReloader struct {
 func newTableReloader(path string, loaded config.Config, sum [32]byte, hup <-chan os.Signal, h *routes.Holder, reg prometheus.Registerer, log *slog.Logger) *tableReloader {
 	r := &tableReloader{path: path, hup: hup, holder: h, log: log, loaded: loaded, sum: sum, running: loaded.Check,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencegate_routes_reload_total",
-			Help: "Route table reloads (SIGHUP or a changed config file), by result: ok or error (the old table kept serving)."}, []string{"result"}),
+			Help: "Route table reloads (SIGHUP, or a changed config file or routesFile), by result: ok or error (the old table kept serving)."}, []string{"result"}),
 		entries: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencegate_routes_entries",
 			Help: "Entries of the route table being served (0: none configured)."}),
 	}

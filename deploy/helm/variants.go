@@ -45,6 +45,9 @@ func Variants() map[string][]string {
 			"--set", "admission.rules[0].apiGroups={apps}",
 			"--set", "admission.rules[0].resources={deployments,statefulsets}"),
 		"no admission": with("--set", "admission.enabled=false"),
+		// FencePolicy: the controller, its RBAC, the replicas' Service,
+		// the gateways' routesFile.
+		"fence policies": with("--set", "fencePolicy.enabled=true"),
 		// The route table the shipped mesh manifests are generated from.
 		"route table": with("-f", filepath.Join(filepath.Dir(filepath.Dir(ChartDir())), "mesh", "routes.yaml")),
 		"proofs, own authz certificate, proxies listed": with(
