@@ -346,8 +346,9 @@ func (e *env) startGateway(t *testing.T, ctx context.Context) *gatewayProc {
 		var last []byte
 		for ctx.Err() == nil {
 			obj := e.getQuiet(rConfigMap, "fencegate", "fencegate-policy-routes")
-			if data, _ := obj["data"].(map[string]any); data != nil {
-				b := []byte(data[RoutesFileKey].(string))
+			data, _ := obj["data"].(map[string]any)
+			if s, ok := data[RoutesFileKey].(string); ok {
+				b := []byte(s)
 				if !bytes.Equal(b, last) {
 					tmp := g.file + ".tmp"
 					if os.WriteFile(tmp, b, 0o644) == nil && os.Rename(tmp, g.file) == nil {
