@@ -62,6 +62,14 @@ type Config struct {
 
 	// Routes is the route table every edge shares (config/routes.go).
 	Routes []Route `yaml:"routes"`
+	// RoutesFile is a file of further routes: entries (a YAML document
+	// with the one key routes:), read with the config file and re-read
+	// when it changes: the ConfigMap `fencegate controller` publishes
+	// (FencePolicy), mounted. A missing file has no entries.
+	RoutesFile string `yaml:"routesFile"`
+	// RoutesFileSum is the SHA-256 (hex) of the routes file's content as
+	// read (of nothing when it is missing); set by IncludeRoutesFile.
+	RoutesFileSum string `yaml:"-"`
 
 	// Proof signs and verifies write proofs (config/proof.go).
 	Proof Proof `yaml:"proof"`

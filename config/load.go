@@ -144,6 +144,9 @@ func Flags(fs *flag.FlagSet) func(getenv func(string) string) (Config, error) {
 				}
 			}
 		}
+		if err := c.IncludeRoutesFile(); err != nil {
+			p = append(p, err.Error())
+		}
 		if err := c.Validate(); err != nil {
 			p = append(p, err.(Problems)...)
 		}

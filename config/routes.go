@@ -1,9 +1,17 @@
 package config
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net/url"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 // Route is one entry of the route table (the top-level `routes:` list), shared
@@ -196,5 +204,43 @@ func (c *Config) ValidateRoutes() error {
 	if len(p) > 0 {
 		return p
 	}
+	return nil
+}
+
+// maxRoutesFile bounds the included routes file (the ConfigMap it comes
+// from holds at most 1 MiB).
+const maxRoutesFile = 1 << 20
+
+// IncludeRoutesFile appends the entries of RoutesFile (when set) to Routes
+// and records the content's hash in RoutesFileSum. A missing file is no
+// entries (the ConfigMap may not be published yet); a file that does not
+// parse, or is too large, is an error.
+func (c *Config) IncludeRoutesFile() error {
+	if c.RoutesFile == "" {
+		return nil
+	}
+	// Bounded like the config file (ReadFile: a regular file, never a
+	// FIFO waited on), then to the smaller cap of an included table.
+	b, err := ReadFile(c.RoutesFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		b, err = nil, nil
+	}
+	if err != nil {
+		return fmt.Errorf("routesFile: %w", err)
+	}
+	if len(b) > maxRoutesFile {
+		return fmt.Errorf("routesFile %s: %d bytes, more than %d", c.RoutesFile, len(b), maxRoutesFile)
+	}
+	sum := sha256.Sum256(b)
+	c.RoutesFileSum = hex.EncodeToString(sum[:])
+	var f struct {
+		Routes []Route `yaml:"routes"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("routesFile %s: %w", c.RoutesFile, err)
+	}
+	c.Routes = append(c.Routes, f.Routes...)
 	return nil
 }

@@ -45,7 +45,7 @@ type cliCase struct {
 func cliCases() []cliCase {
 	client := []string{"-server", "-token-file"}
 	return []cliCase{
-		{args: nil, own: []string{"serve", "routes", "istio", "lock", "annotate", "version"}, bad: exitUsage},
+		{args: nil, own: []string{"serve", "routes", "istio", "lock", "annotate", "controller", "version"}, bad: exitUsage},
 		{args: []string{"serve"}, own: []string{"-config", "-store"}, bad: exitUsage},
 		{args: []string{"proxy"}, own: []string{"-config", "-listen", "-metrics-addr"}, bad: exitUsage},
 		{args: []string{"lock"}, own: []string{"acquire", "release", "run", "annotate"}, bad: exitUsage},
@@ -64,6 +64,7 @@ func cliCases() []cliCase {
 		{args: []string{"routes", "istio"}, own: []string{"-config", "-namespace", "-selector"}, bad: exitUsage},
 		{args: []string{"check"}, own: []string{"-key", "-fence", "-policy"}, bad: exitUsage},
 		{args: []string{"migrate"}, own: []string{"-store"}, bad: exitUsage},
+		{args: []string{"controller"}, own: []string{"-gateway", "-kube-url", "-configmap"}, bad: exitUsage},
 		{args: []string{"token"}, own: []string{"-name", "-operations"}, bad: exitUsage},
 		{args: []string{"proofkey"}, own: []string{"-kid", "-out"}, bad: exitUsage},
 		{args: []string{"version"}, own: []string{"fencegate version"}, bad: exitUsage},

@@ -45,6 +45,7 @@ func commands() []command {
 		{"proxy", "run the fencing reverse proxy (routes from the config file)", runProxy},
 		{"lock", "acquire | release | extend | status | lookup | run | annotate (a Kubernetes object's fence annotations)", runLock},
 		{"audit", "list audit events (denials) from a gateway", runAudit},
+		{"controller", "reconcile FencePolicy objects (Kubernetes, Gateway API)", runController},
 		{"routes", "check: validate the route table, show which entry a request matches | istio: print its Istio policy", runRoutes},
 		{"check", "ask a gateway whether a fence is current for a key", runCheck},
 		{"migrate", "create the PostgreSQL tables and indexes", runMigrate},

@@ -10,9 +10,12 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,11 +25,14 @@ import (
 )
 
 // compileTable compiles the route table the authz edges serve: every
-// entry of routes: and proxy.routes, when routes: has any (proxy.routes
-// alone keep serving only the proxy, as before the table). nil: no table.
+// entry of routes: (the routesFile's included) and proxy.routes, when
+// routes: has any or a routesFile is set (proxy.routes alone keep serving
+// only the proxy, as before the table). nil: no table. With a routesFile
+// the table exists even while it is empty, so the last FencePolicy's
+// entries can go without a restart.
 // The error lists every problem, one per line.
 func compileTable(c *config.Config) (*routes.Table, error) {
-	if len(c.Routes) == 0 {
+	if len(c.Routes) == 0 && c.RoutesFile == "" {
 		return nil, nil
 	}
 	u, err := routes.ParseUnmatched(c.Check.UnmatchedWrites)
@@ -60,6 +66,9 @@ type tableReloader struct {
 	entries prometheus.Gauge
 	// stuck counts reads given up on that have not returned (read).
 	stuck atomic.Int32
+	// fileInfo names the routes file's hash the served table was built
+	// from (fencegate controller compares it with what it published).
+	fileInfo *prometheus.GaugeVec
 }
 
 // newTableReloader watches path for the table held by h, counting
@@ -68,7 +77,7 @@ type tableReloader struct {
 func newTableReloader(path string, loaded config.Config, sum [32]byte, hup <-chan os.Signal, h *routes.Holder, reg prometheus.Registerer, log *slog.Logger) *tableReloader {
 	r := &tableReloader{path: path, hup: hup, holder: h, log: log, loaded: loaded, sum: sum, running: loaded.Check,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencegate_routes_reload_total",
-			Help: "Route table reloads (SIGHUP or a changed config file), by result: ok or error (the old table kept serving)."}, []string{"result"}),
+			Help: "Route table reloads (SIGHUP, or a changed config file or routesFile), by result: ok or error (the old table kept serving)."}, []string{"result"}),
 		entries: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencegate_routes_entries",
 			Help: "Entries of the route table being served (0: none configured)."}),
 	}
@@ -76,12 +85,18 @@ func newTableReloader(path string, loaded config.Config, sum [32]byte, hup <-cha
 	r.reloads.WithLabelValues("error")
 	r.entries.Set(float64(h.Load().Len()))
 	reg.MustRegister(r.reloads, r.entries)
+	if loaded.RoutesFile != "" {
+		r.fileInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fencegate_routes_file_info",
+			Help: "1, labelled with the SHA-256 of the routesFile content the served route table was built from."}, []string{"sha256"})
+		r.fileInfo.WithLabelValues(loaded.RoutesFileSum).Set(1)
+		reg.MustRegister(r.fileInfo)
+	}
 	return r
 }
 
-// readConfigFile loads path over the defaults, with its content's hash.
-// The read is bounded (config.ReadFile): a regular file of at most
-// config.MaxFileSize bytes.
+// readConfigFile loads path over the defaults (and its routesFile), with
+// the hash of both contents. The reads are bounded (config.ReadFile): regular
+// files of at most config.MaxFileSize bytes.
 func readConfigFile(path string) (config.Config, [32]byte, error) {
 	b, err := config.ReadFile(path)
 	return loadConfigBytes(path, b, err)
@@ -92,8 +107,43 @@ func loadConfigBytes(path string, b []byte, err error) (config.Config, [32]byte,
 	if err != nil {
 		return c, [32]byte{}, fmt.Errorf("config: %w", err)
 	}
-	// One read: the hash is of exactly the content applied.
-	return c, sha256.Sum256(b), c.LoadBytes(path, b)
+	// One read of each: the hash is of exactly the content applied.
+	if err := c.LoadBytes(path, b); err != nil {
+		return c, sha256.Sum256(b), err
+	}
+	err = c.IncludeRoutesFile()
+	return c, sourceSum(b, c.RoutesFileSum), err
+}
+
+// sourceSum is the hash of what a table is read from: the config file's
+// content and the routes file's hash ("" without one).
+func sourceSum(configFile []byte, routesFileSum string) [32]byte {
+	if routesFileSum == "" {
+		return sha256.Sum256(configFile)
+	}
+	return sha256.Sum256(append(append(slices.Clip(configFile), 0), routesFileSum...))
+}
+
+// currentSum is sourceSum of the files as they are now.
+// The config file is read as a reload reads it (read: bounded, given up
+// after reloadReadTimeout).
+func (r *tableReloader) currentSum() ([32]byte, error) {
+	b, err := r.read()
+	if err != nil {
+		return [32]byte{}, err
+	}
+	c := config.Config{RoutesFile: r.loaded.RoutesFile}
+	if c.RoutesFile != "" {
+		var probe struct {
+			RoutesFile string `yaml:"routesFile"`
+		}
+		// The routes file the config file names now (it may have moved).
+		if yaml.Unmarshal(b, &probe) == nil {
+			c.RoutesFile = probe.RoutesFile
+		}
+	}
+	_ = c.IncludeRoutesFile() // a file that does not load: reload reports it, once
+	return sourceSum(b, c.RoutesFileSum), nil
 }
 
 // A reload's read of the config file. The reloader is one goroutine
@@ -150,7 +200,7 @@ func (r *tableReloader) run(ctx context.Context) {
 	t := time.NewTicker(routesPollInterval)
 	defer t.Stop()
 	// An edit made between the start's read and now is applied at once.
-	if b, err := r.read(); err == nil && sha256.Sum256(b) != r.sum {
+	if sum, err := r.currentSum(); err == nil && sum != r.sum {
 		r.reload("file changed")
 	}
 	for {
@@ -162,8 +212,7 @@ func (r *tableReloader) run(ctx context.Context) {
 		case <-t.C:
 			// A file that cannot be read is reported by SIGHUP's reload,
 			// not on every poll.
-			b, err := r.read()
-			if err == nil && sha256.Sum256(b) != r.sum {
+			if sum, err := r.currentSum(); err == nil && sum != r.sum {
 				r.reload("file changed")
 			}
 		}
@@ -211,6 +260,10 @@ func (r *tableReloader) apply(trigger string, c config.Config, t *routes.Table) 
 	r.holder.Store(t)
 	r.reloads.WithLabelValues("ok").Inc()
 	r.entries.Set(float64(t.Len()))
+	if r.fileInfo != nil {
+		r.fileInfo.Reset()
+		r.fileInfo.WithLabelValues(c.RoutesFileSum).Set(1)
+	}
 	r.log.Info("route table reloaded", "trigger", trigger, "routes", t.Len(), "hash", t.Hash())
 	if changed := restartKeys(r.loaded, c); len(changed) > 0 {
 		r.log.Warn("config keys changed that apply only at restart; not applied", "keys", strings.Join(changed, ","))
@@ -227,6 +280,7 @@ func restartKeys(old, cur config.Config) []string {
 		out = append(out, "upstream entries (the proxy's routes)")
 	}
 	old.Routes, cur.Routes = nil, nil
+	old.RoutesFileSum, cur.RoutesFileSum = "", ""
 	old.Check.UnmatchedWrites, cur.Check.UnmatchedWrites = "", ""
 	ov, cv := reflect.ValueOf(old), reflect.ValueOf(cur)
 	for i := 0; i < ov.NumField(); i++ {

@@ -61,6 +61,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		// The file as this start read it: a reload compares against it, so
 		// an edit made while the store opens is applied, not taken as seen.
 		set.configFile, set.configSum, _ = readConfigFile(set.configPath)
+		if set.configFile.RoutesFileSum != cfg.RoutesFileSum {
+			// The routes file changed between the two reads: the table is
+			// the first read's; the reloader applies the second at once.
+			set.configFile.RoutesFileSum, set.configSum = cfg.RoutesFileSum, [32]byte{}
+		}
 	}
 	log := newLogger(cfg.Log, stderr)
 	routeRedisLogs(log)

@@ -45,6 +45,9 @@ func Variants() map[string][]string {
 			"--set", "admission.rules[0].apiGroups={apps}",
 			"--set", "admission.rules[0].resources={deployments,statefulsets}"),
 		"no admission": with("--set", "admission.enabled=false"),
+		// FencePolicy: the controller, its RBAC, the replicas' Service,
+		// the gateways' routesFile.
+		"fence policies": with("--set", "fencePolicy.enabled=true"),
 		// The route table the shipped mesh manifests are generated from.
 		// Its orders entry asks for signed proofs, so the chart needs a key
 		// (it refuses to render a table the gateway would refuse to start with).

@@ -35,6 +35,10 @@ var resources = kube.Resources{
 	"monitoring.coreos.com/v1 ServiceMonitor": {"servicemonitors", true},
 	"admissionregistration.k8s.io/v1 ValidatingWebhookConfiguration": {"validatingwebhookconfigurations", false},
 	"apiextensions.k8s.io/v1 CustomResourceDefinition":               {"customresourcedefinitions", false},
+	"rbac.authorization.k8s.io/v1 ClusterRole":                       {"clusterroles", false},
+	"rbac.authorization.k8s.io/v1 ClusterRoleBinding":                {"clusterrolebindings", false},
+	"rbac.authorization.k8s.io/v1 Role":                              {"roles", true},
+	"rbac.authorization.k8s.io/v1 RoleBinding":                       {"rolebindings", true},
 }
 
 // docs splits YAML into documents, skipping empty ones.
