@@ -52,6 +52,11 @@ func parsePathMatch(m config.RoutePath) (pathMatch, error) {
 	if !strings.HasPrefix(pm.value, "/") {
 		return pm, fmt.Errorf("match.path.value: %q must start with '/'", m.Value)
 	}
+	if !config.Printable(pm.value) {
+		// No client sends a raw control character in a path (#26), and a
+		// generated manifest must not carry one.
+		return pm, fmt.Errorf("match.path.value: %q holds a control character, a line separator or invalid UTF-8", m.Value)
+	}
 	switch pm.typ {
 	case PathExact, PathPrefix:
 		if err := fencecheck.CheckPath(pm.value); err != nil {

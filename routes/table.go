@@ -166,6 +166,8 @@ func compileEntry(c config.Route) (*Entry, error) {
 	var errs []error
 	if c.Name == "" {
 		errs = append(errs, errors.New("name: required"))
+	} else if !config.Printable(c.Name) {
+		errs = append(errs, fmt.Errorf("name: %q holds a control character, a line separator or invalid UTF-8", c.Name))
 	}
 	rt, err := fencecheck.CompileRoute(fencecheck.RouteSpec{
 		Name: c.Name, Key: c.Key, KeyHeader: c.KeyHeader, FenceHeader: c.FenceHeader, Policy: c.Policy, Mode: c.Mode,

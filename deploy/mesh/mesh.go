@@ -147,7 +147,7 @@ func check(routes []config.Route) error {
 		}
 		seen[r.Name] = true
 		for _, f := range append([]string{r.Name, r.Match.Path.Value, r.Key, r.KeyHeader, r.FenceHeader, r.Methods, r.Upstream}, append(r.Match.Hosts, r.Match.Methods...)...) {
-			if !controlFree(f) {
+			if !config.Printable(f) {
 				errs = append(errs, fmt.Errorf("%s: %q holds a control character, a line separator or invalid UTF-8", where, f))
 			}
 		}
@@ -323,19 +323,6 @@ func escapeComment(s string) string {
 		}
 	}
 	return b.String()
-}
-
-// controlFree reports whether s holds only printable text: no C0 or C1
-// control, DEL, line or paragraph separator, byte order mark, and valid
-// UTF-8 (what no client sends in a host, path or method, and what a
-// generated manifest must not carry).
-func controlFree(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	return !strings.ContainsFunc(s, func(r rune) bool {
-		return r < 0x20 || r >= 0x7f && r <= 0x9f || r == 0x2028 || r == 0x2029 || r == 0xFEFF
-	})
 }
 
 // generated is the header every generated file starts with.
