@@ -88,6 +88,10 @@ type Table struct {
 	// plain path needs no second match; templates: some entry is one.
 	foldInvariant, templates bool
 	skipFolds                bool // Options'
+	// hosted: some entry names hosts, so a request's Host must be one
+	// (canonHost: canonicalHost, but for the tests' broken variants).
+	hosted    bool
+	canonHost func(string) (string, bool)
 }
 
 // Options are the table's gateway-wide settings.
@@ -98,6 +102,8 @@ type Options struct {
 	// entries no request can tell apart: only so the tests can show what
 	// each prevents; production code never sets them.
 	skipFolds, skipOverlap bool
+	// hostCanon replaces canonicalHost (tests only: the broken variants).
+	hostCanon func(string) (string, bool)
 }
 
 // Compile compiles entries into a Table, or reports every problem at once
@@ -109,7 +115,10 @@ func Compile(entries []config.Route, o Options) (*Table, error) {
 	if o.Unmatched == "" {
 		o.Unmatched = UnmatchedDeny
 	}
-	t := &Table{byName: make(map[string]*Entry, len(entries)), unmatched: o.Unmatched, skipFolds: o.skipFolds}
+	t := &Table{byName: make(map[string]*Entry, len(entries)), unmatched: o.Unmatched, skipFolds: o.skipFolds, canonHost: o.hostCanon}
+	if t.canonHost == nil {
+		t.canonHost = canonicalHost
+	}
 	var errs []error
 	for i, c := range entries {
 		where := fmt.Sprintf("routes[%d]", i)
@@ -142,6 +151,7 @@ func Compile(entries []config.Route, o Options) (*Table, error) {
 	}
 	t.foldInvariant = true
 	for _, e := range t.entries {
+		t.hosted = t.hosted || len(e.hosts) > 0
 		t.templates = t.templates || e.path.typ == PathTemplate
 		for i := 0; i < Readings; i++ {
 			if e.path.typ == PathTemplate {
