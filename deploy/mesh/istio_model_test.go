@@ -331,6 +331,22 @@ routes:
     key: admin
 `
 
+// choiceTable: a strict host-scoped entry beside a host-less policy: off
+// one over every path (the table item 2 of #26 starts from).
+const choiceTable = `
+routes:
+  - name: orders
+    match:
+      hosts: [api.example.com]
+      path: {type: Template, value: "/orders/{int}"}
+      methods: [POST, PUT, PATCH, DELETE]
+    key: "orders/{2:int}"
+    proof: signed
+  - name: open
+    match: {path: {value: /}}
+    policy: "off"
+`
+
 // rpcTable: one host-less entry that writes with every method.
 const rpcTable = `
 routes:
@@ -356,6 +372,7 @@ func TestIstioSendsEveryWrite(t *testing.T) {
 		{"README", readmeTable},
 		{"mixed", func(t *testing.T) []config.Route { return loadTable(t, mixedTable) }},
 		{"GET writes", func(t *testing.T) []config.Route { return loadTable(t, rpcTable) }},
+		{"host choice", func(t *testing.T) []config.Route { return loadTable(t, choiceTable) }},
 	}
 	gens := []struct {
 		name   string
