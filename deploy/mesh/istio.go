@@ -35,7 +35,22 @@ type istioRule struct {
 	To []struct {
 		Operation istioOperation `yaml:"operation"`
 	} `yaml:"to,omitempty"`
+	When []istioCondition `yaml:"when,omitempty"`
 }
+
+type istioCondition struct {
+	Key    string   `yaml:"key"`
+	Values []string `yaml:"values"`
+}
+
+// MethodOverrideHeaders are the headers that make frameworks (Rails,
+// Laravel, Symfony, Express's method-override, ASP.NET) run another method
+// than the request's, as the proxy refuses them (proxy/headers.go), with
+// the underscore spellings CGI and WSGI read alike. A GET carrying one may
+// be a DELETE to the workload: the policy sends it to fencegate whatever
+// its method.
+var MethodOverrideHeaders = []string{"x-http-method-override", "x-http-method", "x-method-override",
+	"x_http_method_override", "x_http_method", "x_method_override"}
 
 type istioOperation struct {
 	NotMethods []string `yaml:"notMethods,omitempty"`
@@ -111,12 +126,19 @@ func istio(routes []config.Route, o Options, readMethods func([]config.Route) ([
 		what = "every request whose method is not exactly " + strings.Join(reads, ", ")
 	}
 	p.Spec.Rules = []istioRule{rule}
+	if len(reads) > 0 {
+		for _, h := range MethodOverrideHeaders {
+			p.Spec.Rules = append(p.Spec.Rules, istioRule{When: []istioCondition{{Key: "request.headers[" + h + "]", Values: []string{"*"}}}})
+		}
+		what += ";\nrules[1:]: every request carrying a method-override header (" + strings.Join(MethodOverrideHeaders[:3], ", ") + ",\n" +
+			"  or their underscore spellings), whatever its method: a GET may be a DELETE to the workload"
+	}
 	return render(generated(""), []document{{
 		comment: "Every request these rules match is checked by the extension provider " + o.Provider + "\n" +
 			"(meshconfig.yaml): fencegate's ext_authz service. Istio sends no context_extensions, so\n" +
 			"fencegate finds the entry in its own route table by host, path and method.\n" +
-			"rules[0]: " + what + ",\n" +
-			"  on any host and any path. No host: a sidecar accepts any Host (the Service name, a pod IP,\n" +
+			"rules[0]: " + what + ".\n" +
+			"All on any host and any path. No host: a sidecar accepts any Host (the Service name, a pod IP,\n" +
 			"  a port, trailing dots); no path: Istio compares paths exactly, fencegate reads their\n" +
 			"  spellings. fencegate refuses a write no entry routes (check.unmatchedWrites: deny): give\n" +
 			"  unfenced write paths an entry with policy: off. A method spelt otherwise (`get`,\n" +

@@ -41,8 +41,18 @@ import (
 // istioOperationModel is one operation: its fields by name.
 type istioOperationModel map[string][]string
 
-// istioRuleModel is one rule: nil ops matches any operation.
-type istioRuleModel struct{ ops []istioOperationModel }
+// istioConditionModel is one `when` condition on a request header.
+type istioConditionModel struct {
+	header            string
+	values, notValues []string
+}
+
+// istioRuleModel is one rule: nil ops matches any operation; every when
+// condition must hold too.
+type istioRuleModel struct {
+	ops  []istioOperationModel
+	when []istioConditionModel
+}
 
 // istioPolicyModel parses the AuthorizationPolicy in a generated stream
 // strictly: a field the model does not know is an error.
@@ -84,6 +94,40 @@ func istioPolicyModel(manifests []byte) ([]istioRuleModel, error) {
 			}
 			var rule istioRuleModel
 			for k, v := range rm {
+				if k == "when" {
+					conds, _ := v.([]any)
+					for j, c := range conds {
+						cm, _ := c.(map[string]any)
+						key, _ := cm["key"].(string)
+						name, ok := strings.CutPrefix(key, "request.headers[")
+						name, ok2 := strings.CutSuffix(name, "]")
+						if !ok || !ok2 || name == "" {
+							return nil, fmt.Errorf("rules[%d].when[%d]: key %q not modelled", i, j, key)
+						}
+						cond := istioConditionModel{header: name}
+						for f, vals := range cm {
+							l, _ := vals.([]any)
+							switch f {
+							case "key":
+							case "values", "notValues":
+								for _, x := range l {
+									if f == "values" {
+										cond.values = append(cond.values, fmt.Sprint(x))
+									} else {
+										cond.notValues = append(cond.notValues, fmt.Sprint(x))
+									}
+								}
+							default:
+								return nil, fmt.Errorf("rules[%d].when[%d].%s: not modelled", i, j, f)
+							}
+						}
+						if len(cond.values) == 0 && len(cond.notValues) == 0 {
+							return nil, fmt.Errorf("rules[%d].when[%d]: neither values nor notValues", i, j)
+						}
+						rule.when = append(rule.when, cond)
+					}
+					continue
+				}
 				if k != "to" {
 					return nil, fmt.Errorf("rules[%d].%s: not modelled", i, k)
 				}
@@ -153,16 +197,33 @@ func (o istioOperationModel) matches(host, p, method string) bool {
 	return field("hosts", "notHosts", host, true) && field("paths", "notPaths", p, false) && field("methods", "notMethods", method, false)
 }
 
-// istioSends reports whether the policy sends the request to the provider.
-func istioSends(rules []istioRuleModel, host, p, method string) bool {
-	for _, r := range rules {
-		if r.ops == nil {
-			return true
+// holds reports whether the condition holds for the request's headers
+// (names compared case-insensitively, as HTTP does; "_" is not "-").
+func (c istioConditionModel) holds(header map[string]string) bool {
+	v := ""
+	for name, val := range header {
+		if strings.EqualFold(name, c.header) {
+			v = val
 		}
+	}
+	if len(c.values) > 0 && !istioAny(c.values, v, false) {
+		return false
+	}
+	return !istioAny(c.notValues, v, false)
+}
+
+// istioSends reports whether the policy sends the request to the provider.
+func istioSends(rules []istioRuleModel, host, p, method string, header map[string]string) bool {
+	for _, r := range rules {
+		ok := r.ops == nil
 		for _, o := range r.ops {
-			if o.matches(host, p, method) {
-				return true
-			}
+			ok = ok || o.matches(host, p, method)
+		}
+		for _, c := range r.when {
+			ok = ok && c.holds(header)
+		}
+		if ok {
+			return true
 		}
 	}
 	return false
@@ -270,7 +331,7 @@ func coverage(t *testing.T, table []config.Route, gen func([]config.Route, mesh.
 				}
 				writes++
 				raw, _, _ := strings.Cut(target, "?")
-				if !istioSends(rules, host, raw, method) || !istioSends(rules, host, istioNormalized(target), method) {
+				if !istioSends(rules, host, raw, method, nil) || !istioSends(rules, host, istioNormalized(target), method, nil) {
 					missed = append(missed, fmt.Sprintf("%s %s (Host %q)", method, target, host))
 				}
 			}
@@ -424,16 +485,67 @@ func TestIstioModel(t *testing.T) {
 			t.Errorf("%+v: %v, want %v", c, got, c.want)
 		}
 	}
-	if istioSends(nil, "h", "/", "PUT") {
+	if istioSends(nil, "h", "/", "PUT", nil) {
 		t.Error("a policy without rules sent a request")
 	}
-	if !istioSends([]istioRuleModel{{}}, "h", "/", "PUT") {
+	if !istioSends([]istioRuleModel{{}}, "h", "/", "PUT", nil) {
 		t.Error("an empty rule did not match")
+	}
+	when := []istioRuleModel{{when: []istioConditionModel{{header: "x-a", values: []string{"*"}}}}}
+	if !istioSends(when, "h", "/", "GET", map[string]string{"X-A": "1"}) || istioSends(when, "h", "/", "GET", map[string]string{"x_a": "1"}) ||
+		istioSends(when, "h", "/", "GET", map[string]string{"X-A": ""}) {
+		t.Error("a when condition on a header: presence, case or underscore wrong")
 	}
 	if istioStringMatch("*", "", false) || !istioStringMatch("abc*", "abc", false) || !istioStringMatch("*abc", "xabc", false) {
 		t.Error("string match: presence, prefix or suffix wrong")
 	}
 	if _, err := istioPolicyModel([]byte("kind: AuthorizationPolicy\nspec:\n  action: CUSTOM\n  rules:\n    - to:\n        - operation:\n            ports: [\"80\"]\n")); err == nil {
 		t.Error("a field the model does not know was accepted")
+	}
+}
+
+// TestIstioSendsMethodOverrides: a request carrying a method-override
+// header, in any spelling of its name, any method, host and path, is sent
+// to fencegate (a framework may run it as a DELETE); the policy without
+// its header rules (the broken variant) lets a GET carrying one through.
+func TestIstioSendsMethodOverrides(t *testing.T) {
+	out, err := mesh.Istio(shippedRoutes(t), mesh.ShippedOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := istioPolicyModel(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"X-HTTP-Method-Override", "x-http-method-override", "X-HTTP-Method", "X-Method-Override",
+		"X_HTTP_METHOD_OVERRIDE", "x_http_method", "X_Method_Override"}
+	for _, tc := range []struct {
+		name    string
+		rules   []istioRuleModel
+		correct bool
+	}{{"generated", rules, true}, {"without the header rules (broken)", rules[:1], false}} {
+		sent, missed := 0, []string{}
+		for _, host := range modelHosts {
+			for _, p := range []string{"/orders/42", "/Orders/42", "/anything"} {
+				for _, method := range modelMethods {
+					for _, name := range names {
+						if istioSends(tc.rules, host, p, method, map[string]string{name: "DELETE"}) {
+							sent++
+						} else {
+							missed = append(missed, fmt.Sprintf("%s %s %s: DELETE (Host %q)", method, p, name, host))
+						}
+					}
+				}
+			}
+		}
+		if tc.correct && len(missed) > 0 {
+			t.Errorf("%s: %d not sent, e.g. %q", tc.name, len(missed), missed[:min(5, len(missed))])
+		}
+		if !tc.correct && len(missed) == 0 {
+			t.Errorf("%s: not caught", tc.name)
+		}
+		if tc.correct {
+			t.Logf("%d requests with a method-override header, all sent", sent)
+		}
 	}
 }
