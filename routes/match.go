@@ -179,6 +179,11 @@ func (pm *pathMatch) templateRank() int {
 // as. Writes are denied 400 malformed, as for a path with no one route.
 var ErrBadHost = errors.New("routes: the Host is not a host name or IP address with an optional port; where entries name hosts, its writes are refused")
 
+// CanonicalHost is a match host's canonical spelling, the one Match
+// compares the request's against (generators emit it: a Gateway API
+// hostname must be lower-case ASCII without a trailing dot).
+func CanonicalHost(pattern string) (string, error) { return normalizeHostPattern(pattern) }
+
 // normalizeHostPattern checks a match host: a DNS name or "*." and one,
 // in its canonical form (canonicalHost): lower-case ASCII, IDNA names in
 // their xn-- form, no trailing dot.

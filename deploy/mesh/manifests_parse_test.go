@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -210,4 +212,71 @@ func FuzzGeneratedManifests(f *testing.F) {
 			t.Fatalf("%+v (provider %q, namespace %q): %v", r, provider, namespace, err)
 		}
 	})
+}
+
+// gatewayHostname is the Gateway API's Hostname pattern (CRD validation).
+var gatewayHostname = regexp.MustCompile(`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+// TestGeneratorsEmitCanonicalHosts: a table host fencegate loads in any
+// spelling (upper case, a trailing dot, Unicode IDNA) reaches the Gateway
+// API's hostnames and Contour's fqdn as the name fencegate matches
+// (lower-case ASCII, xn--, no dot), which the Gateway API's pattern takes;
+// the hosts as written, lower-cased (the generators before #26), do not.
+func TestGeneratorsEmitCanonicalHosts(t *testing.T) {
+	hosts := []string{"API.Example.COM.", "BÜCHER.example", "*.Example.ORG"}
+	table := []config.Route{{Name: "a", Key: "a", Match: config.RouteMatch{Hosts: hosts, Path: config.RoutePath{Value: "/a"}}}}
+	if !loadable(table) {
+		t.Fatal("the table does not load")
+	}
+	var got []string
+	for _, gen := range []func([]config.Route, mesh.Options) ([]byte, error){mesh.GatewayAPI, mesh.Contour} {
+		out, err := gen(table, mesh.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs, err := yamlDocs(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range docs {
+			m, _ := d.(map[string]any)
+			spec, _ := m["spec"].(map[string]any)
+			got = append(got, anyStrings(spec["hostnames"])...)
+			got = append(got, anyStrings(spec["virtualhost"])...)
+		}
+	}
+	want := []string{"api.example.com", "xn--bcher-kva.example", "*.example.org"}
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("generated hosts %q lack %q", got, w)
+		}
+	}
+	for _, h := range got {
+		if !gatewayHostname.MatchString(h) {
+			t.Errorf("generated host %q is not a Gateway API hostname", h)
+		}
+	}
+	caught := false
+	for _, h := range hosts {
+		caught = caught || !gatewayHostname.MatchString(strings.ToLower(h))
+	}
+	if !caught {
+		t.Error("the hosts as written, lower-cased, pass: the test cannot fail")
+	}
+}
+
+// anyStrings are the strings in v: a list's, or a map's fqdn.
+func anyStrings(v any) []string {
+	var out []string
+	switch v := v.(type) {
+	case []any:
+		for _, x := range v {
+			out = append(out, fmt.Sprint(x))
+		}
+	case map[string]any:
+		if f, ok := v["fqdn"].(string); ok {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -31,6 +31,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/fencegate/fencegate/config"
+	rtable "github.com/fencegate/fencegate/routes"
 )
 
 // Options say where the generated objects live and what they point at.
@@ -163,7 +164,7 @@ func check(routes []config.Route) error {
 			}
 		}
 		for _, h := range r.Match.Hosts {
-			if h == "" || strings.ContainsAny(h, " /:") || strings.Count(h, "*") > 1 || (strings.Contains(h, "*") && !strings.HasPrefix(h, "*.")) {
+			if _, err := rtable.CanonicalHost(h); err != nil || h == "" || strings.ContainsAny(h, " /:") || strings.Count(h, "*") > 1 || (strings.Contains(h, "*") && !strings.HasPrefix(h, "*.")) {
 				errs = append(errs, fmt.Errorf("%s: host %q: want a host name or a \"*.\" wildcard, without a port", where, h))
 			}
 		}
