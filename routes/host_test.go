@@ -128,3 +128,34 @@ func TestHostSpellingsSelectOneEntry(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCanonicalHost: a Host canonicalHost reads as a name reads the same
+// with a port, more trailing dots or upper case, and its canonical form is
+// a fixed point (so a table host and a request host meet in one spelling).
+func FuzzCanonicalHost(f *testing.F) {
+	for _, h := range []string{"api.example.com", "API.example.com..", "bücher.example", "xn--bcher-kva.example", "ａｐｉ.example.com", "10.0.0.7", "[fd00::7]:80", "a。b", "ß.example", "İ.example"} {
+		f.Add(h)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		c, ok := canonicalHost(h)
+		if !ok {
+			return
+		}
+		if c2, ok := canonicalHost(c); !ok || c2 != c {
+			t.Fatalf("%q → %q → %q, %v", h, c, c2, ok)
+		}
+		if strings.HasPrefix(h, "[") || strings.Contains(h, ":") {
+			return
+		}
+		for _, v := range []string{h + ":8080", h + ".", h + "..:443"} {
+			if c2, ok := canonicalHost(v); !ok || c2 != c {
+				t.Errorf("%q → %q, but %q → %q, %v", h, c, v, c2, ok)
+			}
+		}
+		if up := strings.ToUpper(h); !strings.ContainsFunc(up, func(r rune) bool { return r > 0x7f }) {
+			if c2, ok := canonicalHost(up); !ok || c2 != c {
+				t.Errorf("%q → %q, but %q → %q, %v", h, c, up, c2, ok)
+			}
+		}
+	})
+}
