@@ -82,10 +82,11 @@ func IstioReadMethods(routes []config.Route) ([]string, error) {
 
 // Istio returns the AuthorizationPolicy (security.istio.io/v1, action
 // CUSTOM, provider o.Provider) sending fencegate every request whose
-// method is not exactly one of IstioReadMethods, and the DestinationRule
-// giving the selected proxies fencegate's client certificate.
+// method is not exactly one of IstioReadMethods and every request carrying
+// one of MethodOverrideHeaders, and the DestinationRule giving the
+// selected proxies fencegate's client certificate.
 //
-// The rule names no host and no path, on purpose. A sidecar's inbound
+// The rules name no host and no path, on purpose. A sidecar's inbound
 // listener takes any Host (the Service name, a pod IP, "name:port",
 // "name.."), so a rule scoped to the table's hosts lets every other
 // spelling of the same workload pass unchecked; and Istio compares paths
