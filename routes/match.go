@@ -237,11 +237,21 @@ func canonicalHost(h string) (string, bool) {
 	if ip, err := netip.ParseAddr(h); err == nil {
 		return ip.String(), ip.Is4()
 	}
+	if !config.Printable(h) {
+		return "", false // IDNA would map invalid UTF-8 to U+FFFD, a name no one sent
+	}
 	a, err := idna.Lookup.ToASCII(h)
 	if err != nil {
 		return "", false
 	}
 	a = strings.TrimRight(strings.ToLower(a), ".")
+	if a != h {
+		// The canonical form must read as itself, or a table host and a
+		// request host could meet in two spellings.
+		if b, err := idna.Lookup.ToASCII(a); err != nil || b != a {
+			return "", false
+		}
+	}
 	if a == "" || strings.HasPrefix(a, ".") || strings.Contains(a, "..") || strings.Trim(a, "abcdefghijklmnopqrstuvwxyz0123456789-.") != "" {
 		return "", false
 	}
