@@ -227,7 +227,8 @@ func originalRequest(r *http.Request) (requestView, convention) {
 		}
 		v.method, v.path = m, u
 		// Not the auth request's own Host: the proxy addressed that to
-		// fencegate. Without the header only host-less entries match.
+		// fencegate. Without the header, where entries name hosts, the
+		// table refuses writes (routes.ErrBadHost).
 		v.host = r.Header.Get(c.hostHeader)
 		if v.method == "" && u != "" {
 			// Not the auth request's own method: nginx's auth subrequest

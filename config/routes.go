@@ -9,7 +9,9 @@ import (
 	"io"
 	"io/fs"
 	"net/url"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -188,6 +190,13 @@ func (c *Config) routeProblems() []string {
 			}
 		}
 	}
+	for i, r := range c.RouteTable() {
+		for _, f := range routeText(r) {
+			if !Printable(f.value) {
+				add("routes[%d] (%s).%s: %q holds a control character, a line or paragraph separator, a byte order mark or invalid UTF-8 (no client sends one in a host, path or method; a generated manifest must not carry one)", i, r.Name, f.name, f.value)
+			}
+		}
+	}
 	if upstreams && len(c.Proxy.Routes) > 0 {
 		add("routes: entries with an upstream and proxy.routes exclude each other: move proxy.routes into routes:")
 	}
@@ -243,4 +252,34 @@ func (c *Config) IncludeRoutesFile() error {
 	}
 	c.Routes = append(c.Routes, f.Routes...)
 	return nil
+}
+
+// routeField is one of an entry's text fields, named as in the file.
+type routeField struct{ name, value string }
+
+// routeText lists every text field of r.
+func routeText(r Route) []routeField {
+	out := []routeField{{"name", r.Name}, {"match.path.type", r.Match.Path.Type}, {"match.path.value", r.Match.Path.Value},
+		{"key", r.Key}, {"keyHeader", r.KeyHeader}, {"fenceHeader", r.FenceHeader}, {"policy", r.Policy}, {"mode", r.Mode},
+		{"methods", r.Methods}, {"proof", r.Proof}, {"upstream", r.Upstream}}
+	for j, h := range r.Match.Hosts {
+		out = append(out, routeField{fmt.Sprintf("match.hosts[%d]", j), h})
+	}
+	for j, m := range r.Match.Methods {
+		out = append(out, routeField{fmt.Sprintf("match.methods[%d]", j), m})
+	}
+	return out
+}
+
+// Printable reports whether s is valid UTF-8 without C0 or C1 control
+// characters, DEL, U+2028, U+2029 or a byte order mark: the characters a
+// YAML parser may read as a line break, and that no client sends in a
+// host, path or method.
+func Printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	return !strings.ContainsFunc(s, func(r rune) bool {
+		return r < 0x20 || r >= 0x7f && r <= 0x9f || r == 0x2028 || r == 0x2029 || r == 0xFEFF
+	})
 }

@@ -3,10 +3,13 @@ package routes
 import (
 	"errors"
 	"fmt"
-	"net"
+	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+
+	"golang.org/x/net/idna"
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
@@ -58,6 +61,11 @@ func parsePathMatch(m config.RoutePath) (pathMatch, error) {
 	}
 	if !strings.HasPrefix(pm.value, "/") {
 		return pm, fmt.Errorf("match.path.value: %q must start with '/'", m.Value)
+	}
+	if !config.Printable(pm.value) {
+		// No client sends a raw control character in a path (#26), and a
+		// generated manifest must not carry one.
+		return pm, fmt.Errorf("match.path.value: %q holds a control character, a line separator or invalid UTF-8", m.Value)
 	}
 	switch pm.typ {
 	case PathExact, PathPrefix:
@@ -171,24 +179,104 @@ func (pm *pathMatch) templateRank() int {
 	return 2<<20 + lits<<8 + typed
 }
 
-// normalizeHostPattern checks a match host: a DNS name or "*." and one.
+// ErrBadHost: the request's Host is not a host name or an IP address
+// (with an optional port) in a table whose entries name hosts. Such a
+// Host names no entry's host, so it would reach only the entries that name
+// none: a client must not pick those by sending a Host no name is spelt
+// as. Writes are denied 400 malformed, as for a path with no one route.
+var ErrBadHost = errors.New("routes: the Host is not a host name or IP address with an optional port; where entries name hosts, its writes are refused")
+
+// CanonicalHost is a match host's canonical spelling, the one Match
+// compares the request's against (generators emit it: a Gateway API
+// hostname must be lower-case ASCII without a trailing dot).
+func CanonicalHost(pattern string) (string, error) { return normalizeHostPattern(pattern) }
+
+// normalizeHostPattern checks a match host: a DNS name or "*." and one,
+// in its canonical form (canonicalHost): lower-case ASCII, IDNA names in
+// their xn-- form, no trailing dot.
 func normalizeHostPattern(h string) (string, error) {
-	n := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
-	name := strings.TrimPrefix(n, "*.")
-	if name == "" || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789-.") != "" ||
-		strings.Contains(name, "..") || strings.HasPrefix(name, ".") || strings.Contains(name, "*") {
+	name, wild := strings.CutPrefix(h, "*.")
+	n, ok := canonicalHost(name)
+	if !ok || strings.ContainsAny(name, ":[]") {
 		return "", fmt.Errorf("match.hosts: %q is not a host name or a *.-wildcard (no port, no scheme)", h)
+	}
+	if wild {
+		n = "*." + n
 	}
 	return n, nil
 }
 
-// requestHost is the request's host as matched: lower case, without the
-// port and a trailing dot.
-func requestHost(h string) string {
-	if host, _, err := net.SplitHostPort(h); err == nil {
-		h = host
+// canonicalHost is the one spelling of a request's Host (or :authority)
+// that entries are matched on: the port dropped (it must be a number),
+// every trailing dot dropped, an IPv4 or bracketed IPv6 address in its
+// canonical form, and a name mapped as IDNA lookup maps it (UTS #46: case
+// folded, fullwidth forms and "。" mapped, Unicode labels as xn--) and
+// checked (STD3: letters, digits and hyphens). So "API.example.com..",
+// "api.example.com:8080", "ａｐｉ.example.com" and an xn-- spelling all
+// select the entries of the one name. ok is false for anything else: a
+// stray character, an empty label, a port that is not a number, a label
+// IDNA refuses, an empty Host.
+func canonicalHost(h string) (string, bool) {
+	if len(h) > 1024 {
+		return "", false
 	}
-	return strings.TrimSuffix(strings.ToLower(strings.Trim(h, "[]")), ".")
+	if strings.HasPrefix(h, "[") {
+		end := strings.IndexByte(h, ']')
+		if end < 0 || !validPort(h[end+1:]) {
+			return "", false
+		}
+		ip, err := netip.ParseAddr(h[1:end])
+		if err != nil || !ip.Is6() || ip.Zone() != "" {
+			return "", false
+		}
+		return "[" + ip.String() + "]", true
+	}
+	if i := strings.LastIndexByte(h, ':'); i >= 0 {
+		if !validPort(h[i:]) {
+			return "", false
+		}
+		h = h[:i]
+	}
+	h = strings.TrimRight(h, ".")
+	if h == "" {
+		return "", false
+	}
+	if ip, err := netip.ParseAddr(h); err == nil {
+		return ip.String(), ip.Is4()
+	}
+	if !config.Printable(h) {
+		return "", false // IDNA would map invalid UTF-8 to U+FFFD, a name no one sent
+	}
+	a, err := idna.Lookup.ToASCII(h)
+	if err != nil {
+		return "", false
+	}
+	a = strings.TrimRight(strings.ToLower(a), ".")
+	if a != h {
+		// The canonical form must read as itself, or a table host and a
+		// request host could meet in two spellings.
+		if b, err := idna.Lookup.ToASCII(a); err != nil || b != a {
+			return "", false
+		}
+	}
+	if a == "" || strings.HasPrefix(a, ".") || strings.Contains(a, "..") || strings.Trim(a, "abcdefghijklmnopqrstuvwxyz0123456789-.") != "" {
+		return "", false
+	}
+	return a, true
+}
+
+// validPort reports whether s is "" (no port) or ":" and a port number
+// (or nothing: RFC 3986 allows an empty port).
+func validPort(s string) bool {
+	if s == "" {
+		return true
+	}
+	d, ok := strings.CutPrefix(s, ":")
+	if !ok || len(d) > 5 || strings.Trim(d, "0123456789") != "" {
+		return false
+	}
+	n, _ := strconv.Atoi(d)
+	return n <= 65535
 }
 
 // hostRank is how specifically e's hosts match host (0: e has no hosts),
@@ -280,7 +368,15 @@ func (t *Table) MatchMethods(host, path string, ms []string) (*Entry, error) {
 	}
 	decoded, _ := url.PathUnescape(path)
 	p := trimPath(decoded)
-	host = requestHost(host)
+	if t.hosted {
+		h, ok := t.canonHost(host)
+		if !ok {
+			return nil, ErrBadHost
+		}
+		host = h
+	} else {
+		host = "" // no entry names a host: the Host selects nothing
+	}
 	e := t.best(-1, host, p, ms[0])
 	for _, m := range ms[1:] {
 		if t.best(-1, host, p, m) != e {

@@ -92,6 +92,10 @@ type Table struct {
 	// any of them).
 	methods                  []string
 	exactMethods, skipTarget bool // Options'
+	// hosted: some entry names hosts, so a request's Host must be one
+	// (canonHost: canonicalHost, but for the tests' broken variants).
+	hosted    bool
+	canonHost func(string) (string, bool)
 }
 
 // Options are the table's gateway-wide settings.
@@ -109,6 +113,8 @@ type Options struct {
 	// reading, no override), skipTarget lets a raw '#' through: the
 	// broken variants the tests show caught (#26 items 2, 3).
 	exactMethods, skipTarget bool
+	// hostCanon replaces canonicalHost (tests only: the broken variants).
+	hostCanon func(string) (string, bool)
 }
 
 // Compile compiles entries into a Table, or reports every problem at once
@@ -121,7 +127,10 @@ func Compile(entries []config.Route, o Options) (*Table, error) {
 		o.Unmatched = UnmatchedDeny
 	}
 	t := &Table{byName: make(map[string]*Entry, len(entries)), unmatched: o.Unmatched, skipFolds: o.skipFolds,
-		exactMethods: o.exactMethods, skipTarget: o.skipTarget}
+		exactMethods: o.exactMethods, skipTarget: o.skipTarget, canonHost: o.hostCanon}
+	if t.canonHost == nil {
+		t.canonHost = canonicalHost
+	}
 	var errs []error
 	for i, c := range entries {
 		where := fmt.Sprintf("routes[%d]", i)
@@ -161,6 +170,7 @@ func Compile(entries []config.Route, o Options) (*Table, error) {
 				t.methods = append(t.methods, m)
 			}
 		}
+		t.hosted = t.hosted || len(e.hosts) > 0
 		t.templates = t.templates || e.path.typ == PathTemplate
 		for i := 0; i < Readings; i++ {
 			if e.path.typ == PathTemplate {
@@ -185,6 +195,8 @@ func compileEntry(c config.Route) (*Entry, error) {
 	var errs []error
 	if c.Name == "" {
 		errs = append(errs, errors.New("name: required"))
+	} else if !config.Printable(c.Name) {
+		errs = append(errs, fmt.Errorf("name: %q holds a control character, a line separator or invalid UTF-8", c.Name))
 	}
 	rt, err := fencecheck.CompileRoute(fencecheck.RouteSpec{
 		Name: c.Name, Key: c.Key, KeyHeader: c.KeyHeader, FenceHeader: c.FenceHeader, Policy: c.Policy, Mode: c.Mode,

@@ -401,6 +401,9 @@ func routesCheck(_ context.Context, args []string, stdout, stderr io.Writer) int
 	for _, e := range t.Entries() {
 		fmt.Fprintf(stdout, "  %s\n", describeEntry(e))
 	}
+	for _, w := range routes.HostChoices(t) {
+		fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
 	code := exitOK
 	for _, r := range reqs {
 		line, ok := explainRequest(t, r, http.Header(hdrs))

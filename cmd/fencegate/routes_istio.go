@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/deploy/mesh"
+	"github.com/fencegate/fencegate/routes"
 )
 
 // selectorFlag collects repeated --selector k=v labels.
@@ -51,6 +52,7 @@ func routesIstio(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.ServiceNamespace, "service-namespace", "fencegate", "fencegate's Service's namespace")
 	fs.IntVar(&o.Port, "port", 9191, "fencegate's authz port")
 	fs.StringVar(&o.ClientSecret, "client-secret", "fencegate-authz-client", "Secret (in --namespace) with fencegate's authz client certificate")
+	hostSelects := fs.Bool("host-selects-workload", false, "the policy's workloads are chosen by Host (an ingress gateway's virtual hosts), so entries may differ by host alone; default: refuse such a table (behind a sidecar the client picks the entry by its Host)")
 	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
 		return code
 	}
@@ -81,8 +83,17 @@ func routesIstio(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "fencegate routes istio: the route table does not load:", err)
 		return exitFailure
 	}
-	if _, err := compileTable(&c); err != nil {
+	t, err := compileTable(&c)
+	if err != nil {
 		fmt.Fprintln(stderr, "fencegate routes istio: the route table does not load:", err)
+		return exitFailure
+	}
+	// Behind a sidecar every Host reaches the one workload: entries that
+	// differ by host alone let the client choose the weaker one.
+	if choices := routes.HostChoices(t); len(choices) > 0 && !*hostSelects {
+		fmt.Fprintf(stderr, "fencegate routes istio: the client would choose the entry by its Host (a sidecar takes any Host):\n  - %s\n"+
+			"give those paths one entry for every host, or pass --host-selects-workload if the policy selects an ingress gateway whose routes pick the backend by Host\n",
+			strings.Join(choices, "\n  - "))
 		return exitFailure
 	}
 	out, err := mesh.Istio(c.Routes, o)

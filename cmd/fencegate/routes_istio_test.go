@@ -36,6 +36,9 @@ func TestRoutesIstio(t *testing.T) {
 	// Two entries no request tells apart: the gateway refuses the table,
 	// so no policy may be printed for it.
 	overlap := write("overlap.yaml", "routes:\n  - {name: a, match: {path: {value: /w}}, key: w}\n  - {name: b, match: {path: {value: /w}}, key: v}\n")
+	// A strict entry on a host beside a host-less policy: off one: behind
+	// a sidecar the client picks between them by its Host.
+	hostChoice := write("choice.yaml", "routes:\n  - {name: strict, match: {hosts: [api.example.com], path: {value: /orders}}, key: orders, proof: lockId}\n  - {name: open, match: {path: {value: /}}, policy: \"off\"}\n")
 	t.Setenv("FENCEGATE_CONFIG", "")
 
 	for _, tc := range []struct {
@@ -60,6 +63,8 @@ func TestRoutesIstio(t *testing.T) {
 		{name: "barrier entry", args: []string{"--config", barrier}, code: exitFailure, stderrHas: "barrier"},
 		{name: "no routes", args: []string{"--config", empty}, code: exitFailure, stderrHas: "empty"},
 		{name: "a table the gateway refuses", args: []string{"--config", overlap}, code: exitFailure, stderrHas: "does not load"},
+		{name: "entries chosen by Host", args: []string{"--config", hostChoice}, code: exitFailure, stderrHas: `entries "strict" (hosts api.example.com) and "open" (every host)`},
+		{name: "entries chosen by Host, at a gateway", args: []string{"--config", hostChoice, "--host-selects-workload"}, code: exitOK, stdoutHas: "notMethods"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -93,6 +93,21 @@ routes:
 	if code := runRoutes(t.Context(), []string{"nope"}, &out, &errOut); code != exitUsage {
 		t.Errorf("unknown subcommand: exit %d", code)
 	}
+
+	// Another spelling of the host selects the same entry (#26); entries
+	// that differ by host alone are warned of (behind a sidecar the client
+	// picks by its Host).
+	choice := writeConfig(t, `
+routes:
+  - {name: strict, match: {hosts: [api.example.com], path: {value: /orders}}, key: orders, proof: lockId}
+  - {name: open, match: {path: {value: /}}, policy: "off"}
+`)
+	out.Reset()
+	code = runRoutes(t.Context(), []string{"check", "--config", choice, "--request", "PUT https://API.example.com..:8443/orders/42"}, &out, &errOut)
+	if code != exitOK || !strings.Contains(out.String(), "route strict: a write") ||
+		!strings.Contains(out.String(), `warning: entries "strict" (hosts api.example.com) and "open" (every host) govern the same paths`) {
+		t.Errorf("host spelling and choice: exit %d:\n%s", code, out.String())
+	}
 }
 
 // TestRoutesCheckRefusals (#27 item 9): a sample the gateway would refuse

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/deploy/mesh"
 	"github.com/fencegate/fencegate/e2e/kube"
 	"github.com/fencegate/fencegate/internal/testutil"
 )
@@ -107,13 +108,29 @@ func TestShippedManifestsServerSideDryRun(t *testing.T) {
 		})
 	}
 
+	// A table whose entry writes with every method: the policy's one rule
+	// is empty (it matches every request).
+	t.Run("istio: an entry writing with GET, HEAD and OPTIONS", func(t *testing.T) {
+		table := loadTable(t, "routes:\n  - {name: rpc, match: {path: {value: /rpc}}, methods: \"*\", key: rpc}\n")
+		out, err := mesh.Istio(table, mesh.ShippedOptions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(out, []byte("  rules:\n    - {}\n")) {
+			t.Fatalf("want one empty rule:\n%s", out)
+		}
+		if warnings, err := apply(a, resources, out, true); err != nil || len(warnings) > 0 {
+			t.Fatalf("%v %q", err, warnings)
+		}
+	})
+
 	// Each broken variant changes one thing in a shipped file; the dry run
 	// must refuse it, naming what is wrong.
 	for _, tc := range []struct{ name, file, from, to, want string }{
 		{"istio: unknown action", "istio/authorizationpolicy.yaml", "action: CUSTOM", "action: CUSTM", "action"},
 		{"istio: misspelt provider field", "istio/authorizationpolicy.yaml", "  provider:\n", "  providr:\n", "providr"},
 		{"istio: wildcard in the workload selector", "istio/authorizationpolicy.yaml", "app: orders", "app: ord*", "wildcard"},
-		{"istio: paths not a list", "istio/authorizationpolicy.yaml", "paths:\n              - /checkout", "paths: /checkout", "paths"},
+		{"istio: notMethods not a list", "istio/authorizationpolicy.yaml", "notMethods:\n              - GET", "notMethods: GET", "notMethods"},
 		{"istio: unknown TLS mode", "istio/authorizationpolicy.yaml", "mode: MUTUAL", "mode: MTLS", "mode"},
 		{"gateway-api: unknown path type", "gateway-api/httproutes.yaml", "type: RegularExpression", "type: Regex", "type"},
 		{"gateway-api: lower-case method", "gateway-api/httproutes.yaml", "method: POST", "method: post", "method"},

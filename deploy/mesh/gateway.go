@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/config"
+	rtable "github.com/fencegate/fencegate/routes"
 )
 
 // Gateway API HTTPRoutes, one per entry (named as the entry), and the
@@ -77,10 +78,17 @@ func GatewayPath(p config.RoutePath) (httpPathMatch, error) {
 	}
 }
 
-func lowerAll(ss []string) []string {
+// canonicalHosts are an entry's hosts as fencegate matches them
+// (routes.CanonicalHost: lower case, IDNA names in xn-- form, no trailing
+// dot); check has refused a host without one.
+func canonicalHosts(ss []string) []string {
 	out := make([]string, len(ss))
 	for i, s := range ss {
-		out[i] = strings.ToLower(s)
+		c, err := rtable.CanonicalHost(s)
+		if err != nil {
+			c = strings.ToLower(s)
+		}
+		out[i] = c
 	}
 	return out
 }
@@ -131,7 +139,7 @@ func GatewayAPI(routes []config.Route, o Options) ([]byte, error) {
 		hr.APIVersion, hr.Kind = "gateway.networking.k8s.io/v1", "HTTPRoute"
 		hr.Metadata = meta(r.Name, o.Namespace)
 		hr.Spec.ParentRefs = []parentRef{{Name: o.Gateway}}
-		hr.Spec.Hostnames = lowerAll(r.Match.Hosts)
+		hr.Spec.Hostnames = canonicalHosts(r.Match.Hosts)
 		var matches []httpRouteMatch
 		if len(r.Match.Methods) == 0 {
 			matches = []httpRouteMatch{{Path: path}}
@@ -383,7 +391,7 @@ func Contour(routes []config.Route, o Options) ([]byte, error) {
 	var hosts []string
 	byHost := map[string][]config.Route{}
 	for _, r := range routes {
-		hs := lowerAll(r.Match.Hosts)
+		hs := canonicalHosts(r.Match.Hosts)
 		if len(hs) == 0 {
 			if o.Host == "" {
 				return nil, fmt.Errorf("route entry %q names no host: Contour needs a virtual host (Options.Host)", r.Name)

@@ -2,15 +2,18 @@ package mesh
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/fencecheck"
 )
 
 // Istio's CUSTOM action sends the ext_authz check to one provider and no
 // context_extensions: fencegate resolves each request's entry from its own
 // table by host, path and method. The AuthorizationPolicy only decides
-// which requests are checked at all, so its rules must cover every entry.
+// which requests are checked at all, so it must send every request the
+// table could govern or refuse as a write, in every spelling.
 
 type authorizationPolicy struct {
 	APIVersion string     `yaml:"apiVersion"`
@@ -31,102 +34,77 @@ type authorizationPolicy struct {
 type istioRule struct {
 	To []struct {
 		Operation istioOperation `yaml:"operation"`
-	} `yaml:"to"`
+	} `yaml:"to,omitempty"`
+	When []istioCondition `yaml:"when,omitempty"`
 }
 
+type istioCondition struct {
+	Key    string   `yaml:"key"`
+	Values []string `yaml:"values"`
+}
+
+// MethodOverrideHeaders are the headers that make frameworks (Rails,
+// Laravel, Symfony, Express's method-override, ASP.NET) run another method
+// than the request's, as the proxy refuses them (proxy/headers.go), with
+// the underscore spellings CGI and WSGI read alike. A GET carrying one may
+// be a DELETE to the workload: the policy sends it to fencegate whatever
+// its method.
+var MethodOverrideHeaders = []string{"x-http-method-override", "x-http-method", "x-method-override",
+	"x_http_method_override", "x_http_method", "x_method_override"}
+
 type istioOperation struct {
-	Hosts      []string `yaml:"hosts,omitempty"`
-	Paths      []string `yaml:"paths,omitempty"`
-	Methods    []string `yaml:"methods,omitempty"`
 	NotMethods []string `yaml:"notMethods,omitempty"`
 }
 
-// IstioPaths are the Istio `paths` covering an entry's path match (Istio
-// allows a "*" only as a whole prefix or suffix): nil for every path;
-// PathPrefix "/orders" → "/orders", "/orders/*"; Exact → itself; a
-// Template → its literal prefix + "/*" (wider than the template: fencegate
-// narrows it). The bool reports a widened Template.
-func IstioPaths(p config.RoutePath) ([]string, bool, error) {
-	segs, err := segments(p)
-	if err != nil {
-		return nil, false, err
-	}
-	if segs == nil {
-		return nil, false, nil
-	}
-	switch {
-	case p.Type == "Exact":
-		return withSlash(p.Value), false, nil
-	case p.Type == "Template" && hasVariable(segs):
-		return []string{literalPrefix(segs) + "/*"}, true, nil
-	case p.Type == "Template":
-		// No variable: the template is one path.
-		return withSlash(literalPrefix(segs)), false, nil
-	default: // PathPrefix, segment-wise
-		prefix := literalPrefix(segs)
-		return []string{prefix, prefix + "/*"}, false, nil
-	}
-}
-
-// withSlash is an exact path and the same path with a trailing "/",
-// which fencegate's table matches as the same path and Istio, comparing
-// exactly, would not send.
-func withSlash(p string) []string {
-	if p == "/" {
-		return []string{p}
-	}
-	return []string{p, p + "/"}
-}
-
-// IstioHosts are the Istio `hosts` covering an entry's hosts: Istio
-// compares the Host header as sent, with its port and a trailing dot,
-// fencegate without either, so an exact name also matches "name:*",
-// "name." and "name.:*". A "*." wildcard cannot take a port pattern too
-// (one "*" per value): such a host with an explicit port is left to the
-// policy's catch-all rule for writes (Istio), which names no host when
-// any entry has a wildcard.
-func IstioHosts(hosts []string) []string {
-	var out []string
-	for _, h := range hosts {
-		h = strings.ToLower(h)
-		if strings.HasPrefix(h, "*.") {
-			out = append(out, h, h+".")
-			continue
-		}
-		out = append(out, h, h+":*", h+".", h+".:*")
-	}
-	return out
-}
-
-// readMethods are the methods every entry's default write methods leave
-// out; the catch-all rule sends every other method to fencegate.
-var readMethods = []string{"GET", "HEAD", "OPTIONS"}
-
-// catchAllHosts are the hosts the policy's catch-all rule for writes
-// names: every entry's (IstioHosts), or none (every host) when an entry
-// names no host or a "*." wildcard, whose requests with a port Istio
-// could not name.
-func catchAllHosts(routes []config.Route) []string {
-	var out []string
+// IstioReadMethods are the methods the policy does not send to fencegate:
+// of GET, HEAD and OPTIONS (spelt exactly so: Istio compares methods
+// exactly), those that no entry's write methods, and not the default's,
+// count as a write. Every other method, in every spelling ("get",
+// "Delete", "PROPFIND"), is sent: fencegate answers a read cheaply, and a
+// method Istio let through unchecked would be a write no one checked.
+func IstioReadMethods(routes []config.Route) ([]string, error) {
+	sets := []fencecheck.MethodSet{{}} // the default: unmatched writes, Refuse
 	for _, r := range routes {
-		if len(r.Match.Hosts) == 0 {
-			return nil
+		ms, err := fencecheck.WriteMethods(r.Methods)
+		if err != nil {
+			return nil, fmt.Errorf("routes %q: %w", r.Name, err)
 		}
-		for _, h := range r.Match.Hosts {
-			if strings.HasPrefix(h, "*.") {
-				return nil
-			}
-		}
-		out = append(out, IstioHosts(r.Match.Hosts)...)
+		sets = append(sets, ms)
 	}
-	return out
+	var out []string
+	for _, m := range []string{"GET", "HEAD", "OPTIONS"} {
+		if !slices.ContainsFunc(sets, func(ms fencecheck.MethodSet) bool { return ms.IsWrite(m) }) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }
 
 // Istio returns the AuthorizationPolicy (security.istio.io/v1, action
-// CUSTOM, provider o.Provider) with one rule per route entry, selecting the
-// entry's hosts, paths and methods.
+// CUSTOM, provider o.Provider) sending fencegate every request whose
+// method is not exactly one of IstioReadMethods and every request carrying
+// one of MethodOverrideHeaders, and the DestinationRule giving the
+// selected proxies fencegate's client certificate.
+//
+// The rules name no host and no path, on purpose. A sidecar's inbound
+// listener takes any Host (the Service name, a pod IP, "name:port",
+// "name.."), so a rule scoped to the table's hosts lets every other
+// spelling of the same workload pass unchecked; and Istio compares paths
+// exactly and case-sensitively while fencegate's table also governs (or
+// refuses) "/Orders/42", "/orders%2F42" and "/%61dmin". Which entry, if
+// any, governs a request is fencegate's to decide from its own table.
 func Istio(routes []config.Route, o Options) ([]byte, error) {
+	return istio(routes, o, IstioReadMethods)
+}
+
+// istio is Istio with the read methods from readMethods (the tests pass
+// broken ones).
+func istio(routes []config.Route, o Options, readMethods func([]config.Route) ([]string, error)) ([]byte, error) {
 	if err := check(routes); err != nil {
+		return nil, err
+	}
+	reads, err := readMethods(routes)
+	if err != nil {
 		return nil, err
 	}
 	o = o.withDefaults()
@@ -140,38 +118,32 @@ func Istio(routes []config.Route, o Options) ([]byte, error) {
 	}
 	p.Spec.Action = "CUSTOM"
 	p.Spec.Provider.Name = o.Provider
-	var notes []string
-	for i, r := range routes {
-		paths, widened, err := IstioPaths(r.Match.Path)
-		if err != nil {
-			return nil, err
-		}
-		op := istioOperation{Hosts: IstioHosts(r.Match.Hosts), Paths: paths, Methods: r.Match.Methods}
-		rule := istioRule{To: []struct {
+	var rule istioRule
+	what := "every request (an entry counts GET, HEAD and OPTIONS as writes): an empty rule matches all"
+	if len(reads) > 0 {
+		rule.To = []struct {
 			Operation istioOperation `yaml:"operation"`
-		}{{op}}}
-		p.Spec.Rules = append(p.Spec.Rules, rule)
-		note := fmt.Sprintf("rules[%d]: %s", i, r.Name)
-		if widened {
-			note += fmt.Sprintf(" (Template %s, covered by %s: Istio paths take only a leading or trailing *; fencegate narrows it)", r.Match.Path.Value, paths[0])
-		}
-		notes = append(notes, note)
+		}{{istioOperation{NotMethods: reads}}}
+		what = "every request whose method is not exactly " + strings.Join(reads, ", ")
 	}
-	// Istio compares paths exactly and case-sensitively; fencegate's table
-	// also reads "/Orders/42", "/orders%2F42" and the like, and refuses
-	// writes it cannot route to one entry. Those writes must reach it: the
-	// last rule sends every write on the table's hosts.
-	p.Spec.Rules = append(p.Spec.Rules, istioRule{To: []struct {
-		Operation istioOperation `yaml:"operation"`
-	}{{istioOperation{Hosts: catchAllHosts(routes), NotMethods: readMethods}}}})
-	notes = append(notes, fmt.Sprintf("rules[%d]: every write (not GET, HEAD, OPTIONS) on the table's hosts, whatever its path: fencegate\n"+
-		"  refuses a write no entry routes (check.unmatchedWrites: deny); give unfenced write paths an entry\n"+
-		"  with policy: off", len(routes)))
+	p.Spec.Rules = []istioRule{rule}
+	if len(reads) > 0 {
+		for _, h := range MethodOverrideHeaders {
+			p.Spec.Rules = append(p.Spec.Rules, istioRule{When: []istioCondition{{Key: "request.headers[" + h + "]", Values: []string{"*"}}}})
+		}
+		what += ";\nrules[1:]: every request carrying a method-override header (" + strings.Join(MethodOverrideHeaders[:3], ", ") + ",\n" +
+			"  or their underscore spellings), whatever its method: a GET may be a DELETE to the workload"
+	}
 	return render(generated(""), []document{{
 		comment: "Every request these rules match is checked by the extension provider " + o.Provider + "\n" +
 			"(meshconfig.yaml): fencegate's ext_authz service. Istio sends no context_extensions, so\n" +
 			"fencegate finds the entry in its own route table by host, path and method.\n" +
-			strings.Join(notes, "\n"),
+			"rules[0]: " + what + ".\n" +
+			"All on any host and any path. No host: a sidecar accepts any Host (the Service name, a pod IP,\n" +
+			"  a port, trailing dots); no path: Istio compares paths exactly, fencegate reads their\n" +
+			"  spellings. fencegate refuses a write no entry routes (check.unmatchedWrites: deny): give\n" +
+			"  unfenced write paths an entry with policy: off. A method spelt otherwise (`get`,\n" +
+			"  `Delete`, PROPFIND) is sent too: fencegate answers a read without a store read.",
 		object: p,
 	}, istioDestinationRule(o)})
 }

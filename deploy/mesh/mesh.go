@@ -26,10 +26,12 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/fencegate/fencegate/config"
+	rtable "github.com/fencegate/fencegate/routes"
 )
 
 // Options say where the generated objects live and what they point at.
@@ -145,6 +147,11 @@ func check(routes []config.Route) error {
 			errs = append(errs, fmt.Errorf("%s: duplicate name", where))
 		}
 		seen[r.Name] = true
+		for _, f := range append([]string{r.Name, r.Match.Path.Value, r.Key, r.KeyHeader, r.FenceHeader, r.Methods, r.Upstream}, append(r.Match.Hosts, r.Match.Methods...)...) {
+			if !config.Printable(f) {
+				errs = append(errs, fmt.Errorf("%s: %q holds a control character, a line separator or invalid UTF-8", where, f))
+			}
+		}
 		if r.Barrier {
 			errs = append(errs, fmt.Errorf("%s: barrier entries need ext_proc or fencegate's proxy; ext_authz cannot report a write's completion", where))
 		}
@@ -157,7 +164,7 @@ func check(routes []config.Route) error {
 			}
 		}
 		for _, h := range r.Match.Hosts {
-			if h == "" || strings.ContainsAny(h, " /:") || strings.Count(h, "*") > 1 || (strings.Contains(h, "*") && !strings.HasPrefix(h, "*.")) {
+			if _, err := rtable.CanonicalHost(h); err != nil || h == "" || strings.ContainsAny(h, " /:") || strings.Count(h, "*") > 1 || (strings.Contains(h, "*") && !strings.HasPrefix(h, "*.")) {
 				errs = append(errs, fmt.Errorf("%s: host %q: want a host name or a \"*.\" wildcard, without a port", where, h))
 			}
 		}
@@ -257,12 +264,12 @@ type document struct {
 // preceded by its comment lines.
 func render(header string, docs []document) ([]byte, error) {
 	var out bytes.Buffer
-	out.WriteString(comment(header))
+	out.WriteString(commentFn(header))
 	for i, d := range docs {
 		if i > 0 {
 			out.WriteString("---\n")
 		}
-		out.WriteString(comment(d.comment))
+		out.WriteString(commentFn(d.comment))
 		var b bytes.Buffer
 		enc := yaml.NewEncoder(&b)
 		enc.SetIndent(2)
@@ -277,6 +284,14 @@ func render(header string, docs []document) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
+// comment renders text as YAML comment lines. Only "\n" ends a line;
+// every other character a YAML parser could read as a line break or that
+// no comment may hold (C0 and C1 controls, DEL, U+2028, U+2029, a byte
+// order mark, invalid UTF-8) is written escaped, so text from a route
+// table can never end the comment and become YAML.
+// commentFn is comment; only the tests swap it, for a broken variant.
+var commentFn = comment
+
 func comment(text string) string {
 	if text == "" {
 		return ""
@@ -287,7 +302,26 @@ func comment(text string) string {
 			b.WriteString("#\n")
 			continue
 		}
-		b.WriteString("# " + line + "\n")
+		b.WriteString("# " + escapeComment(line) + "\n")
+	}
+	return b.String()
+}
+
+// escapeComment writes the characters comment must not hold as \xNN,
+// \uNNNN, and a backslash as "\\" so the escaping reads back unambiguously.
+func escapeComment(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, "\\x%02X", s[i])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r < 0x20, r >= 0x7f && r <= 0x9f, r == 0x2028, r == 0x2029, r == 0xFEFF:
+			fmt.Fprintf(&b, "\\u%04X", r)
+		default:
+			b.WriteRune(r)
+		}
 	}
 	return b.String()
 }

@@ -3,7 +3,6 @@ package mesh_test
 import (
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -11,27 +10,6 @@ import (
 	"github.com/fencegate/fencegate/deploy/mesh"
 	"github.com/fencegate/fencegate/e2e/kube"
 )
-
-// istioPathMatch is Istio's `paths` rule: exact, or one "*" as a whole
-// prefix or suffix.
-func istioPathMatch(patterns []string, path string) bool {
-	if len(patterns) == 0 {
-		return true
-	}
-	for _, p := range patterns {
-		switch {
-		case p == "*":
-			return true
-		case strings.HasSuffix(p, "*") && strings.HasPrefix(path, strings.TrimSuffix(p, "*")):
-			return true
-		case strings.HasPrefix(p, "*") && strings.HasSuffix(path, strings.TrimPrefix(p, "*")):
-			return true
-		case p == path:
-			return true
-		}
-	}
-	return false
-}
 
 // governed are paths each entry governs (as fencegate's matching reads its
 // path), and paths it does not.
@@ -57,86 +35,6 @@ var pathCases = []struct {
 		[]string{"/a/b"}, []string{"/a/b/c"}, nil},
 	{config.RoutePath{}, // every path
 		[]string{"/", "/anything/at/all"}, nil, nil},
-}
-
-// istioCoverage lists the governed paths the Istio patterns of pathsFn
-// miss: a miss is a write Istio never sends to fencegate.
-func istioCoverage(pathsFn func(config.RoutePath) ([]string, bool, error)) []string {
-	var misses []string
-	for _, c := range pathCases {
-		patterns, _, err := pathsFn(c.path)
-		if err != nil {
-			misses = append(misses, fmt.Sprintf("%v: %v", c.path, err))
-			continue
-		}
-		for _, p := range c.governed {
-			if !istioPathMatch(patterns, p) {
-				misses = append(misses, fmt.Sprintf("%v: %s not matched by %q", c.path, p, patterns))
-			}
-		}
-	}
-	return misses
-}
-
-// TestIstioPathsCoverEveryEntry: the AuthorizationPolicy's paths match
-// every path an entry governs; deliberately broken mappings (a prefix
-// without its bare path, a template taken literally, a template's prefix
-// without the "/*") are caught.
-func TestIstioPathsCoverEveryEntry(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		fn      func(config.RoutePath) ([]string, bool, error)
-		correct bool
-	}{
-		{"IstioPaths", mesh.IstioPaths, true},
-		{"prefix without the bare path", func(p config.RoutePath) ([]string, bool, error) {
-			ps, w, err := mesh.IstioPaths(p)
-			if p.Type != "Exact" && p.Type != "Template" && len(ps) == 2 {
-				ps = ps[1:]
-			}
-			return ps, w, err
-		}, false},
-		{"template taken literally", func(p config.RoutePath) ([]string, bool, error) {
-			if p.Type == "Template" {
-				return []string{p.Value}, false, nil
-			}
-			return mesh.IstioPaths(p)
-		}, false},
-		{"template prefix without /*", func(p config.RoutePath) ([]string, bool, error) {
-			ps, w, err := mesh.IstioPaths(p)
-			if w {
-				ps = []string{strings.TrimSuffix(ps[0], "/*")}
-			}
-			return ps, w, err
-		}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			misses := istioCoverage(tc.fn)
-			if tc.correct && len(misses) > 0 {
-				t.Fatalf("writes Istio would not send to fencegate:\n%s", strings.Join(misses, "\n"))
-			}
-			if !tc.correct && len(misses) == 0 {
-				t.Fatal("the broken mapping was not caught")
-			}
-		})
-	}
-	// The documented shapes.
-	for _, c := range []struct {
-		path config.RoutePath
-		want []string
-	}{
-		{config.RoutePath{Type: "PathPrefix", Value: "/orders"}, []string{"/orders", "/orders/*"}},
-		{config.RoutePath{Type: "Exact", Value: "/checkout"}, []string{"/checkout", "/checkout/"}}, // fencegate reads both as /checkout
-		{config.RoutePath{Type: "Template", Value: "/a/b"}, []string{"/a/b", "/a/b/"}},
-		{config.RoutePath{Type: "Template", Value: "/orders/{int}/items/*"}, []string{"/orders/*"}},
-		{config.RoutePath{Type: "Template", Value: "/{int}"}, []string{"/*"}},
-		{config.RoutePath{Type: "PathPrefix", Value: "/"}, nil},
-	} {
-		got, _, err := mesh.IstioPaths(c.path)
-		if err != nil || !slices.Equal(got, c.want) {
-			t.Errorf("IstioPaths(%v) = %q, %v; want %q", c.path, got, err, c.want)
-		}
-	}
 }
 
 // gatewayMatch is the Gateway API's path match as Envoy Gateway applies
@@ -296,16 +194,6 @@ func TestRefusesWhatNoMeshExpresses(t *testing.T) {
 	}
 	if _, err := mesh.Contour([]config.Route{ok}, mesh.Options{}); err == nil || !strings.Contains(err.Error(), "names no host") {
 		t.Errorf("Contour without a virtual host for a host-less entry: %v", err)
-	}
-}
-
-// TestIstioHosts: an exact host also matches with a port and a trailing
-// dot (Istio compares the Host header as sent, fencegate without either).
-func TestIstioHosts(t *testing.T) {
-	got := mesh.IstioHosts([]string{"API.example.com", "*.example.org"})
-	want := []string{"api.example.com", "api.example.com:*", "api.example.com.", "api.example.com.:*", "*.example.org", "*.example.org."}
-	if !slices.Equal(got, want) {
-		t.Fatalf("IstioHosts = %q, want %q", got, want)
 	}
 }
 
