@@ -314,16 +314,6 @@ func edgeCheck(base, key, fence string) (int, time.Duration, error) {
 	return resp.StatusCode, time.Since(start), nil
 }
 
-// writeConfig writes a config file that sets check.timeout.
-func writeConfig(t *testing.T, checkTimeout time.Duration) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "fencegate.yaml")
-	if err := os.WriteFile(p, []byte(fmt.Sprintf("check:\n  timeout: %s\n", checkTimeout)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // checker runs edge checks on keys, each with the fence of a lock it took
 // at the start, until stopped, and counts the answers.
 type checker struct {
@@ -433,7 +423,7 @@ func TestClusterMigration(t *testing.T) {
 
 	// A check's store read gets 1 s here: the bounded retry (at most
 	// 4 rounds, 150 ms of backoff) must fit, on a loaded 2-core machine.
-	g := StartGateway(t, clusterURL(ms, ""), "--log-level", "info", "--config", writeConfig(t, time.Second))
+	g := StartGateway(t, clusterURL(ms, ""), "--log-level", "info", "--config", writeConfig(t, "check:\n  timeout: 1s\n"))
 	load := startFenceLoadOn(t, g.URL(), keys[:4])
 	ck := startChecker(t, g.URL(), keys[4:], 2)
 	load.run(ctx, phaseBefore, "before the migration")

@@ -26,7 +26,6 @@ type oldIstioOperation struct {
 	NotMethods []string `yaml:"notMethods,omitempty"`
 }
 
-
 // oldReadMethods are the methods every entry's default write methods leave
 // out; the catch-all rule sends every other method to fencegate.
 var oldReadMethods = []string{"GET", "HEAD", "OPTIONS"}
