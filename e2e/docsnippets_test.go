@@ -119,6 +119,7 @@ func TestDocSnippetsAllRun(t *testing.T) {
 		"README.md Two commands sh":                    "TestREADMECurlSession starts `fencegate serve` on the embedded store as line 1 does; line 2 is `make test`, this suite",
 		"README.md A session with curl sh":             "TestREADMECurlSession",
 		"README.md The resource-side check go":         "examples/orders/readme_test.go",
+		"README.md The resource-side check js":         "examples/orders-node/test/readme.test.js (make test-js)",
 		"README.md Behind Istio yaml":                  "TestREADMEIstio",
 		"README.md Behind Istio sh":                    "TestREADMEIstio",
 		"docs/clients.md The command line sh":          "",
@@ -145,8 +146,10 @@ func TestDocSnippetsAllRun(t *testing.T) {
 	}
 	// The marker examples/orders's test reads the resource-side block by.
 	readme, err := os.ReadFile(filepath.Join(fencegatetest.Root(), "README.md"))
-	if err != nil || !bytes.Contains(readme, []byte("<!-- examples/orders/readme_test.go -->")) {
-		t.Errorf("README.md lost the marker examples/orders/readme_test.go finds its Go block by (%v)", err)
+	for _, marker := range []string{"examples/orders/readme_test.go", "examples/orders-node/test/readme.test.js"} {
+		if err != nil || !bytes.Contains(readme, []byte("<!-- "+marker+" -->")) {
+			t.Errorf("README.md lost the marker %s finds its block by (%v)", marker, err)
+		}
 	}
 }
 
