@@ -70,7 +70,6 @@ type env struct {
 var (
 	envOnce sync.Once
 	shared  *env
-	envErr  string
 )
 
 func getEnv(t *testing.T) *env {
