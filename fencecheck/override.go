@@ -11,7 +11,23 @@ import (
 // method to run instead of the request's own (Rails' Rack::MethodOverride,
 // Laravel and Symfony with overrides on, Express's method-override,
 // ASP.NET, Google's APIs): a GET passed as a read would act as a DELETE.
-var MethodOverrideHeaders = []string{"x-http-method-override", "x-http-method", "x-method-override"}
+// The underscore spellings are distinct names to a proxy but the same
+// variable to CGI, WSGI and PHP upstreams (HTTP_X_HTTP_METHOD_OVERRIDE).
+var MethodOverrideHeaders = []string{"x-http-method-override", "x-http-method", "x-method-override",
+	"x_http_method_override", "x_http_method", "x_method_override"}
+
+// maxOverrides bounds the override values a request is read under (a
+// request names its method once; more is either a mistake or an attempt to
+// make every edge judge it under thousands of readings). A request with
+// more, or with an override header sent twice (the transports hand over
+// one copy, an upstream may read the other), is read as every write
+// method: it is a write wherever any is, and it selects no entry the
+// write methods do not all select.
+const maxOverrides = 4
+
+// everyWrite are the readings of a request whose override cannot be read
+// one way.
+var everyWrite = []string{"POST", "PUT", "PATCH", "DELETE"}
 
 // MethodOverrideParam is the query parameter Laravel and Symfony (for a
 // POST) and Express's method-override (when configured so) read as the
@@ -49,17 +65,28 @@ func MethodReadings(method string, overrides ...string) []string {
 // order found. A header is read by its lower-case name; spellings an
 // upstream folds into these names (underscores, odd case) are the
 // transport's to refuse or pass on as these.
+//
+// A request whose overrides cannot be read one way (more than maxOverrides
+// values, or an override header sent twice) gets everyWrite instead.
 func (in Input) Overrides() []string {
 	var out []string
+	unreadable := false
 	add := func(v string) {
-		for _, f := range strings.Split(v, ",") {
+		for f := range strings.SplitSeq(v, ",") {
 			if f = strings.TrimSpace(f); f != "" {
+				if len(out) == maxOverrides {
+					unreadable = true
+					return
+				}
 				out = append(out, f)
 			}
 		}
 	}
 	if in.Header != nil {
 		for _, h := range MethodOverrideHeaders {
+			if in.Count != nil && in.Count(h) > 1 {
+				unreadable = true
+			}
 			add(in.Header(h))
 		}
 	}
@@ -70,6 +97,9 @@ func (in Input) Overrides() []string {
 	if _, q, ok := strings.Cut(q, "?"); ok {
 		for _, kv := range strings.FieldsFunc(q, func(r rune) bool { return r == '&' || r == ';' }) {
 			k, v, _ := strings.Cut(kv, "=")
+			if unreadable {
+				break
+			}
 			if overrideParam(k) {
 				if d, err := url.QueryUnescape(v); err == nil {
 					v = d
@@ -77,6 +107,9 @@ func (in Input) Overrides() []string {
 				add(v)
 			}
 		}
+	}
+	if unreadable {
+		return slices.Clone(everyWrite)
 	}
 	return out
 }

@@ -88,13 +88,18 @@ func (s *waiterSlots) give(key, client string) {
 // waiterClient is the client a write's slot is counted under: the IP of
 // Request.Peer ("ip:port" or "ip"), an IPv6 address's /64 (one host is
 // commonly given a whole /64, as the listeners' connection slots count it),
-// or the peer as given when it is not an address; "" when unknown.
+// or, for a peer that is not an address, one bucket all such peers share
+// (a client must not become many clients by spelling its address
+// otherwise); "" when unknown.
 func waiterClient(peer string) string {
+	if peer == "" {
+		return ""
+	}
 	a, err := netip.ParseAddrPort(peer)
 	ip := a.Addr()
 	if err != nil {
 		if ip, err = netip.ParseAddr(peer); err != nil {
-			return peer
+			return "not-an-address"
 		}
 	}
 	ip = ip.Unmap()

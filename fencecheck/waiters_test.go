@@ -125,7 +125,8 @@ func TestWaiterClient(t *testing.T) {
 		"[2001:db8:1:2:ff::]:80": "2001:db8:1:2::",
 		"[::ffff:10.0.0.1]:80":   "10.0.0.1",
 		"":                       "",
-		"not an address":         "not an address",
+		"not an address":         "not-an-address",
+		"also not one":           "not-an-address", // one bucket, not a client per spelling
 	} {
 		if got := waiterClient(in); got != want {
 			t.Errorf("waiterClient(%q) = %q, want %q", in, got, want)

@@ -535,12 +535,21 @@ func (p *Proxy) request(r *http.Request, rt *route) fencecheck.Request {
 	return req
 }
 
-// clientAddr is the client for audit only (never for a decision).
+// clientAddr is the client: the audit's peer and the barrier's per-client
+// waiter share (fencecheck). Without trustForwarded the TCP peer; with it,
+// the last X-Forwarded-For entry, the one the trusted proxy in front
+// appended (the earlier entries are whatever the client sent, so keying
+// the share on them would let one client be any number of clients).
 func (p *Proxy) clientAddr(r *http.Request) string {
 	if p.trust {
-		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
-			first, _, _ := strings.Cut(xff, ",")
-			return strings.TrimSpace(first)
+		if xffs := r.Header.Values("X-Forwarded-For"); len(xffs) > 0 {
+			last := xffs[len(xffs)-1]
+			if i := strings.LastIndexByte(last, ','); i >= 0 {
+				last = last[i+1:]
+			}
+			if last = strings.TrimSpace(last); last != "" {
+				return last
+			}
 		}
 	}
 	return r.RemoteAddr

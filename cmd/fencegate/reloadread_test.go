@@ -132,7 +132,7 @@ func TestReloadReadGivenUp(t *testing.T) {
 	defer func() { reloadReadTimeout, readConfigBytes = 5*time.Second, config.ReadFile }()
 	for i := range maxStuckReads + 2 {
 		start := time.Now()
-		_, err := r.read()
+		_, _, err := r.load()
 		if err == nil || time.Since(start) > 2*time.Second {
 			t.Fatalf("read %d of a hanging file: %v after %v", i, err, time.Since(start))
 		}

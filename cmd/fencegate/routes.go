@@ -62,6 +62,9 @@ type tableReloader struct {
 	// running is check: as the process started with it: the caps the
 	// checker enforces until a restart.
 	running config.Check
+	// runningProof: the proof keys the running checker verifies with
+	// (restart-only, like the caps).
+	runningProof config.Proof
 	reloads *prometheus.CounterVec
 	entries prometheus.Gauge
 	// stuck counts reads given up on that have not returned (read).
@@ -75,7 +78,7 @@ type tableReloader struct {
 // reloads on reg: loaded and sum are the file as the served table was
 // read from it, hup delivers SIGHUP.
 func newTableReloader(path string, loaded config.Config, sum [32]byte, hup <-chan os.Signal, h *routes.Holder, reg prometheus.Registerer, log *slog.Logger) *tableReloader {
-	r := &tableReloader{path: path, hup: hup, holder: h, log: log, loaded: loaded, sum: sum, running: loaded.Check,
+	r := &tableReloader{path: path, hup: hup, holder: h, log: log, loaded: loaded, sum: sum, running: loaded.Check, runningProof: loaded.Proof,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencegate_routes_reload_total",
 			Help: "Route table reloads (SIGHUP, or a changed config file or routesFile), by result: ok or error (the old table kept serving)."}, []string{"result"}),
 		entries: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencegate_routes_entries",
@@ -124,39 +127,42 @@ func sourceSum(configFile []byte, routesFileSum string) [32]byte {
 	return sha256.Sum256(append(append(slices.Clip(configFile), 0), routesFileSum...))
 }
 
-// currentSum is sourceSum of the files as they are now.
-// The config file is read as a reload reads it (read: bounded, given up
-// after reloadReadTimeout).
+// currentSum is sourceSum of the files as they are now, read as a reload
+// reads them (bounded: given up after reloadReadTimeout).
 func (r *tableReloader) currentSum() ([32]byte, error) {
-	b, err := r.read()
-	if err != nil {
-		return [32]byte{}, err
-	}
-	c := config.Config{RoutesFile: r.loaded.RoutesFile}
-	if c.RoutesFile != "" {
-		var probe struct {
-			RoutesFile string `yaml:"routesFile"`
+	routesFile := r.loaded.RoutesFile
+	return bounded(r, func(readFile func(string) ([]byte, error)) ([32]byte, error) {
+		b, err := readFile(r.path)
+		if err != nil {
+			return [32]byte{}, err
 		}
-		// The routes file the config file names now (it may have moved).
-		if yaml.Unmarshal(b, &probe) == nil {
-			c.RoutesFile = probe.RoutesFile
+		c := config.Config{RoutesFile: routesFile}
+		if c.RoutesFile != "" {
+			var probe struct {
+				RoutesFile string `yaml:"routesFile"`
+			}
+			// The routes file the config file names now (it may have moved).
+			if yaml.Unmarshal(b, &probe) == nil {
+				c.RoutesFile = probe.RoutesFile
+			}
 		}
-	}
-	_ = c.IncludeRoutesFile() // a file that does not load: reload reports it, once
-	return sourceSum(b, c.RoutesFileSum), nil
+		_ = c.IncludeRoutesFile() // a file that does not load: reload reports it, once
+		return sourceSum(b, c.RoutesFileSum), nil
+	})
 }
 
-// A reload's read of the config file. The reloader is one goroutine
-// serving SIGHUP and the poll, so a read that never returns (a FIFO a
-// symlink swap put there, a hung network filesystem) would stop every
-// later reload, a valid table's included (#26 item 8). config.ReadFile
-// refuses what is not a regular file without blocking; beyond that each
-// read runs apart and is given up after reloadReadTimeout, and at most
-// maxStuckReads given-up reads may still hang before the reloader stops
-// starting new ones (each holds a goroutine and a descriptor).
+// A reload's reads of the config file and its routesFile. The reloader is
+// one goroutine serving SIGHUP and the poll, so a read that never returns
+// (a FIFO a symlink swap put there, a hung network filesystem) would stop
+// every later reload, a valid table's included (#26 item 8).
+// config.ReadFile refuses what is not a regular file without blocking;
+// beyond that the reads run apart and are given up after
+// reloadReadTimeout, and at most maxStuckReads given-up reads may still
+// hang before the reloader stops starting new ones (each holds a goroutine
+// and a descriptor).
 var (
 	reloadReadTimeout = 5 * time.Second
-	// readConfigBytes reads the file (a test makes it hang).
+	// readConfigBytes reads the config file (a test makes it hang).
 	readConfigBytes = config.ReadFile
 	// reloadBlocking reads in the reloader's goroutine, unbounded: the
 	// behaviour before #26 item 8, only so a test can show it is caught.
@@ -165,16 +171,19 @@ var (
 
 const maxStuckReads = 4
 
-// read reads the config file within reloadReadTimeout.
-func (r *tableReloader) read() ([]byte, error) {
+// bounded runs read (the config file's reads, with readConfigBytes as it
+// is when the read starts) apart from the reloader and gives it up after
+// reloadReadTimeout.
+func bounded[T any](r *tableReloader, read func(readFile func(string) ([]byte, error)) (T, error)) (T, error) {
+	var zero T
 	if reloadBlocking {
-		return os.ReadFile(r.path)
+		return read(os.ReadFile)
 	}
 	if n := r.stuck.Load(); n >= maxStuckReads {
-		return nil, fmt.Errorf("%s: %d earlier reads still have not returned; not reading again until one does", r.path, n)
+		return zero, fmt.Errorf("%s: %d earlier reads still have not returned; not reading again until one does", r.path, n)
 	}
 	type result struct {
-		b   []byte
+		v   T
 		err error
 	}
 	ch := make(chan result, 1)
@@ -182,17 +191,31 @@ func (r *tableReloader) read() ([]byte, error) {
 	readFile := readConfigBytes
 	go func() {
 		defer r.stuck.Add(-1)
-		b, err := readFile(r.path)
-		ch <- result{b, err}
+		v, err := read(readFile)
+		ch <- result{v, err}
 	}()
 	t := time.NewTimer(reloadReadTimeout)
 	defer t.Stop()
 	select {
 	case res := <-ch:
-		return res.b, res.err
+		return res.v, res.err
 	case <-t.C:
-		return nil, fmt.Errorf("%s: not read within %v; given up", r.path, reloadReadTimeout)
+		return zero, fmt.Errorf("%s: not read within %v; given up", r.path, reloadReadTimeout)
 	}
+}
+
+// load reads and loads the config file and its routesFile (bounded).
+func (r *tableReloader) load() (config.Config, [32]byte, error) {
+	type loaded struct {
+		c   config.Config
+		sum [32]byte
+	}
+	l, err := bounded(r, func(readFile func(string) ([]byte, error)) (loaded, error) {
+		b, err := readFile(r.path)
+		c, sum, err := loadConfigBytes(r.path, b, err)
+		return loaded{c, sum}, err
+	})
+	return l.c, l.sum, err
 }
 
 // run reloads on SIGHUP and on a changed file until ctx ends.
@@ -221,8 +244,7 @@ func (r *tableReloader) run(ctx context.Context) {
 
 // reload reads the file and swaps in its table, or keeps the old one.
 func (r *tableReloader) reload(trigger string) {
-	b, err := r.read()
-	c, sum, err := loadConfigBytes(r.path, b, err)
+	c, sum, err := r.load()
 	r.sum = sum // a broken file is reported once, not on every poll
 	var problems []string
 	if err != nil {
@@ -235,6 +257,11 @@ func (r *tableReloader) reload(trigger string) {
 		if err := v.ValidateRoutes(); err != nil {
 			problems = append(problems, err.(config.Problems)...)
 		}
+		// So are the proof keys: an entry asking for signed proofs of a
+		// gateway without a key would be refused 503 on every write now,
+		// and stop the gateway starting at its next restart.
+		v.Proof = r.runningProof
+		problems = append(problems, v.ProofKeyProblems()...)
 		if len(problems) == 0 {
 			t, err := compileTable(&c)
 			switch {

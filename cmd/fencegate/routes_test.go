@@ -350,9 +350,17 @@ func TestReloadKeepsTheTable(t *testing.T) {
 	if h.Load() != tbl || failed() != 2 {
 		t.Fatalf("a maxWait above the running cap was applied (failures %v)", failed())
 	}
+	// Signed proofs on a gateway started without a key: every write would
+	// be refused 503, and the next restart would not start. Keys added to
+	// the file beside it do not count: the running checker has none.
+	write("proof: {verifyKeys: [{kid: k, publicKey: " + strings.Repeat("A", 43) + "}]}\n" + strings.Replace(table, "key: w", "key: w, proof: signed", 1))
+	r.reload("test")
+	if h.Load() != tbl || failed() != 3 {
+		t.Fatalf("an entry asking for signed proofs of a keyless gateway was applied (failures %v)", failed())
+	}
 	write(strings.Replace(table, "key: w", "key: v", 1))
 	r.reload("test")
-	if got := h.Load(); got == tbl || got.Named("w") == nil || got.Named("w").Config.Key != "v" || failed() != 2 {
+	if got := h.Load(); got == tbl || got.Named("w") == nil || got.Named("w").Config.Key != "v" || failed() != 3 {
 		t.Fatalf("a good edit was not applied (failures %v)", failed())
 	}
 }
