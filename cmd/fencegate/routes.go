@@ -65,8 +65,8 @@ type tableReloader struct {
 	// runningProof: the proof keys the running checker verifies with
 	// (restart-only, like the caps).
 	runningProof config.Proof
-	reloads *prometheus.CounterVec
-	entries prometheus.Gauge
+	reloads      *prometheus.CounterVec
+	entries      prometheus.Gauge
 	// stuck counts reads given up on that have not returned (read).
 	stuck atomic.Int32
 	// fileInfo names the routes file's hash the served table was built
