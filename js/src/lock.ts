@@ -2,6 +2,7 @@
 // HTTP/JSON"): acquire, extend, release, auto-extend with an AbortSignal
 // that fires when the lock is lost, and a fetch that presents the fence.
 import { HEADER_KEY, HEADER_LOCK_ID, HEADER_PROOF, HEADER_TOKEN } from './denial.js';
+import { isLoopbackHost } from './loopback.js';
 
 /** A lock API error ({"error":{"code","message"}}), or a transport failure. */
 export class LockError extends Error {
@@ -26,7 +27,11 @@ export class LockLostError extends Error {
 export interface LockClientOptions {
   /** The gateway, e.g. "http://127.0.0.1:8080". */
   baseUrl: string;
-  /** A bearer token; refused over plain http to a host that is not loopback. */
+  /**
+   * A bearer token; refused over plain http to a host that is not loopback
+   * (localhost, 127.0.0.0/8 or ::1 as IP literals; never a name that merely
+   * starts with "127.").
+   */
   token?: string;
   /** Bounds each call (default 5 s). */
   timeoutMs?: number;
@@ -42,8 +47,6 @@ export interface Acquired {
   proof?: string;
 }
 
-const loopback = (h: string) => h === 'localhost' || h === '[::1]' || /^127\./.test(h);
-
 export class LockClient {
   readonly #base: URL;
   readonly #token: string | undefined;
@@ -52,7 +55,7 @@ export class LockClient {
 
   constructor(o: LockClientOptions) {
     this.#base = new URL(o.baseUrl);
-    if (o.token && this.#base.protocol === 'http:' && !loopback(this.#base.hostname)) {
+    if (o.token && this.#base.protocol === 'http:' && !isLoopbackHost(this.#base.hostname)) {
       throw new Error('fencegate lock: a token over plain http to a remote host; use https');
     }
     this.#token = o.token;

@@ -18,7 +18,32 @@ after(() => gw?.stop());
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-test('acquire, contention, extend, release; the proof verifies offline', async () => {
+// within settles as p does, or rejects after ms: a wait that goes wrong
+// fails its test instead of hanging the file.
+function within(p, ms, what) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
+  });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
+
+// untilAborted resolves once signal has aborted, at once if it already has
+// (an abort event fired before the listener is never seen again), and
+// rejects after ms. Call it before the step that makes the signal fire.
+function untilAborted(signal, ms) {
+  const fired = signal.aborted
+    ? Promise.resolve()
+    : new Promise((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
+  const p = within(fired, ms, 'the lock-lost signal');
+  p.catch(() => {}); // awaited later; not an unhandled rejection while the step runs
+  return p;
+}
+
+// Each test is bounded too: a wait not wrapped above fails, never hangs.
+const bounded = { timeout: 60_000 };
+
+test('acquire, contention, extend, release; the proof verifies offline', bounded, async () => {
   const key = ns('orders') + '/42';
   const a = await client.acquire(key, { ttlMs: 5000 });
   assert.match(a.fence, /^[0-9]{15}$/);
@@ -38,7 +63,7 @@ test('acquire, contention, extend, release; the proof verifies offline', async (
   assert.throws(() => new LockClient({ baseUrl: 'http://example.com', token: 't' }), /https/);
 });
 
-test('hold keeps the lock past its TTL; without auto-extend a competitor takes it', async () => {
+test('hold keeps the lock past its TTL; without auto-extend a competitor takes it', bounded, async () => {
   const key = ns('held');
   // 4 s: past the TTL and the store's liveness tolerance (1 s).
   const h = await client.hold(key, { ttlMs: 1500 });
@@ -55,12 +80,13 @@ test('hold keeps the lock past its TTL; without auto-extend a competitor takes i
   await client.release(other.lockId);
 });
 
-test('the signal fires when the lock is lost: taken away, or the gateway gone', async (t) => {
+test('the signal fires when the lock is lost: taken away, or the gateway gone', bounded, async (t) => {
   const key = ns('lost');
   const h = await client.hold(key, { ttlMs: 1500 });
-  await client.release(h.lockId); // someone else's release: the gateway no longer holds it
   const t0 = performance.now();
-  await new Promise((r) => h.signal.addEventListener('abort', r));
+  const lost = untilAborted(h.signal, 10_000);
+  await client.release(h.lockId); // someone else's release: the gateway no longer holds it
+  await lost;
   assert.ok(h.signal.reason instanceof LockLostError);
   assert.ok(performance.now() - t0 < 1500, 'lost noticed after the TTL');
 
@@ -69,13 +95,14 @@ test('the signal fires when the lock is lost: taken away, or the gateway gone', 
   const c2 = new LockClient({ baseUrl: gw2.url });
   const h2 = await c2.hold(ns('gone'), { ttlMs: 1500 });
   const t1 = performance.now();
-  await gw2.stop();
-  await new Promise((r) => h2.signal.addEventListener('abort', r));
+  const gone = untilAborted(h2.signal, 10_000);
+  await within(gw2.stop(), 10_000, 'stopping the gateway');
+  await gone;
   // By the TTL, measured from before the acquire was sent (+ timer slack on a loaded machine).
   assert.ok(performance.now() - t1 <= 1500 + 300, `the loss was signalled ${performance.now() - t1} ms after the gateway went, past the TTL`);
 });
 
-test('held.fetch presents key, fence and proof, and is aborted once the lock is lost', async () => {
+test('held.fetch presents key, fence and proof, and is aborted once the lock is lost', bounded, async () => {
   let seen;
   const s = createServer((req, res) => {
     seen = req.headers;
@@ -93,9 +120,22 @@ test('held.fetch presents key, fence and proof, and is aborted once the lock is 
     assert.equal(seen['x-fence-lock-id'], undefined, 'the lockId went along without being asked');
     const slow = h.fetch(`http://127.0.0.1:${port}/slow`, { method: 'PUT', body: 'x' });
     await client.release(h.lockId);
-    await assert.rejects(slow, (e) => e instanceof LockLostError || e.name === 'AbortError');
+    await assert.rejects(within(slow, 10_000, 'the write after the lock was lost'), (e) => e instanceof LockLostError || e.name === 'AbortError');
   } finally {
     s.closeAllConnections();
     s.close();
   }
+});
+
+test('the waits above fail rather than hang: an abort already past, a signal that never fires', bounded, async () => {
+  await untilAborted(AbortSignal.abort(), 1_000); // already aborted: at once
+  // The pattern this replaced (listen after the step) misses an abort that came first:
+  // bounded, it fails where it used to hang the file.
+  const already = AbortSignal.abort();
+  await assert.rejects(within(new Promise((r) => already.addEventListener('abort', r)), 100, 'late listener'), /not within 100 ms/);
+  await assert.rejects(untilAborted(new AbortController().signal, 100), /lock-lost signal: not within 100 ms/);
+  const ac = new AbortController();
+  const w = untilAborted(ac.signal, 1_000);
+  ac.abort();
+  await w;
 });
