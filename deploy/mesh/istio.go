@@ -143,7 +143,8 @@ func istio(routes []config.Route, o Options, readMethods func([]config.Route) ([
 			"  a port, trailing dots); no path: Istio compares paths exactly, fencegate reads their\n" +
 			"  spellings. fencegate refuses a write no entry routes (check.unmatchedWrites: deny): give\n" +
 			"  unfenced write paths an entry with policy: off. A method spelt otherwise (`get`,\n" +
-			"  `Delete`, PROPFIND) is sent too: fencegate answers a read without a store read.",
+			"  `Delete`, PROPFIND) is sent too: fencegate judges it under every reading (`get` as GET\n" +
+			"  and as sent, a write where either is one; readings that pick different entries: 400).",
 		object: p,
 	}, istioDestinationRule(o)})
 }

@@ -268,8 +268,10 @@ func (s *Store) pingCluster(ctx context.Context) error {
 // did not run, so that sending it again cannot apply it twice: a redirect
 // go-redis did not follow to the end (MOVED, ASK), a slot in migration
 // whose keys are split between two nodes (TRYAGAIN, or a script that read
-// an undeclared key already moved: "non local key", raised before any of
-// our scripts writes), a cluster that lost a master (CLUSTERDOWN), a
+// an undeclared key already moved: "non local key"; raised before any of
+// our scripts writes but one: readKeyScript may have deleted an expired
+// lock first, and running it again deletes nothing more), a cluster that
+// lost a master (CLUSTERDOWN), a
 // demoted master (READONLY: a replica writes nothing), or a connection
 // never made. A timeout or a connection lost mid-call is ambiguous and is
 // never retried.
