@@ -54,7 +54,25 @@ const (
 	// address) needs in flight, and as many streams as one gRPC
 	// connection may carry (grpcLimits.maxStreams).
 	maxRequestsPerPeer = 256
+	// authzMaxRequestsPerPeer is the authz listener's default instead:
+	// its peer is the operator's Envoy, whose ext_proc streams each last
+	// as long as the request they govern, so one Envoy in front of a busy
+	// service holds far more than 256 at once (refusing them would fail
+	// its writes closed under ordinary load). A stream there holds a few
+	// KiB (headers only, authzMaxRecvMsg): 4096 bound one address to a
+	// few tens of MiB. An explicit connections.maxRequestsPerPeer applies
+	// to it like to every listener.
+	authzMaxRequestsPerPeer = 4096
 )
+
+// authzConns is conns for the authz listener: authzMaxRequestsPerPeer
+// unless the configuration sets the figure.
+func authzConns(conns connLimits) connLimits {
+	if conns.perPeerRequests == 0 {
+		conns.perPeerRequests = authzMaxRequestsPerPeer
+	}
+	return conns
+}
 
 // maxHTTP2Streams bounds the streams of one HTTP/2 connection (Go's
 // default is 250; nginx's 128): what one connection may ask of the

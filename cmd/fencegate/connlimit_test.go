@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
@@ -443,5 +444,21 @@ func TestGRPCSlotsHealthWatchIsIdle(t *testing.T) {
 				t.Fatalf("health check beside %d Watch-only connections: %v (want served: %v)", capacity, err, tc.served)
 			}
 		})
+	}
+}
+
+// TestAuthzRequestsPerPeer: the authz listener's one peer is Envoy, whose
+// ext_proc streams last as long as their requests: unset, its figure is
+// authzMaxRequestsPerPeer, not the 256 of the other listeners; a figure
+// the configuration sets applies to it as to every listener.
+func TestAuthzRequestsPerPeer(t *testing.T) {
+	if got := authzConns(connsOf(config.Connections{})).resolved().perPeerRequests; got != authzMaxRequestsPerPeer {
+		t.Errorf("authz default %d, want %d", got, authzMaxRequestsPerPeer)
+	}
+	if got := connsOf(config.Connections{}).resolved().perPeerRequests; got != maxRequestsPerPeer {
+		t.Errorf("other listeners' default %d, want %d", got, maxRequestsPerPeer)
+	}
+	if got := authzConns(connsOf(config.Connections{MaxRequestsPerPeer: 50})).resolved().perPeerRequests; got != 50 {
+		t.Errorf("authz with the figure set: %d, want 50", got)
 	}
 }

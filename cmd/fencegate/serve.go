@@ -255,7 +255,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		ls.add("grpc", r)
 	}
 	if cfg.Authz.Enabled() {
-		r, err := newAuthzRunner(cfg.Authz.Listener, gw.conns, gw.health, checker, edge, log, goBG)
+		r, err := newAuthzRunner(cfg.Authz.Listener, authzConns(gw.conns), gw.health, checker, edge, log, goBG)
 		if err != nil {
 			return err
 		}
