@@ -30,6 +30,102 @@ type target struct {
 	ref   TargetRef
 	route *httpRoute
 	rules []int // indexes into route.Spec.Rules
+	// parents are the route's parentRefs whose Gateway's own controller
+	// accepted the route: the only ones the policy configures.
+	parents []parentRef
+	// stale says which of them accepted an older generation of the route
+	// only (its controller has not yet looked at the current spec): the
+	// policy is not Enforced until it has.
+	stale []string
+}
+
+// acceptedParents are the parentRefs of hr that a Gateway's own
+// controller (its GatewayClass's controllerName, never this controller's
+// status entry) reports Accepted=True for, with an observedGeneration;
+// why says, per other parentRef, why not, and stale which accepted only
+// an older generation. A route no parent accepted takes no traffic: its
+// hostnames and paths are only a claim, which any namespace can make, so
+// deriving entries from it would let a tenant re-fence (or unfence)
+// another team's host. An acceptance of an older generation still counts
+// (the implementation keeps serving the route while it looks at the new
+// spec; dropping the entries then would unfence every edit of a route)
+// until its controller says otherwise for the current one.
+func acceptedParents(hr *httpRoute, gateways map[string]*gateway, classes map[string]string) (ok []parentRef, why, stale []string) {
+	ns := hr.Metadata.Namespace
+	for _, pr := range hr.Spec.ParentRefs {
+		if (pr.Group != nil && *pr.Group != "gateway.networking.k8s.io") || (pr.Kind != nil && *pr.Kind != "Gateway") {
+			why = append(why, fmt.Sprintf("parent %s is not a Gateway", pr.Name))
+			continue
+		}
+		gns := ns
+		if pr.Namespace != nil && *pr.Namespace != "" {
+			gns = *pr.Namespace
+		}
+		gw := gateways[gns+"/"+pr.Name]
+		if gw == nil {
+			why = append(why, fmt.Sprintf("Gateway %s/%s does not exist", gns, pr.Name))
+			continue
+		}
+		impl := classes[gw.Spec.GatewayClassName]
+		if impl == "" || impl == StatusControllerName {
+			why = append(why, fmt.Sprintf("GatewayClass %q of Gateway %s/%s does not exist", gw.Spec.GatewayClassName, gns, pr.Name))
+			continue
+		}
+		state := fmt.Sprintf("Gateway %s/%s (%s) has not reported it", gns, pr.Name, impl)
+		accepted := false
+		for _, st := range hr.Status.Parents {
+			if st.ControllerName != impl || !sameParent(st.ParentRef, pr, ns) {
+				continue
+			}
+			for _, cd := range st.Conditions {
+				if cd.Type != "Accepted" {
+					continue
+				}
+				switch {
+				case cd.ObservedGeneration < 1:
+					state = fmt.Sprintf("Gateway %s/%s's Accepted says no observedGeneration", gns, pr.Name)
+				case cd.Status != "True":
+					state = fmt.Sprintf("Gateway %s/%s: Accepted %s (%s)", gns, pr.Name, cd.Status, cd.Reason)
+				default:
+					accepted = true
+					if cd.ObservedGeneration != hr.Metadata.Generation {
+						stale = append(stale, fmt.Sprintf("Gateway %s/%s accepted HTTPRoute %s at generation %d; it is at %d", gns, pr.Name, hr.Metadata.Name, cd.ObservedGeneration, hr.Metadata.Generation))
+					}
+				}
+			}
+		}
+		if accepted {
+			ok = append(ok, pr)
+		} else {
+			why = append(why, state)
+		}
+	}
+	return ok, why, stale
+}
+
+// sameParent compares two parentRefs with the Gateway API's defaults
+// (group gateway.networking.k8s.io, kind Gateway, the route's namespace).
+func sameParent(a, b parentRef, routeNS string) bool {
+	norm := func(p parentRef) string {
+		g, k, n, s, port := "gateway.networking.k8s.io", "Gateway", routeNS, "", 0
+		if p.Group != nil {
+			g = *p.Group
+		}
+		if p.Kind != nil {
+			k = *p.Kind
+		}
+		if p.Namespace != nil && *p.Namespace != "" {
+			n = *p.Namespace
+		}
+		if p.SectionName != nil {
+			s = *p.SectionName
+		}
+		if p.Port != nil {
+			port = *p.Port
+		}
+		return fmt.Sprintf("%s/%s/%s/%s/%s/%d", g, k, n, p.Name, s, port)
+	}
+	return norm(a) == norm(b)
 }
 
 // EntryName names the table entry of a policy's match: what fence_route

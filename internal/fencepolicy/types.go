@@ -107,6 +107,15 @@ type httpRoute struct {
 		Hostnames  []string    `json:"hostnames,omitempty"`
 		Rules      []routeRule `json:"rules,omitempty"`
 	} `json:"spec"`
+	// Status.Parents: each parent's controller says whether it accepted
+	// the route (RouteParentStatus).
+	Status struct {
+		Parents []struct {
+			ParentRef      parentRef   `json:"parentRef"`
+			ControllerName string      `json:"controllerName"`
+			Conditions     []Condition `json:"conditions,omitempty"`
+		} `json:"parents,omitempty"`
+	} `json:"status"`
 	raw json.RawMessage
 }
 
