@@ -287,6 +287,15 @@ func (c *Controller) Pass(ctx context.Context) error {
 			if c.opts.brokenAnyParent {
 				t.parents, why, t.stale = hr.Spec.ParentRefs, nil, nil
 			}
+			if len(t.parents) > 0 && !c.opts.brokenAnyParent {
+				var admitted bool
+				t.hosts, admitted = effectiveHosts(hr, t.parents, gateways)
+				t.scoped = true
+				if !admitted {
+					t.parents = nil
+					why = append(why, fmt.Sprintf("no hostname of it (%s) is admitted by its Gateways' listeners", strings.Join(hr.Spec.Hostnames, ", ")))
+				}
+			}
 			if len(t.parents) == 0 {
 				if len(why) == 0 {
 					why = []string{"it has no parentRefs"}

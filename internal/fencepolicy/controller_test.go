@@ -638,7 +638,31 @@ spec:
     - matches: [{path: {type: PathPrefix, value: /orders/admin}}]
       backendRefs: [{name: orders, port: 80}]
 `, name, NotAcceptedAnnotation))
-	return waitFor(10*time.Second, name+" Accepted once its Gateway accepted the route", condIs(e, t, "shop", name, CondAccepted, "True", ""))
+	if err := waitFor(10*time.Second, name+" Accepted once its Gateway accepted the route", condIs(e, t, "shop", name, CondAccepted, "True", "")); err != nil {
+		return err
+	}
+	// An accepted route on a listener for *.tenant.example.com also naming
+	// shop.example.com takes only the tenant's hosts: its entries too.
+	e.apply(t, fmt.Sprintf(`
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: %[1]s, namespace: shop, annotations: {%[2]s: "false"}}
+spec:
+  parentRefs: [{name: tenant}]
+  hostnames: [a.tenant.example.com, shop.example.com]
+  rules:
+    - matches: [{path: {type: PathPrefix, value: /orders/admin}}]
+      backendRefs: [{name: orders, port: 80}]
+`, name, NotAcceptedAnnotation))
+	if err := waitFor(10*time.Second, "the tenant's host governed by "+name, func() (bool, string) {
+		return governs(t, e, g, "shop", name, "a.tenant.example.com", "/orders/admin", "PUT")
+	}); err != nil {
+		return err
+	}
+	if ok, why := governs(t, e, g, "shop", "orders", "shop.example.com", "/orders/admin", "PUT"); !ok {
+		return fmt.Errorf("a hostname the route's listener does not admit took the orders entry's place: %s", why)
+	}
+	return nil
 }
 
 // scenarioProofWithoutKey: the test's gateway has no proof key, and the

@@ -17,6 +17,7 @@ package fencepolicy
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -37,6 +38,78 @@ type target struct {
 	// only (its controller has not yet looked at the current spec): the
 	// policy is not Enforced until it has.
 	stale []string
+	// hosts, when scoped, are the route's hostnames as its accepting
+	// parents' listeners admit them (empty: any host); else the route's.
+	hosts  []string
+	scoped bool
+}
+
+// effectiveHosts are the hostnames a route takes traffic for through its
+// accepted parents: each route hostname intersected with the hostname of
+// each listener the parentRef selects (by sectionName, by port, or all),
+// the Gateway API's rule ("*.example.com" admits "a.example.com"; a
+// listener without a hostname admits every route hostname; a route
+// without hostnames takes the listener's). nil means any host; ok false
+// means no hostname is admitted (the route takes nothing).
+func effectiveHosts(hr *httpRoute, parents []parentRef, gateways map[string]*gateway) (hosts []string, ok bool) {
+	set := map[string]bool{}
+	for _, pr := range parents {
+		gns := hr.Metadata.Namespace
+		if pr.Namespace != nil && *pr.Namespace != "" {
+			gns = *pr.Namespace
+		}
+		gw := gateways[gns+"/"+pr.Name]
+		if gw == nil {
+			continue
+		}
+		for _, l := range gw.Spec.Listeners {
+			if (pr.SectionName != nil && *pr.SectionName != l.Name) || (pr.Port != nil && *pr.Port != l.Port) {
+				continue
+			}
+			lh := ""
+			if l.Hostname != nil {
+				lh = strings.ToLower(*l.Hostname)
+			}
+			if len(hr.Spec.Hostnames) == 0 {
+				if lh == "" {
+					return nil, true // any host
+				}
+				set[lh] = true
+				continue
+			}
+			for _, h := range hr.Spec.Hostnames {
+				if x := intersectHost(strings.ToLower(h), lh); x != "" {
+					set[x] = true
+				}
+			}
+		}
+	}
+	if len(set) == 0 {
+		return nil, false
+	}
+	for h := range set {
+		hosts = append(hosts, h)
+	}
+	sort.Strings(hosts)
+	return hosts, true
+}
+
+// intersectHost is the more specific of a route hostname and a listener
+// hostname when one admits the other, else "".
+func intersectHost(route, listener string) string {
+	covers := func(wild, h string) bool { // "*.x" covers "a.x", "*.a.x"
+		suffix, ok := strings.CutPrefix(wild, "*")
+		return ok && strings.HasSuffix(h, suffix) && len(h) > len(suffix)
+	}
+	switch {
+	case listener == "" || route == listener:
+		return route
+	case covers(listener, route):
+		return route
+	case covers(route, listener):
+		return listener
+	}
+	return ""
 }
 
 // acceptedParents are the parentRefs of hr that a Gateway's own
@@ -182,6 +255,9 @@ func deriveEntries(ns, policy string, spec PolicySpec, targets []target) ([]conf
 	var errs []error
 	for _, t := range targets {
 		hosts := append([]string(nil), t.route.Spec.Hostnames...)
+		if t.scoped {
+			hosts = append([]string(nil), t.hosts...)
+		}
 		for _, ri := range t.rules {
 			matches := t.route.Spec.Rules[ri].Matches
 			if len(matches) == 0 {

@@ -181,6 +181,13 @@ metadata: {name: mesh, namespace: shop}
 spec:
   gatewayClassName: istio
   listeners: [{name: http, protocol: HTTP, port: 80}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: tenant, namespace: shop}
+spec:
+  gatewayClassName: eg
+  listeners: [{name: http, protocol: HTTP, port: 80, hostname: "*.tenant.example.com"}]
 `)
 	return e
 }

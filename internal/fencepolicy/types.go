@@ -123,6 +123,11 @@ type gateway struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
 		GatewayClassName string `json:"gatewayClassName"`
+		Listeners        []struct {
+			Name     string  `json:"name"`
+			Hostname *string `json:"hostname,omitempty"`
+			Port     int     `json:"port"`
+		} `json:"listeners,omitempty"`
 	} `json:"spec"`
 }
 
