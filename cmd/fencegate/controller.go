@@ -33,6 +33,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	resync := fs.Duration("resync", 0, "period of the full reconciliation (default 1s)")
 	maxWriteCap := fs.Duration("max-write-cap", config.DefaultMaxWriteCap, "the gateways' check.maxWriteCap")
 	maxWaitCap := fs.Duration("max-wait-cap", config.DefaultMaxWaitCap, "the gateways' check.maxWaitCap")
+	proofSigning := fs.Bool("proof-signing", false, "the gateways have a proof key (proof.keys or proof.verifyKeys); without it a FencePolicy with proof: signed is Invalid")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "json", "json or text")
 	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
@@ -51,7 +52,7 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	c, err := fencepolicy.New(fencepolicy.Options{
 		Kube: k, ConfigMap: *configMap, Service: *service, ServiceNamespace: *serviceNS, ServicePort: *servicePort,
 		IstioProvider: *istioProvider, Gateways: gateways, Resync: *resync, MaxWriteCap: *maxWriteCap, MaxWaitCap: *maxWaitCap,
-		Logger: log,
+		ProofSigning: *proofSigning, Logger: log,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "fencegate controller: %v\n", err)

@@ -495,3 +495,30 @@ func TestRoutesSchemaMatchesConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestControllerProofSigning: the FencePolicy controller is told the
+// gateways have a proof key (--proof-signing) exactly when proof.keys or
+// proof.verifyKeys is non-empty; without it a policy with proof: signed is
+// Invalid rather than published into a table the gateways refuse to start
+// with.
+func TestControllerProofSigning(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want bool
+	}{
+		{"no keys", nil, false},
+		{"a signing key", []string{"--set", "proof.keys[0].kid=k1", "--set", "proof.keys[0].secretName=fencegate-proof", "--set", "proof.keys[0].secretKey=seed"}, true},
+		{"a verify key", []string{"--set", "proof.verifyKeys[0].kid=k0", "--set", "proof.verifyKeys[0].publicKey=" + strings.Repeat("A", 43)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(slices.Clone(helm.Required), "--set", "fencePolicy.enabled=true")
+			r := render(t, "fencegate", "fencegate", append(args, tc.args...)...)
+			dep := as[appsv1.Deployment](t, r, "Deployment/fencegate-controller")
+			got := dep.Spec.Template.Spec.Containers[0].Args
+			if has := slices.Contains(got, "--proof-signing"); has != tc.want {
+				t.Errorf("--proof-signing in %v: %v, want %v", got, has, tc.want)
+			}
+		})
+	}
+}

@@ -109,8 +109,15 @@ func (c *Controller) envoyGatewayChild(p *FencePolicy, t target, entry string) d
 
 // istioChild is an AuthorizationPolicy (CUSTOM, the fencegate provider)
 // attached to the Gateway (targetRefs), whose rules cover the entries'
-// hosts, paths and methods: Istio passes no per-route context, so
-// fencegate matches the request against the same entries itself.
+// hosts and paths: Istio passes no per-route context, so fencegate
+// matches the request against the same entries itself. The rules never
+// restrict by method: Istio compares methods case-sensitively and cannot
+// see a method-override header (X-HTTP-Method-Override …) on a GET, both
+// of which fencegate reads; every method on the hosts and paths goes to
+// fencegate, which classifies. Nor do they restrict by a "*." wildcard
+// host: Istio compares the Host header with its port, and "*.example.com"
+// does not match "a.example.com:8443"; such a rule sends every host on its
+// paths (wider, never narrower).
 func (c *Controller) istioChild(p *FencePolicy, gw string, entries []config.Route) (desiredChild, error) {
 	var rules []any
 	for _, e := range entries {
@@ -119,14 +126,15 @@ func (c *Controller) istioChild(p *FencePolicy, gw string, entries []config.Rout
 			return desiredChild{}, err
 		}
 		op := map[string]any{}
-		if hs := mesh.IstioHosts(e.Match.Hosts); len(hs) > 0 {
+		wildcard := false
+		for _, h := range e.Match.Hosts {
+			wildcard = wildcard || strings.HasPrefix(h, "*")
+		}
+		if hs := mesh.IstioHosts(e.Match.Hosts); len(hs) > 0 && !wildcard {
 			op["hosts"] = toAny(hs)
 		}
 		if len(paths) > 0 {
 			op["paths"] = toAny(paths)
-		}
-		if len(e.Match.Methods) > 0 {
-			op["methods"] = toAny(e.Match.Methods)
 		}
 		rules = append(rules, map[string]any{"to": []any{map[string]any{"operation": op}}})
 	}
@@ -152,8 +160,9 @@ func toAny(ss []string) []any {
 
 // accepted says whether the implementation's controller accepted an
 // emitted object at its current generation: every ancestor (Envoy
-// Gateway) or its own Accepted condition (Istio) True, observed at this
-// generation. No status yet is not accepted.
+// Gateway) or its own Accepted condition (Istio) True, with
+// observedGeneration equal to the object's generation (absent is not
+// current). No status yet is not accepted.
 func accepted(ch child) (bool, string) {
 	gen := ch.Metadata.Generation
 	check := func(conds []Condition, where string) (bool, string) {
@@ -161,7 +170,10 @@ func accepted(ch child) (bool, string) {
 			if cd.Type != "Accepted" {
 				continue
 			}
-			if cd.ObservedGeneration != 0 && cd.ObservedGeneration < gen {
+			// Only an observation of this generation counts: an absent
+			// observedGeneration (0) or an older one may be an Accepted
+			// about a previous spec.
+			if cd.ObservedGeneration != gen {
 				return false, fmt.Sprintf("%s: Accepted was observed at generation %d, the object is at %d", where, cd.ObservedGeneration, gen)
 			}
 			if cd.Status != "True" {

@@ -39,6 +39,10 @@ const (
 	ReasonTargetNotFound = "TargetNotFound"
 	ReasonInvalid        = "Invalid"
 	ReasonConflicted     = "Conflicted"
+	// ReasonTargetNotAccepted: no parent Gateway's own controller accepted
+	// the target route at its current generation, so the route takes no
+	// traffic and its hostnames and paths are only a claim.
+	ReasonTargetNotAccepted = "TargetNotAccepted"
 
 	ReasonEnforced           = "Enforced"
 	ReasonNotAccepted        = "NotAccepted"
@@ -84,12 +88,19 @@ type Options struct {
 	// check.maxWaitCap: a policy above them is Invalid (the gateways
 	// would refuse the whole published file).
 	MaxWriteCap, MaxWaitCap time.Duration
-	Logger                  *slog.Logger
+	// ProofSigning says the gateways have a proof key (proof.keys or
+	// proof.verifyKeys; the chart sets --proof-signing then). Without it a
+	// `proof: signed` policy is Invalid: a gateway refuses to start with
+	// such an entry and no key (config.ProofKeyProblems), so publishing it
+	// would crash-loop every gateway at its next restart.
+	ProofSigning bool
+	Logger       *slog.Logger
 
 	// Broken variants, only so the tests can show they catch each; never
 	// set in production.
 	brokenEarlyEnforced bool // Enforced without observing children or gateways
 	brokenFromPolicy    bool // entries from the policy alone (every path, any host), not the route
+	brokenAnyParent     bool // entries from a route no parent Gateway accepted
 }
 
 // Controller reconciles FencePolicies. Several replicas may run: every
@@ -254,7 +265,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 			res.accepted = Condition{Type: CondAccepted, Status: st, Reason: reason, Message: msg, ObservedGeneration: p.Metadata.Generation}
 		}
 		ns := p.Metadata.Namespace
-		var missing []string
+		var missing, unaccepted []string
 		for _, ref := range p.Spec.TargetRefs {
 			hr := routesByName[nsName(ns, ref.Name)]
 			if hr == nil {
@@ -271,10 +282,35 @@ func (c *Controller) Pass(ctx context.Context) error {
 				missing = append(missing, fmt.Sprintf("HTTPRoute %s/%s has no rule named %q", ns, ref.Name, ref.SectionName))
 				continue
 			}
+			var why []string
+			t.parents, why, t.stale = acceptedParents(hr, gateways, classes)
+			if c.opts.brokenAnyParent {
+				t.parents, why, t.stale = hr.Spec.ParentRefs, nil, nil
+			}
+			if len(t.parents) > 0 && !c.opts.brokenAnyParent {
+				var admitted bool
+				t.hosts, admitted = effectiveHosts(hr, t.parents, gateways)
+				t.scoped = true
+				if !admitted {
+					t.parents = nil
+					why = append(why, fmt.Sprintf("no hostname of it (%s) is admitted by its Gateways' listeners", strings.Join(hr.Spec.Hostnames, ", ")))
+				}
+			}
+			if len(t.parents) == 0 {
+				if len(why) == 0 {
+					why = []string{"it has no parentRefs"}
+				}
+				unaccepted = append(unaccepted, fmt.Sprintf("HTTPRoute %s/%s is not accepted by a parent Gateway: %s", ns, ref.Name, strings.Join(why, "; ")))
+				continue
+			}
 			res.targets = append(res.targets, t)
 		}
 		if len(missing) > 0 {
 			cond(ReasonTargetNotFound, strings.Join(missing, "; "))
+			continue
+		}
+		if len(unaccepted) > 0 {
+			cond(ReasonTargetNotAccepted, strings.Join(unaccepted, "; "))
 			continue
 		}
 		var conflicts []string
@@ -337,8 +373,12 @@ func (c *Controller) Pass(ctx context.Context) error {
 				continue // the broken variant's single entry aside, every target has one
 			}
 			entry := targetEntries[0].Name
+			if len(t.stale) > 0 {
+				res.notEnforced = append(res.notEnforced, t.stale...)
+				res.reason = cmpReason(res.reason, ReasonPending)
+			}
 			envoyDone := false
-			for _, pr := range t.route.Spec.ParentRefs {
+			for _, pr := range t.parents {
 				if (pr.Group != nil && *pr.Group != "gateway.networking.k8s.io") || (pr.Kind != nil && *pr.Kind != "Gateway") {
 					res.notEnforced = append(res.notEnforced, fmt.Sprintf("parent %s of HTTPRoute %s is not a Gateway", pr.Name, t.route.Metadata.Name))
 					res.reason = cmpReason(res.reason, ReasonUnsupported)
@@ -463,6 +503,11 @@ func (c *Controller) derive(p *FencePolicy, targets []target) ([]config.Route, e
 	entries, err := deriveEntries(p.Metadata.Namespace, p.Metadata.Name, p.Spec, targets)
 	if err != nil {
 		return nil, err
+	}
+	if !c.opts.ProofSigning {
+		if p := (&config.Config{Routes: entries[:min(1, len(entries))]}).ProofKeyProblems(); len(p) > 0 {
+			return nil, errors.New("proof: signed, but the gateways have no proof key (the controller runs without --proof-signing, which the chart sets when proof.keys or proof.verifyKeys is non-empty): a gateway with this entry and no key refuses to start, and without the entry nothing would verify the proof")
+		}
 	}
 	for _, e := range entries[:min(1, len(entries))] {
 		if e.MaxWrite.Std() > c.opts.MaxWriteCap {

@@ -29,6 +29,7 @@ func TestFencePolicy(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	g := e.startGateway(t, ctx)
+	e.playGatewayControllers(ctx)
 
 	t.Run("CRD admission", func(t *testing.T) { testCRD(t, e) })
 	t.Run("lifecycle", func(t *testing.T) { testLifecycle(t, e, g) })
@@ -51,6 +52,28 @@ func TestFencePolicy(t *testing.T) {
 		err := scenarioEntriesFromRoute(t, e, g, "route-broken", func(o *Options) { o.brokenFromPolicy = true })
 		if err == nil {
 			t.Fatal("the scenario passed a controller that derives entries from the policy alone")
+		}
+		t.Logf("caught: %v", err)
+	})
+	t.Run("broken: entries from a route no Gateway accepted", func(t *testing.T) {
+		if err := scenarioUnacceptedTarget(t, e, g, "squat-good", nil); err != nil {
+			t.Fatalf("the controller: %v", err)
+		}
+		err := scenarioUnacceptedTarget(t, e, g, "squat-broken", func(o *Options) { o.brokenAnyParent = true })
+		if err == nil {
+			t.Fatal("the scenario passed a controller that derives entries from a route no Gateway accepted")
+		}
+		t.Logf("caught: %v", err)
+	})
+	t.Run("broken: proof: signed published to gateways with no key", func(t *testing.T) {
+		if err := scenarioProofWithoutKey(t, e, g, "proof-good", nil); err != nil {
+			t.Fatalf("the controller: %v", err)
+		}
+		// A controller that does not know (or is told wrongly) that the
+		// gateways have a key publishes it: the scenario must say so.
+		err := scenarioProofWithoutKey(t, e, g, "proof-broken", func(o *Options) { o.ProofSigning = true })
+		if err == nil {
+			t.Fatal("the scenario passed a controller that publishes proof: signed to gateways with no key")
 		}
 		t.Logf("caught: %v", err)
 	})
@@ -450,10 +473,15 @@ spec:
 	ap := e.getQuiet(rAuthorizationPolicy, "shop", name)
 	strictDryRun(t, e, ap)
 	b, _ := json.Marshal(ap["spec"])
-	for _, want := range []string{`"action":"CUSTOM"`, `"kind":"Gateway"`, `"name":"mesh"`, `"/carts/*"`, `"/checkout/"`, `"POST"`, `"carts.example.com"`} {
+	for _, want := range []string{`"action":"CUSTOM"`, `"kind":"Gateway"`, `"name":"mesh"`, `"/carts/*"`, `"/checkout/"`, `"carts.example.com"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("the AuthorizationPolicy lacks %s: %s", want, b)
 		}
+	}
+	// The route's POST-only match is not a methods restriction: Istio
+	// would miss "post" and a GET with a method-override header.
+	if strings.Contains(string(b), `"methods"`) {
+		t.Errorf("the AuthorizationPolicy restricts by method: %s", b)
 	}
 	must(t, waitFor(10*time.Second, "carts pending", condIs(e, t, "shop", "carts", CondEnforced, "False", ReasonPending)))
 	e.setChildAccepted(t, rAuthorizationPolicy, "shop", name, true)
@@ -468,6 +496,24 @@ spec:
 	must(t, waitFor(10*time.Second, "carts pending again", condIs(e, t, "shop", "carts", CondEnforced, "False", ReasonPending)))
 	e.setChildAccepted(t, rAuthorizationPolicy, "shop", name, true)
 	must(t, waitFor(10*time.Second, "carts Enforced again", condIs(e, t, "shop", "carts", CondEnforced, "True", "")))
+	// An Accepted without observedGeneration says nothing about which
+	// spec was accepted: once the route (and so the AuthorizationPolicy's
+	// spec, its generation) changes, it must not count.
+	e.setChildStatus(t, rAuthorizationPolicy, "shop", name, true, false)
+	must(t, waitFor(10*time.Second, "carts not Enforced on an Accepted of no generation", condIs(e, t, "shop", "carts", CondEnforced, "False", ReasonPending)))
+	e.apply(t, strings.Replace(istioCarts, "        - path: {type: Exact, value: /checkout}\n", "        - path: {type: Exact, value: /checkout}\n        - path: {type: PathPrefix, value: /baskets}\n        - path: {type: PathPrefix, value: /wishlists}\n", 1))
+	must(t, waitFor(10*time.Second, "the AuthorizationPolicy covers /wishlists", func() (bool, string) {
+		ap := e.getQuiet(rAuthorizationPolicy, "shop", name)
+		return strings.Contains(toJSON(ap["spec"]), `"/wishlists/*"`), toJSON(ap["spec"])
+	}))
+	for range 15 {
+		if c := e.condition(t, "shop", "carts", CondEnforced); c.Status != "False" {
+			t.Fatalf("Enforced on a stale Accepted (no observedGeneration) after the spec changed: %+v", c)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.setChildAccepted(t, rAuthorizationPolicy, "shop", name, true)
+	must(t, waitFor(10*time.Second, "carts Enforced at the new generation", condIs(e, t, "shop", "carts", CondEnforced, "True", "")))
 	// Istio cannot run the barrier.
 	e.apply(t, `
 apiVersion: fencegate.io/v1alpha1
@@ -522,6 +568,122 @@ func scenarioEntriesFromRoute(t *testing.T, e *env, g *gatewayProc, name string,
 	for _, req := range [][2]string{{"other.example.com", "/orders/1"}, {"shop.example.com", "/health"}, {"shop.example.com", "/elsewhere"}} {
 		if ok, why := governs(t, e, g, "shop", name, req[0], req[1], "PUT"); ok {
 			return fmt.Errorf("a request the route does not take is governed by the policy's entry: %s", why)
+		}
+	}
+	return nil
+}
+
+// scenarioUnacceptedTarget: a route no parent Gateway accepted claims the
+// orders route's host with a more specific path, and a policy on it says
+// policy: off. The policy must be Accepted=False (TargetNotAccepted) and
+// contribute no entry: the orders path stays the orders policy's. Once the
+// Gateway accepts the route (its status, at its generation), it counts.
+func scenarioUnacceptedTarget(t *testing.T, e *env, g *gatewayProc, name string, mutate func(*Options)) error {
+	_, stop := e.startController(t, g, mutate)
+	defer stop()
+	e.apply(t, ordersRoute)
+	e.apply(t, ordersPolicy)
+	defer e.del(t, rFencePolicy, "shop", "orders")
+	if err := waitFor(10*time.Second, "orders governs /orders/admin", func() (bool, string) {
+		return governs(t, e, g, "shop", "orders", "shop.example.com", "/orders/admin", "PUT")
+	}); err != nil {
+		return err
+	}
+	e.apply(t, fmt.Sprintf(`
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: %[1]s, namespace: shop, annotations: {%[2]s: "true"}}
+spec:
+  parentRefs: [{name: eg}]
+  hostnames: [shop.example.com]
+  rules:
+    - matches: [{path: {type: PathPrefix, value: /orders/admin}}]
+      backendRefs: [{name: orders, port: 80}]
+---
+apiVersion: fencegate.io/v1alpha1
+kind: FencePolicy
+metadata: {name: %[1]s, namespace: shop}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: %[1]s}]
+  policy: "off"
+`, name, NotAcceptedAnnotation))
+	defer e.del(t, rHTTPRoute, "shop", name)
+	defer e.del(t, rFencePolicy, "shop", name)
+	if err := waitFor(10*time.Second, name+" TargetNotAccepted", condIs(e, t, "shop", name, CondAccepted, "False", ReasonTargetNotAccepted)); err != nil {
+		return err
+	}
+	if c := e.condition(t, "shop", name, CondAccepted); !strings.Contains(c.Message, "not accepted by a parent Gateway") || !strings.Contains(c.Message, "shop/eg") {
+		return fmt.Errorf("the condition does not say why: %+v", c)
+	}
+	for range 10 {
+		for _, en := range publishedEntries(t, e) {
+			if strings.HasPrefix(en.Name, "fencepolicy:shop/"+name+":") {
+				return fmt.Errorf("the unaccepted route's policy published %s", en.Name)
+			}
+		}
+		if ok, why := governs(t, e, g, "shop", "orders", "shop.example.com", "/orders/admin", "PUT"); !ok {
+			return fmt.Errorf("the orders policy lost /orders/admin: %s", why)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The Gateway accepts it (the annotation goes): now it is a route.
+	e.apply(t, fmt.Sprintf(`
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: %[1]s, namespace: shop, annotations: {%[2]s: "false"}}
+spec:
+  parentRefs: [{name: eg}]
+  hostnames: [shop.example.com]
+  rules:
+    - matches: [{path: {type: PathPrefix, value: /orders/admin}}]
+      backendRefs: [{name: orders, port: 80}]
+`, name, NotAcceptedAnnotation))
+	if err := waitFor(10*time.Second, name+" Accepted once its Gateway accepted the route", condIs(e, t, "shop", name, CondAccepted, "True", "")); err != nil {
+		return err
+	}
+	// An accepted route on a listener for *.tenant.example.com also naming
+	// shop.example.com takes only the tenant's hosts: its entries too.
+	e.apply(t, fmt.Sprintf(`
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: %[1]s, namespace: shop, annotations: {%[2]s: "false"}}
+spec:
+  parentRefs: [{name: tenant}]
+  hostnames: [a.tenant.example.com, shop.example.com]
+  rules:
+    - matches: [{path: {type: PathPrefix, value: /orders/admin}}]
+      backendRefs: [{name: orders, port: 80}]
+`, name, NotAcceptedAnnotation))
+	if err := waitFor(10*time.Second, "the tenant's host governed by "+name, func() (bool, string) {
+		return governs(t, e, g, "shop", name, "a.tenant.example.com", "/orders/admin", "PUT")
+	}); err != nil {
+		return err
+	}
+	if ok, why := governs(t, e, g, "shop", "orders", "shop.example.com", "/orders/admin", "PUT"); !ok {
+		return fmt.Errorf("a hostname the route's listener does not admit took the orders entry's place: %s", why)
+	}
+	return nil
+}
+
+// scenarioProofWithoutKey: the test's gateway has no proof key, and the
+// controller runs without --proof-signing: a proof: signed policy is
+// Invalid, says why, and publishes nothing (published, it would make
+// every gateway refuse to start at its next restart).
+func scenarioProofWithoutKey(t *testing.T, e *env, g *gatewayProc, name string, mutate func(*Options)) error {
+	_, stop := e.startController(t, g, mutate)
+	defer stop()
+	e.apply(t, ordersRoute)
+	e.apply(t, strings.ReplaceAll(ordersPolicy, "name: orders, namespace: shop", "name: "+name+", namespace: shop")+"  proof: signed\n")
+	defer e.del(t, rFencePolicy, "shop", name)
+	if err := waitFor(10*time.Second, name+" Invalid", condIs(e, t, "shop", name, CondAccepted, "False", ReasonInvalid)); err != nil {
+		return err
+	}
+	if c := e.condition(t, "shop", name, CondAccepted); !strings.Contains(c.Message, "no proof key") {
+		return fmt.Errorf("the condition does not say why: %+v", c)
+	}
+	for _, en := range publishedEntries(t, e) {
+		if strings.HasPrefix(en.Name, "fencepolicy:shop/"+name+":") {
+			return fmt.Errorf("published %s", en.Name)
 		}
 	}
 	return nil

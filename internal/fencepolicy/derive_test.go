@@ -2,6 +2,7 @@ package fencepolicy
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -167,5 +168,47 @@ func TestDeriveRefuses(t *testing.T) {
 	_, err := deriveEntries("ns", "p", PolicySpec{Key: "{1}{2}"}, []target{{route: mustRoute(t, `{"metadata":{"name":"r"},"spec":{"rules":[{}]}}`), rules: []int{0}}})
 	if err == nil {
 		t.Fatal("a key template admission cannot check ({1}{2}) compiled")
+	}
+}
+
+// TestEffectiveHosts: a route's hostnames as its listeners admit them (the
+// Gateway API's intersection rule).
+func TestEffectiveHosts(t *testing.T) {
+	str := func(s string) *string { return &s }
+	gw := func(hostnames ...*string) map[string]*gateway {
+		g := &gateway{}
+		for i, h := range hostnames {
+			g.Spec.Listeners = append(g.Spec.Listeners, struct {
+				Name     string  `json:"name"`
+				Hostname *string `json:"hostname,omitempty"`
+				Port     int     `json:"port"`
+			}{Name: fmt.Sprint("l", i), Hostname: h, Port: 80})
+		}
+		return map[string]*gateway{"shop/gw": g}
+	}
+	for _, tc := range []struct {
+		name      string
+		route     []string
+		listeners map[string]*gateway
+		want      []string
+		ok        bool
+	}{
+		{"listener without hostname", []string{"a.example.com"}, gw(nil), []string{"a.example.com"}, true},
+		{"route without hostnames", nil, gw(str("*.t.example.com")), []string{"*.t.example.com"}, true},
+		{"neither", nil, gw(nil), nil, true},
+		{"wildcard listener admits one", []string{"a.t.example.com", "shop.example.com"}, gw(str("*.t.example.com")), []string{"a.t.example.com"}, true},
+		{"wildcard route, exact listener", []string{"*.example.com"}, gw(str("a.example.com")), []string{"a.example.com"}, true},
+		{"nothing admitted", []string{"shop.example.com"}, gw(str("*.t.example.com")), nil, false},
+		{"the suffix itself is not admitted", []string{"t.example.com"}, gw(str("*.t.example.com")), nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hr := &httpRoute{}
+			hr.Metadata.Namespace = "shop"
+			hr.Spec.Hostnames = tc.route
+			got, ok := effectiveHosts(hr, []parentRef{{Name: "gw"}}, tc.listeners)
+			if ok != tc.ok || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("got %v %v, want %v %v", got, ok, tc.want, tc.ok)
+			}
+		})
 	}
 }

@@ -180,6 +180,13 @@ metadata: {name: mesh, namespace: shop}
 spec:
   gatewayClassName: istio
   listeners: [{name: http, protocol: HTTP, port: 80}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: tenant, namespace: shop}
+spec:
+  gatewayClassName: eg
+  listeners: [{name: http, protocol: HTTP, port: 80, hostname: "*.tenant.example.com"}]
 `)
 	return e
 }
@@ -262,6 +269,14 @@ func (e *env) condition(t *testing.T, ns, name, typ string) Condition {
 // child's status, Accepted True or False at the child's generation.
 func (e *env) setChildAccepted(t *testing.T, r resource, ns, name string, ok bool) {
 	t.Helper()
+	e.setChildStatus(t, r, ns, name, ok, true)
+}
+
+// setChildStatus is setChildAccepted, with observedGeneration left out
+// when withGen is false (a controller, or a stale status, that does not
+// say which spec it observed).
+func (e *env) setChildStatus(t *testing.T, r resource, ns, name string, ok, withGen bool) {
+	t.Helper()
 	for range 20 {
 		obj := e.get(t, r, ns, name)
 		if obj == nil {
@@ -275,6 +290,9 @@ func (e *env) setChildAccepted(t *testing.T, r resource, ns, name string, ok boo
 		}
 		cond := map[string]any{"type": "Accepted", "status": st, "reason": reason, "message": "test plays the controller",
 			"observedGeneration": gen, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}
+		if !withGen {
+			delete(cond, "observedGeneration")
+		}
 		switch r {
 		case rAuthorizationPolicy:
 			obj["status"] = map[string]any{"conditions": []any{cond}}
@@ -397,4 +415,98 @@ func (e *env) startController(t *testing.T, g *gatewayProc, mutate func(*Options
 	stop := func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
 	return c, stop
+}
+
+// NotAcceptedAnnotation on a route in a test: the Gateway implementations
+// the test plays never accept it (a route claiming a host its Gateway's
+// listeners do not allow, or one from a namespace they do not admit).
+const NotAcceptedAnnotation = "test.fencegate.io/not-accepted"
+
+// playGatewayControllers plays Envoy Gateway's and Istio's Gateway
+// controllers for routes: every 100 ms, each route's parentRef to an
+// existing Gateway gets a status.parents entry of the GatewayClass's
+// controllerName with Accepted=True at the route's generation, unless the
+// route carries NotAcceptedAnnotation (then their entries are removed).
+// Other controllers' entries (the FencePolicy controller's) are kept; an
+// update with a stale resourceVersion conflicts and is redone.
+func (e *env) playGatewayControllers(ctx context.Context) {
+	go func() {
+		for ctx.Err() == nil {
+			e.acceptRoutes()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+}
+
+func (e *env) acceptRoutes() {
+	list := e.getQuiet(rHTTPRoute, "", "")
+	items, _ := list["items"].([]any)
+	for _, it := range items {
+		route, _ := it.(map[string]any)
+		md, _ := route["metadata"].(map[string]any)
+		ns, _ := md["namespace"].(string)
+		name, _ := md["name"].(string)
+		gen := md["generation"]
+		ann, _ := md["annotations"].(map[string]any)
+		refuse := ann[NotAcceptedAnnotation] == "true"
+		spec, _ := route["spec"].(map[string]any)
+		refs, _ := spec["parentRefs"].([]any)
+		status, _ := route["status"].(map[string]any)
+		if status == nil {
+			status = map[string]any{}
+		}
+		old, _ := status["parents"].([]any)
+		impls := map[string]bool{}
+		var next []any
+		for _, r := range refs {
+			ref, _ := r.(map[string]any)
+			gns := ns
+			if s, _ := ref["namespace"].(string); s != "" {
+				gns = s
+			}
+			gw := e.getQuiet(rGateway, gns, fmt.Sprint(ref["name"]))
+			if gw == nil {
+				continue
+			}
+			cls := e.getQuiet(rGatewayClass, "", fmt.Sprint(gw["spec"].(map[string]any)["gatewayClassName"]))
+			if cls == nil {
+				continue
+			}
+			impl := fmt.Sprint(cls["spec"].(map[string]any)["controllerName"])
+			impls[impl] = true
+			if refuse {
+				continue
+			}
+			next = append(next, map[string]any{"parentRef": ref, "controllerName": impl, "conditions": []any{map[string]any{
+				"type": "Accepted", "status": "True", "reason": "Accepted", "message": "test plays the Gateway controller",
+				"observedGeneration": gen, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}}})
+		}
+		var kept, mine []any
+		for _, p := range old {
+			m, _ := p.(map[string]any)
+			if impls[fmt.Sprint(m["controllerName"])] {
+				mine = append(mine, p)
+			} else {
+				kept = append(kept, p)
+			}
+		}
+		same := len(mine) == len(next)
+		for i := 0; same && i < len(mine); i++ {
+			a, b := mine[i].(map[string]any), next[i].(map[string]any)
+			ac, _ := a["conditions"].([]any)
+			same = toJSON(a["parentRef"]) == toJSON(b["parentRef"]) && a["controllerName"] == b["controllerName"] &&
+				len(ac) == 1 && toJSON(ac[0].(map[string]any)["observedGeneration"]) == toJSON(gen)
+		}
+		if same {
+			continue
+		}
+		status["parents"] = append(kept, next...)
+		if status["parents"] == nil {
+			status["parents"] = []any{}
+		}
+		route["status"] = status
+		route["apiVersion"], route["kind"] = "gateway.networking.k8s.io/v1", "HTTPRoute"
+		b, _ := json.Marshal(route)
+		_, _, _, _ = e.a.Do(context.Background(), admin, http.MethodPut, rHTTPRoute.path(ns, name, "status"), b, "")
+	}
 }

@@ -107,6 +107,15 @@ type httpRoute struct {
 		Hostnames  []string    `json:"hostnames,omitempty"`
 		Rules      []routeRule `json:"rules,omitempty"`
 	} `json:"spec"`
+	// Status.Parents: each parent's controller says whether it accepted
+	// the route (RouteParentStatus).
+	Status struct {
+		Parents []struct {
+			ParentRef      parentRef   `json:"parentRef"`
+			ControllerName string      `json:"controllerName"`
+			Conditions     []Condition `json:"conditions,omitempty"`
+		} `json:"parents,omitempty"`
+	} `json:"status"`
 	raw json.RawMessage
 }
 
@@ -114,6 +123,11 @@ type gateway struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
 		GatewayClassName string `json:"gatewayClassName"`
+		Listeners        []struct {
+			Name     string  `json:"name"`
+			Hostname *string `json:"hostname,omitempty"`
+			Port     int     `json:"port"`
+		} `json:"listeners,omitempty"`
 	} `json:"spec"`
 }
 
