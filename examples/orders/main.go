@@ -14,6 +14,7 @@
 //	PUT  /orders/{id}  {"item":"…","qty":N}   write (fenced; lock key "orders/{id}")
 //	GET  /orders/{id}                         read
 //	GET  /jobs/{id}                           an async write's outcome
+//	POST /jobs/drain                          the queued writes commit now, without --queue-delay (the demo)
 //
 // run.sh starts PostgreSQL, fencegate (lock API, forward-auth and the
 // fencing proxy), nginx and this API, and walks through a demo.

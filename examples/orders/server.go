@@ -58,6 +58,10 @@ type server struct {
 	mux        *http.ServeMux
 	log        *slog.Logger
 	queueDelay time.Duration // a slow queue, for the demo: the worker waits this long before each commit
+	// drainNow, closed by POST /jobs/drain (and replaced), ends the
+	// worker's wait at once: the demo says when its queued write commits,
+	// rather than racing a fixed delay on a loaded machine.
+	drainNow chan struct{}
 
 	queue chan job
 	done  chan struct{}
@@ -80,7 +84,8 @@ type config struct {
 func newServer(ctx context.Context, db *pgxpool.Pool, c config) (*server, error) {
 	table, proofs, log := c.Table, c.Proofs, c.Log
 	s := &server{db: db, table: pgx.Identifier{table}.Sanitize(), fences: pgfence.Table{Name: table + "_fences"},
-		mux: http.NewServeMux(), log: log, queueDelay: c.QueueDelay, queue: make(chan job, queueSize), done: make(chan struct{}), jobs: map[int64]*outcome{}}
+		mux: http.NewServeMux(), log: log, queueDelay: c.QueueDelay, queue: make(chan job, queueSize), done: make(chan struct{}), jobs: map[int64]*outcome{},
+		drainNow: make(chan struct{})}
 	if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (id bigint PRIMARY KEY, item text NOT NULL, qty int NOT NULL, fence bigint NOT NULL)`); err != nil {
 		return nil, fmt.Errorf("create %s: %w", table, err)
 	}
@@ -92,6 +97,7 @@ func newServer(ctx context.Context, db *pgxpool.Pool, c config) (*server, error)
 	s.mux.Handle("PUT /orders/{id}", guard.Wrap(http.HandlerFunc(s.putOrder)))
 	s.mux.HandleFunc("GET /orders/{id}", s.getOrder)
 	s.mux.HandleFunc("GET /jobs/{id}", s.getJob)
+	s.mux.HandleFunc("POST /jobs/drain", s.drain)
 	go s.work()
 	return s, nil
 }
@@ -191,7 +197,15 @@ func (s *server) commit(ctx context.Context, f fenceguard.Fence, id int64, o ord
 func (s *server) work() {
 	defer close(s.done)
 	for j := range s.queue {
-		time.Sleep(s.queueDelay)
+		s.mu.Lock()
+		now := s.drainNow
+		s.mu.Unlock()
+		t := time.NewTimer(s.queueDelay)
+		select {
+		case <-t.C:
+		case <-now:
+		}
+		t.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), jobTimeout)
 		res, err := s.commit(ctx, j.fence, j.order, j.o)
 		cancel()
@@ -209,6 +223,16 @@ func (s *server) work() {
 		}
 		s.mu.Unlock()
 	}
+}
+
+// drain makes the worker commit the writes queued so far without its
+// delay (the demo's "now", after B's write).
+func (s *server) drain(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	close(s.drainNow)
+	s.drainNow = make(chan struct{})
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *server) getOrder(w http.ResponseWriter, r *http.Request) {
