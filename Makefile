@@ -89,7 +89,7 @@ test-js: test-binary
 # binary is built once for the packages that run it (bolt stores only here).
 UNIT_FLAGS ?= -short -count=1 -timeout 10m
 test-unit: test-binary
-	env -u REDIS_URL -u DATABASE_URL -u FIRESTORE_EMULATOR_HOST FENCEGATE_TEST_BINARY=$(TEST_BINARY) $(GO) test $(UNIT_FLAGS) ./...
+	env -u REDIS_URL -u REDIS_CLUSTER_URL -u DATABASE_URL -u FIRESTORE_EMULATOR_HOST FENCEGATE_TEST_BINARY=$(TEST_BINARY) $(GO) test $(UNIT_FLAGS) ./...
 
 # image writes the OCI image (static binary on an empty image, user 65532) as
 # an OCI layout; push it with e.g. `crane push bin/image REGISTRY/fencegate:$(VERSION)`

@@ -13,19 +13,18 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
 
-// clusterURL returns REDIS_CLUSTER_URL or fails: these tests need a real
-// cluster (scripts/testenv starts three masters and three replicas).
+// clusterURL returns REDIS_CLUSTER_URL or fails (skips under -short, the
+// unit tier): these tests need a real cluster (scripts/testenv starts
+// three masters and three replicas).
 func clusterURL(tb testing.TB) string {
 	tb.Helper()
-	u := os.Getenv("REDIS_CLUSTER_URL")
-	if u == "" {
-		tb.Fatal("REDIS_CLUSTER_URL is not set; run the tests with `make test` or scripts/testenv (it starts a throwaway Redis Cluster of three masters and three replicas)")
-	}
-	return u
+	return testutil.Env(tb, "REDIS_CLUSTER_URL", "a Redis Cluster",
+		"run the tests with `make test` or scripts/testenv (it starts a throwaway Redis Cluster of three masters and three replicas)")
 }
 
 // openCluster opens a store on REDIS_CLUSTER_URL with prefix.
