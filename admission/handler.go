@@ -33,6 +33,9 @@ var _ Checker = (*fencecheck.Checker)(nil)
 type Handler struct {
 	check Checker
 	o     Options
+	// route is the options' policy and mode, compiled once: every check's
+	// Request is built by it (fencecheck.Route.WriteRequest).
+	route *fencecheck.Route
 	log   *slog.Logger
 	m     *metrics
 }
@@ -55,7 +58,12 @@ func New(c Checker, o Options) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{check: c, o: o, log: o.Logger, m: newMetrics(o.Registerer)}, nil
+	// validate parsed the policy and mode: they compile.
+	rt, err := fencecheck.CompileRoute(fencecheck.RouteSpec{Policy: string(o.Policy), Mode: string(o.Mode)})
+	if err != nil {
+		return nil, fmt.Errorf("admission: %w", err)
+	}
+	return &Handler{check: c, o: o, route: rt, log: o.Logger, m: newMetrics(o.Registerer)}, nil
 }
 
 // Ready reports whether the webhook can serve: its certificate is loaded.
@@ -207,19 +215,11 @@ func (h *Handler) decide(ctx context.Context, req *admissionv1.AdmissionRequest,
 	}
 
 	dryRun := req.DryRun != nil && *req.DryRun
-	d, err := h.check.Check(ctx, fencecheck.Request{
-		Key:       key,
-		Fence:     fence,
-		Write:     true,
-		Policy:    h.o.Policy,
-		Mode:      h.o.Mode,
-		Route:     routeOf(req),
-		Source:    Source,
-		Peer:      req.UserInfo.Username,
-		Method:    string(req.Operation),
-		Path:      apiPath(req),
-		SkipAudit: dryRun,
+	r := h.route.WriteRequest(key, fence, fencecheck.Input{
+		Method: string(req.Operation), Path: apiPath(req), Peer: req.UserInfo.Username, Source: Source,
 	})
+	r.Route, r.SkipAudit = routeOf(req), dryRun
+	d, err := h.check.Check(ctx, r)
 	if err != nil {
 		// d is the fail-closed denial; say why in the log, not to the client.
 		h.log.Warn("admission: could not decide; failing closed",

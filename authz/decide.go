@@ -6,7 +6,6 @@ import (
 	"log/slog"
 
 	"github.com/fencegate/fencegate/fencecheck"
-	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/routes"
 )
 
@@ -112,7 +111,7 @@ func newDecider(c *fencecheck.Checker, o Options) decider {
 // govern the requests no entry matches). refuse: a path the table cannot
 // route (not canonical, a raw '#', or a path or method that selects
 // another entry when read another way).
-func (d decider) resolve(tbl *routes.Table, v requestView, ro routeOptions) (rt *fencecheck.Route, refuse error) {
+func (d decider) resolve(tbl *routes.Table, v requestView, in fencecheck.Input, ro routeOptions) (rt *fencecheck.Route, refuse error) {
 	if tbl == nil {
 		return d.inline.get(ro), nil
 	}
@@ -128,7 +127,7 @@ func (d decider) resolve(tbl *routes.Table, v requestView, ro routeOptions) (rt 
 	// _method parameter): readings that select different entries select
 	// none (routes.ErrAmbiguousMethod), so a client cannot pick a weaker
 	// entry by spelling the method another way.
-	e, err := tbl.MatchRequest(v.host, v.input(v.caller.trusted))
+	e, err := tbl.MatchRequest(v.host, in)
 	if d.exactMethod {
 		e, err = tbl.MatchMethods(v.host, v.path, []string{v.method})
 	}
@@ -147,10 +146,13 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 	// One table for the whole request: a reload swaps the holder, never
 	// the table a request already resolved against.
 	tbl := d.routes.Load()
-	rt, refuse := d.resolve(tbl, v, ro)
+	// One Input, its method readings computed once: the table's match and
+	// the Request read the same.
+	in := v.input(v.caller.trusted).WithMethods()
+	rt, refuse := d.resolve(tbl, v, in, ro)
 	var req fencecheck.Request
 	if refuse != nil {
-		req = tbl.Refuse(v.input(v.caller.trusted))
+		req = tbl.Refuse(in)
 		if req.Write {
 			d.log.LogAttrs(ctx, slog.LevelDebug, "authz: the route table cannot route this path; writes refused", slog.Any("error", refuse))
 		}
@@ -160,7 +162,7 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 		// from an untrusted caller is refused like its own (a dropped
 		// ext_proc stream would leave an entry holding the key's next
 		// holder back for maxWrite).
-		req, kerr = rt.Request(v.input(v.caller.trusted))
+		req, kerr = rt.Request(in)
 		if kerr != nil {
 			level := slog.LevelDebug
 			if errors.Is(kerr, fencecheck.ErrBadTemplate) || errors.Is(kerr, fencecheck.ErrRouteOption) {
@@ -175,7 +177,9 @@ func (d decider) decide(ctx context.Context, v requestView, ro routeOptions) (fe
 		// A key the backend would refuse is the checker's to answer
 		// (malformed); a valid key outside the credential's prefixes is
 		// refused here, before any store read or audit event.
-		if nk, err := lockstore.NormalizeKey(req.Key); err == nil && !v.caller.scope(nk) {
+		// The Request keeps the normalised key: the check does not
+		// normalise it again.
+		if nk, err := req.NormalizeKey(); err == nil && !v.caller.scope(nk) {
 			return fencecheck.Decision{}, errKeyOutOfScope
 		}
 	}

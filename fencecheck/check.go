@@ -203,7 +203,7 @@ func (c *Checker) Check(ctx context.Context, r Request) (Decision, error) {
 			slog.String("decisionId", d.DecisionID),
 			slog.String("reason", string(d.Reason)),
 			slog.String("mode", string(d.Mode)),
-			slog.String("keyHash", lockstore.HashKey(r.Key)),
+			slog.String("keyHash", lockstore.HashKey(d.auditKey())),
 			slog.String("route", r.Route))
 	}
 	return d, err
@@ -221,30 +221,34 @@ func modeLabel(m Mode) string {
 
 func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 	d := Decision{Presented: lockstore.Clip(r.Fence, lockstore.MaxAuditPresented), Key: r.Key, Policy: r.Policy, Mode: r.Mode}
+	o := r.options()
 	if !r.Write {
 		// Reads pass whatever the route's options say, even broken ones.
 		d.Allowed, d.Status = true, http.StatusOK
-		if p, err := ParsePolicy(string(r.Policy)); err == nil {
-			d.Policy = p
+		if o.policyErr == nil {
+			d.Policy = o.policy
 		}
 		// An unreadable mode is reported as enforce (what a write on this
 		// route gets), never echoed: it becomes a metric label, and the raw
 		// string may be anything a client managed to send.
 		d.Mode = ModeEnforce
-		if m, err := ParseMode(string(r.Mode)); err == nil {
-			d.Mode = m
+		if o.modeErr == nil {
+			d.Mode = o.mode
 		}
 		return d, nil
 	}
 	var pc proofCheck
 	err := r.RouteError
 	if err == nil {
-		if d.Policy, err = ParsePolicy(string(r.Policy)); err == nil {
-			d.Mode, err = ParseMode(string(r.Mode))
+		if err = o.policyErr; err == nil {
+			d.Policy = o.policy
+			if err = o.modeErr; err == nil {
+				d.Mode = o.mode
+			}
 		}
 	}
 	if err == nil {
-		pc.mode, err = ParseProofMode(string(r.ProofMode))
+		pc.mode, err = o.proof, o.proofErr
 	}
 	if mw := r.MaxWrite; err == nil && r.Barrier {
 		if mw <= 0 {
@@ -280,10 +284,14 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 	case !lockstore.ValidFence(r.Fence):
 		return c.negative(d, ReasonMalformed), nil
 	}
-	key, kerr := lockstore.NormalizeKey(r.Key)
+	// The one normalisation of the key in this decision (or the
+	// transport's, kept by Request.NormalizeKey): the proof, the store
+	// call, the barrier, the log and the audit event all take this form.
+	key, kerr := r.NormalizeKey()
 	if kerr != nil {
 		return c.negative(d, ReasonMalformed), nil
 	}
+	d.nkey = key
 	if r.LockID != "" && lockstore.ValidateLockID(r.LockID) != nil {
 		return c.negative(d, ReasonMalformed), nil
 	}
@@ -379,13 +387,14 @@ func (c *Checker) unavailable(d Decision) Decision {
 }
 
 func (c *Checker) event(r Request, d Decision) lockstore.AuditEvent {
+	k := d.auditKey()
 	ev := lockstore.AuditEvent{
 		TimeMs:     c.now().UnixMilli(),
 		DecisionID: d.DecisionID,
 		Source:     r.Source,
 		Route:      r.Route,
-		KeyHash:    lockstore.HashKey(r.Key),
-		KeyDigest:  lockstore.KeyDigest(r.Key),
+		KeyHash:    lockstore.HashKey(k),
+		KeyDigest:  lockstore.KeyDigest(k),
 		Presented:  d.Presented,
 		Current:    d.Current,
 		Reason:     string(d.Reason),

@@ -139,7 +139,20 @@ func overrideParam(k string) bool {
 // normalisation of a request's method, shared by the route table's match
 // and the write classification.
 func (in Input) Methods() []string {
+	if in.readings != nil {
+		return in.readings
+	}
 	return MethodReadings(in.Method, in.Overrides()...)
+}
+
+// WithMethods returns in with its method readings (Methods) computed once,
+// for a transport that both matches the route table on them and builds
+// the check's Request (routes.Table.MatchRequest, Route.Request): both
+// then read the one slice, which neither modifies. in's method, path and
+// headers must not change afterwards.
+func (in Input) WithMethods() Input {
+	in.readings = in.Methods()
+	return in
 }
 
 // ErrTarget marks a request target holding bytes no client sends (see

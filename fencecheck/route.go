@@ -161,6 +161,9 @@ type Input struct {
 	// applies); only then may a route register barrier entries, which
 	// outlive the request.
 	Trusted bool
+
+	// readings: the method readings, once WithMethods computed them.
+	readings []string
 }
 
 // Errors a Request carries as its RouteError.
@@ -177,48 +180,22 @@ var (
 
 // Request builds the check's Request for in under the route: the only
 // place that reads the fence, lockId, proof and key headers, finds inputs
-// sent twice and expands the key template. The error, when not nil, is why
-// the key could not be known (a template that does not parse wraps
-// ErrBadTemplate, a path it cannot read ErrKeyPath); the Request then
-// already asks for 400 malformed, and the error is for the transport's
-// log.
+// sent twice and expands the key template. The Request carries the route
+// itself, so the check takes its compiled options as they are (nothing is
+// parsed per request). The error, when not nil, is why the key could not
+// be known (a template that does not parse wraps ErrBadTemplate, a path
+// it cannot read ErrKeyPath); the Request then already asks for 400
+// malformed, and the error is for the transport's log.
 func (rt *Route) Request(in Input) (Request, error) {
-	path := in.Path
-	if i := strings.IndexAny(path, "?#"); i >= 0 {
-		path = path[:i]
-	}
 	// A write under any of the method's readings (its case, an override)
 	// is a write: the upstream may run any of them.
 	write := in.MethodUnknown
 	for _, m := range in.Methods() {
 		write = write || rt.Methods.IsWrite(m)
 	}
-	req := Request{
-		Write:     write,
-		Policy:    rt.Policy,
-		Mode:      rt.Mode,
-		ProofMode: rt.Proof,
-		Route:     rt.Name,
-		Source:    in.Source,
-		Peer:      in.Peer,
-		Method:    in.Method,
-		Path:      path,
-		LockID:    in.Header(HeaderLockID),
-		Proof:     in.Header(HeaderProof),
-		Fence:     in.Header(rt.FenceHeader),
-	}
-	switch {
-	case rt.err != nil:
-		req.RouteError = rt.err
-	case rt.Barrier && !in.CanFinish:
-		req.RouteError = ErrBarrierUnsupported
-	case rt.Barrier && !in.Trusted:
-		// Refused, not ignored: a route that asked for the barrier must
-		// not silently run without it.
-		req.RouteError = ErrUntrustedBarrier
-	default:
-		req.Barrier, req.MaxWrite, req.MaxWait = rt.Barrier, rt.MaxWrite, rt.MaxWait
-	}
+	req := rt.request(in, write)
+	req.Path = cutQuery(in.Path)
+	req.LockID, req.Proof, req.Fence = in.Header(HeaderLockID), in.Header(HeaderProof), in.Header(rt.FenceHeader)
 	// A fence input sent twice is ambiguous: this check reads one copy,
 	// the upstream may read the other. Denied malformed.
 	if in.Count(rt.FenceHeader) > 1 || in.Count(HeaderLockID) > 1 || in.Count(HeaderProof) > 1 {
@@ -254,6 +231,87 @@ func (rt *Route) Request(in Input) (Request, error) {
 		req.Key = key
 	}
 	return req, keyErr
+}
+
+// WriteRequest builds the check's Request of a write whose key and fence
+// the transport read from its own wire format rather than from headers
+// (the admission webhook: the object's annotations). The route's policy,
+// mode and proof apply, compiled; its methods, headers and key template do
+// not (in's Method and Path, taken as given, are audit context only). A
+// route whose key options do not parse denies it 400 malformed, as
+// Request does.
+func (rt *Route) WriteRequest(key, fence string, in Input) Request {
+	req := rt.request(in, true)
+	req.Key, req.Fence = key, fence
+	if rt.keyErr != nil {
+		req.Ambiguous = true
+	}
+	return req
+}
+
+// request is what every Request built under rt shares: the route's
+// compiled options (and the route itself, which the check takes them
+// from), the audit context, and the route's error or the barrier's.
+func (rt *Route) request(in Input, write bool) Request {
+	req := Request{
+		Write:     write,
+		Policy:    rt.Policy,
+		Mode:      rt.Mode,
+		ProofMode: rt.Proof,
+		Route:     rt.Name,
+		Source:    in.Source,
+		Peer:      in.Peer,
+		Method:    in.Method,
+		Path:      in.Path,
+		route:     rt,
+	}
+	switch {
+	case rt.err != nil:
+		req.RouteError = rt.err
+	case rt.Barrier && !in.CanFinish:
+		req.RouteError = ErrBarrierUnsupported
+	case rt.Barrier && !in.Trusted:
+		// Refused, not ignored: a route that asked for the barrier must
+		// not silently run without it.
+		req.RouteError = ErrUntrustedBarrier
+	default:
+		req.Barrier, req.MaxWrite, req.MaxWait = rt.Barrier, rt.MaxWrite, rt.MaxWait
+	}
+	return req
+}
+
+// refusal is the route of a request no one route can read: the defaults
+// (holder, enforce, no proof), no barrier. Its requests are all ambiguous.
+var refusal = func() *Route {
+	rt, err := CompileRoute(RouteSpec{})
+	if err != nil {
+		panic(err) // the defaults always compile
+	}
+	return rt
+}()
+
+// Refuse builds the check's Request of a request no one route governs: a
+// path the route table cannot route (not canonical, a raw '#', a path or
+// method that selects another entry when read another way), or one that
+// an upstream reading it another way would route elsewhere (the proxy).
+// write says whether any route that could govern it counts it as a write
+// (the caller knows which); a write is denied 400 malformed with a
+// decision id and an audit event, without a store read, whatever any
+// route's policy or mode; a read passes. route names the route the request
+// would have taken, if any, for the audit. No header is read.
+func Refuse(route string, in Input, write bool) Request {
+	req := refusal.request(in, write || in.MethodUnknown)
+	req.Ambiguous, req.Route, req.Path = true, route, cutQuery(in.Path)
+	return req
+}
+
+// cutQuery is an origin-form target without its query or fragment: the
+// path the audit records.
+func cutQuery(target string) string {
+	if i := strings.IndexAny(target, "?#"); i >= 0 {
+		return target[:i]
+	}
+	return target
 }
 
 // ValidHeaderName reports whether h is an HTTP header field name (an RFC

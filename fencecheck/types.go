@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // Policy is what a presented fence must match.
@@ -136,12 +138,18 @@ type Request struct {
 	// copy). A write is denied 400 "malformed" without a backend read.
 	Ambiguous bool
 
-	Policy Policy // "" is PolicyHolder
-	Mode   Mode   // "" is ModeEnforce
+	// Policy, Mode and ProofMode are the route's options ("" is
+	// PolicyHolder, ModeEnforce, ProofNone). A Request built by a compiled
+	// Route (Route.Request, Route.WriteRequest, Refuse) carries the
+	// route's values and the route: the check takes them as compiled,
+	// parsing nothing. Set by hand (a library's caller, a test), or
+	// changed after, they are parsed per check (ParsePolicy, ParseMode,
+	// ParseProofMode), and one that does not parse fails a write closed.
+	Policy Policy
+	Mode   Mode
 
-	// ProofMode is what the write must carry besides its fence ("" is
-	// ProofNone; see ProofMode); Proof is the signed write proof presented
-	// ("" when none).
+	// ProofMode is what the write must carry besides its fence (see
+	// ProofMode); Proof is the signed write proof presented ("" when none).
 	ProofMode ProofMode
 	Proof     string
 
@@ -182,6 +190,53 @@ type Request struct {
 	// unknown policy: 503 "unavailable", logged at warn, error returned.
 	// Reads still pass.
 	RouteError error
+
+	// route is the compiled route the Request was built by (nil: by hand).
+	route *Route
+	// normKey is Key normalised (lockstore.NormalizeKey) by NormalizeKey;
+	// normOf the Key it was normalised from.
+	normKey, normOf string
+}
+
+// NormalizeKey returns the request's key normalised as every store reads
+// it (lockstore.NormalizeKey), for a transport that must read the key
+// itself before the check (a credential's key scope). The Request keeps
+// the result: the check normalises the key once per decision, here or in
+// Check, never twice. Key stays as sent (audit, Decision.Key).
+func (r *Request) NormalizeKey() (string, error) {
+	if r.normKey != "" && r.normOf == r.Key {
+		return r.normKey, nil
+	}
+	nk, err := lockstore.NormalizeKey(r.Key)
+	if err != nil {
+		return "", err
+	}
+	r.normKey, r.normOf = nk, r.Key
+	return nk, nil
+}
+
+// checkOptions are the options a Request is checked under, and the error
+// of each that does not parse.
+type checkOptions struct {
+	policy                       Policy
+	mode                         Mode
+	proof                        ProofMode
+	policyErr, modeErr, proofErr error
+}
+
+// options returns r's route options. A Request built by a compiled route
+// whose options all parsed, with the route's values unchanged, takes them
+// as they are; any other (built by hand, changed after, or a route that
+// fails closed anyway) has its fields parsed.
+func (r *Request) options() checkOptions {
+	if rt := r.route; rt != nil && rt.err == nil && r.Policy == rt.Policy && r.Mode == rt.Mode && r.ProofMode == rt.Proof {
+		return checkOptions{policy: rt.Policy, mode: rt.Mode, proof: rt.Proof}
+	}
+	var o checkOptions
+	o.policy, o.policyErr = ParsePolicy(string(r.Policy))
+	o.mode, o.modeErr = ParseMode(string(r.Mode))
+	o.proof, o.proofErr = ParseProofMode(string(r.ProofMode))
+	return o
 }
 
 // Decision is the outcome of a check.
@@ -232,4 +287,18 @@ type Decision struct {
 	// barrierKey is the normalised key the write was admitted under; Finish
 	// removes the entry there.
 	barrierKey string
+	// nkey is Key normalised, once the check did ("" before, or when it
+	// does not normalise: a malformed key).
+	nkey string
+}
+
+// auditKey is the key the decision's hashes are taken of: the normalised
+// key when the check got that far, else the key as sent (HashKey and
+// KeyDigest normalise what they are given; an NFC key passes through
+// unchanged).
+func (d Decision) auditKey() string {
+	if d.nkey != "" {
+		return d.nkey
+	}
+	return d.Key
 }

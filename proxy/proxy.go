@@ -494,10 +494,9 @@ func (p *Proxy) refuseAmbiguousPath(w http.ResponseWriter, r *http.Request, rt *
 	if rt != nil {
 		name = rt.Name
 	}
-	dec, _ := p.checker.Check(r.Context(), fencecheck.Request{
-		Write: true, Ambiguous: true, Policy: fencecheck.PolicyHolder, Mode: fencecheck.ModeEnforce,
-		Route: name, Source: Source, Peer: p.clientAddr(r), Method: r.Method, Path: r.URL.EscapedPath(),
-	})
+	dec, _ := p.checker.Check(r.Context(), fencecheck.Refuse(name, fencecheck.Input{
+		Source: Source, Peer: p.clientAddr(r), Method: r.Method, Path: r.URL.EscapedPath(),
+	}, true))
 	p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: path routes elsewhere when read another way; refused",
 		slog.String("route", name), slog.String("reading", how), slog.String("decisionId", dec.DecisionID))
 	writeDenial(w, dec)

@@ -340,7 +340,9 @@ func (t *Table) MatchRequest(host string, in fencecheck.Input) (*Entry, error) {
 		ms = []string{in.Method}
 	}
 	if in.MethodUnknown {
-		ms = append(ms, t.methods...)
+		// Clipped: ms may be the Input's own readings (WithMethods), which
+		// Route.Request reads after.
+		ms = append(slices.Clip(ms), t.methods...)
 	}
 	return t.MatchMethods(host, in.Path, ms)
 }
@@ -436,12 +438,7 @@ func (t *Table) Refuse(in fencecheck.Input) fencecheck.Request {
 			write = write || e.Route.Methods.IsWrite(m)
 		}
 	}
-	path := in.Path
-	if i := strings.IndexAny(path, "?#"); i >= 0 {
-		path = path[:i]
-	}
-	return fencecheck.Request{Write: write, Ambiguous: true, Policy: fencecheck.PolicyHolder, Mode: fencecheck.ModeEnforce,
-		Source: in.Source, Peer: in.Peer, Method: in.Method, Path: path}
+	return fencecheck.Refuse("", in, write)
 }
 
 // indistinguishable says why no request could tell a from b, or "".
