@@ -45,7 +45,45 @@ const benchCheckTimeout = 900 * time.Millisecond
 // answers OK at once, on a grpc.Server built as fencegate's, in its own
 // process too. The clients stay in the bench process, so each server's CPU
 // per check is its own process's (/proc/<pid>/stat), plus Redis's.
-func BenchmarkExtAuthz(b *testing.B) { runSuite(b, authzSuite) }
+//
+// The run fails when fencegate's ratios to the no-op floor, the medians
+// over the rounds of each round's pair, miss -authz-min-ratio (checks/s)
+// or -authz-max-cpu-ratio (server CPU per check): issue #27 item 2's
+// targets by default.
+func BenchmarkExtAuthz(b *testing.B) {
+	runSuite(b, authzSuite)
+	checkRatios(b, board.snapshot(), "authz/fencegate-redis", "authz/noop", *authzMinRatio, *authzMaxCPURatio)
+}
+
+// The floors BenchmarkExtAuthz holds fencegate's ratios to (issue #27
+// item 2; at 24735a4 it measured 0.62× and 1.70×).
+var (
+	authzMinRatio    = flag.Float64("authz-min-ratio", 0.75, "BenchmarkExtAuthz fails below this checks/s ratio to the no-op server (median over rounds)")
+	authzMaxCPURatio = flag.Float64("authz-max-cpu-ratio", 1.6, "BenchmarkExtAuthz fails above this server-CPU-per-check ratio to the no-op server (median over rounds)")
+)
+
+// checkRatios fails tb when sub's throughput ratio to base is below
+// minRatio or its server CPU per call ratio above maxCPU: each the median
+// of the per-round ratios (a subject and its baseline run back to back in
+// a round). Without both subjects' runs (a -bench filter left one out)
+// there is nothing to hold, and it says so.
+func checkRatios(tb interface {
+	Errorf(string, ...any)
+	Logf(string, ...any)
+}, runs map[string][]result, sub, base string, minRatio, maxCPU float64) {
+	tp := paired(runs[sub], runs[base], ratioOf(perSec))
+	cpu := paired(runs[sub], runs[base], ratioOf(serverCPU))
+	if len(tp) == 0 {
+		tb.Logf("%s ÷ %s: no paired runs; ratios not checked", sub, base)
+		return
+	}
+	if m := median(tp); m < minRatio {
+		tb.Errorf("%s: %.2f× %s's throughput (median of %d rounds, %.2f–%.2f); the floor is %.2f×", sub, m, base, len(tp), tp[0], tp[len(tp)-1], minRatio)
+	}
+	if m := median(cpu); m > maxCPU || m == 0 {
+		tb.Errorf("%s: %.2f× %s's server CPU per call (median of %d rounds, %.2f–%.2f); the ceiling is %.2f×", sub, m, base, len(cpu), cpu[0], cpu[len(cpu)-1], maxCPU)
+	}
+}
 
 // BenchmarkExtAuthzOpenLoop: the same two servers and requests, driven open
 // loop — -open-rate checks per second (2,000 by default) started on

@@ -216,7 +216,8 @@ var sections = []section{
 		unit:    "checks/s",
 		servers: true,
 		note: "A POST carrying the current fence of a held lock (allowed after one Redis read), answered by the `fencegate serve` binary on Redis, vs a server that answers OK at once on the same grpc.Server options; each server in its own process, the 16 clients in the bench process on one shared connection. Target: ≥ 0.65× the no-op's checks/s. " +
-			"server CPU: the server process's user+system time (/proc/<pid>/stat); Redis CPU: INFO cpu; both per check over the run. Target for their sum: ≤ 60 µs (the issue's no-op: 35 µs).",
+			"server CPU: the server process's user+system time (/proc/<pid>/stat); Redis CPU: INFO cpu; both per check over the run. Target for their sum: ≤ 60 µs (the issue's no-op: 35 µs). " +
+			"server CPU ratio: the server's CPU per check ÷ the no-op server's, per round (issue #27 item 2: ≤ 1.6×; checks/s ratio ≥ 0.75×); BenchmarkExtAuthz fails when the medians miss -authz-max-cpu-ratio or -authz-min-ratio.",
 		rows: []row{
 			{id: "authz/noop", baseline: "authz/noop"},
 			{id: "authz/fencegate-redis", baseline: "authz/noop", cpuTarget: 60 * time.Microsecond},
@@ -372,6 +373,9 @@ func renderSection(w io.Writer, s section, runs map[string][]result) {
 			cols = append(cols, us(median(each(sub, cpu))), redis)
 		}
 		cols = append(cols, r.baseline, ratioTo(base, perSec, true), ratioTo(base, p50, true), ratioTo(base, p99, false), added(p50), added(addedCPU))
+		if s.servers {
+			cols = append(cols, ratioTo(base, serverCPU, true))
+		}
 		if s.floorHead != "" {
 			floor := "—"
 			if r.floor != "" {
@@ -403,7 +407,7 @@ func renderSection(w io.Writer, s section, runs map[string][]result) {
 	}
 	heads = append(heads, "baseline", s.unit+" ratio", "p50 ratio", "p99 ratio", "added p50 µs")
 	if s.servers {
-		heads = append(heads, "added server+Redis CPU µs/op")
+		heads = append(heads, "added server+Redis CPU µs/op", "server CPU ratio")
 	} else {
 		heads = append(heads, "added CPU µs/op")
 	}

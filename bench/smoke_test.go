@@ -284,10 +284,10 @@ func TestRender(t *testing.T) {
 		"| gateway/redis/lua-floor | 16000 | 60 | 120 | 0 | 40 | 20 | gateway/redis/in-process | 1.60 | 0.60 | 0.60 | -40 | -50 | — | — | 1 |",
 		"| gateway/redis/http | 4000 | 300 | 600 | 0 | 150 | 30 | gateway/redis/in-process | 0.40 | 3.00 | 3.00 | +200 | +70 | 0.50 | 0.25 | 1 |",
 		"| server CPU µs/op | Redis CPU µs/op | server+Redis CPU µs/op | CPU target µs/op | baseline |",
-		"| authz/noop | 10000 | 100 | 400 | 900 | 30 | — | 30 | — | authz/noop | 1.00 (1.00–1.00) | 1.00 (1.00–1.00) | 1.00 | +0 | +0 | 3 |",
+		"| authz/noop | 10000 | 100 | 400 | 900 | 30 | — | 30 | — | authz/noop | 1.00 (1.00–1.00) | 1.00 (1.00–1.00) | 1.00 | +0 | +0 | 1.00 (1.00–1.00) | 3 |",
 		// medians: 4000/s, 250 µs, 1200 µs; ratios per round
 		// 0.5/0.5/0.4, p50 2.5/2/2, p99 3/2/2; added p50 150/300/100.
-		"| authz/fencegate-redis | 4000 | 250 | 1200 | 2000 | 50 | 20 | 70 | ≤ 60: missed | authz/noop | 0.50 (0.40–0.50) | 2.00 (2.00–2.50) | 2.00 | +150 | +40 | 3 |",
+		"| authz/fencegate-redis | 4000 | 250 | 1200 | 2000 | 50 | 20 | 70 | ≤ 60: missed | authz/noop | 0.50 (0.40–0.50) | 2.00 (2.00–2.50) | 2.00 | +150 | +40 | 1.67 (1.67–1.67) | 3 |",
 		// the peer is missing: absolute numbers, no ratios
 		"| peer/fencegate-redis | 100 | 1 | 2 | 0 | 0 | — | peer/redislock | — | — | — | — | — | 1 |",
 		"`go test -bench .`",
@@ -343,5 +343,44 @@ func TestHeldLockMemorySetups(t *testing.T) {
 				t.Errorf("%+v", r)
 			}
 		})
+	}
+}
+
+// ratioRecorder records checkRatios' verdicts.
+type ratioRecorder struct{ errs, logs []string }
+
+func (r *ratioRecorder) Errorf(f string, a ...any) { r.errs = append(r.errs, fmt.Sprintf(f, a...)) }
+func (r *ratioRecorder) Logf(f string, a ...any)   { r.logs = append(r.logs, fmt.Sprintf(f, a...)) }
+
+// TestCheckRatios: BenchmarkExtAuthz's floors hold on the medians of the
+// per-round ratios. A subject that misses either floor fails the run, one
+// that meets both does not, one whose CPU was not measured fails, and a
+// run without the pair checks nothing.
+func TestCheckRatios(t *testing.T) {
+	us := func(v float64) time.Duration { return time.Duration(v * float64(time.Microsecond)) }
+	noop := []result{{PerSec: 10000, ServerCPU: us(30)}, {PerSec: 10000, ServerCPU: us(30)}, {PerSec: 2000, ServerCPU: us(30)}}
+	for _, tc := range []struct {
+		name     string
+		sub      []result
+		wantErrs int
+	}{
+		{"meets both", []result{{PerSec: 8000, ServerCPU: us(45)}, {PerSec: 8000, ServerCPU: us(45)}, {PerSec: 1800, ServerCPU: us(45)}}, 0},
+		{"slow", []result{{PerSec: 6000, ServerCPU: us(45)}, {PerSec: 6000, ServerCPU: us(45)}, {PerSec: 1800, ServerCPU: us(45)}}, 1},
+		{"costly", []result{{PerSec: 8000, ServerCPU: us(51)}, {PerSec: 8000, ServerCPU: us(51)}, {PerSec: 1800, ServerCPU: us(51)}}, 1},
+		{"no CPU measured", []result{{PerSec: 8000}, {PerSec: 8000}, {PerSec: 1800}}, 1},
+		{"both", []result{{PerSec: 6000, ServerCPU: us(60)}, {PerSec: 6000, ServerCPU: us(60)}, {PerSec: 1800, ServerCPU: us(60)}}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rec ratioRecorder
+			checkRatios(&rec, map[string][]result{"authz/noop": noop, "authz/fencegate-redis": tc.sub}, "authz/fencegate-redis", "authz/noop", 0.75, 1.6)
+			if len(rec.errs) != tc.wantErrs {
+				t.Errorf("errors %q, want %d", rec.errs, tc.wantErrs)
+			}
+		})
+	}
+	var rec ratioRecorder
+	checkRatios(&rec, map[string][]result{"authz/noop": noop}, "authz/fencegate-redis", "authz/noop", 0.75, 1.6)
+	if len(rec.errs) != 0 || len(rec.logs) != 1 {
+		t.Errorf("without the subject: errors %q, logs %q; want one log line", rec.errs, rec.logs)
 	}
 }

@@ -112,6 +112,10 @@ type Checker struct {
 	pollMin, pollMax time.Duration
 	// broken selects a deliberately broken wait (tests only).
 	broken brokenWait
+	// trustRoute takes a compiled Request's route options whatever its
+	// fields say, and its normalised key whatever its key says (tests
+	// only: the broken variant of Request.options and NormalizeKey).
+	trustRoute bool
 }
 
 // New returns a Checker reading and writing the edge state s (a
@@ -222,6 +226,9 @@ func modeLabel(m Mode) string {
 func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 	d := Decision{Presented: lockstore.Clip(r.Fence, lockstore.MaxAuditPresented), Key: r.Key, Policy: r.Policy, Mode: r.Mode}
 	o := r.options()
+	if c.trustRoute && r.route != nil {
+		o = checkOptions{policy: r.route.Policy, mode: r.route.Mode, proof: r.route.Proof}
+	}
 	if !r.Write {
 		// Reads pass whatever the route's options say, even broken ones.
 		d.Allowed, d.Status = true, http.StatusOK
@@ -287,6 +294,9 @@ func (c *Checker) check(ctx context.Context, r Request) (Decision, error) {
 	// The one normalisation of the key in this decision (or the
 	// transport's, kept by Request.NormalizeKey): the proof, the store
 	// call, the barrier, the log and the audit event all take this form.
+	if c.trustRoute && r.normKey != "" {
+		r.normOf = r.Key
+	}
 	key, kerr := r.NormalizeKey()
 	if kerr != nil {
 		return c.negative(d, ReasonMalformed), nil
