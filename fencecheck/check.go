@@ -476,4 +476,8 @@ func newDecisionID() string {
 // checks build it with lockstore.BadInputf). Other InvalidArguments (a
 // missing Firestore index or database, a misconfigured server) are
 // deployment faults and fail closed as unavailable, loudly.
-func refusedInput(err error) bool { return lockstore.IsBadInput(err) }
+func refusedInput(err error) bool {
+	// nil first: IsBadInput's errors.As target escapes, an allocation on
+	// every allowed check.
+	return err != nil && lockstore.IsBadInput(err)
+}
