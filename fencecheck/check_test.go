@@ -463,6 +463,7 @@ func TestRouteWarningsBounded(t *testing.T) {
 	log := testutil.Logger(&logs, nil)
 	c := New(&stateStore{state: lockstore.KeyState{LatestFence: f5}}, Options{Logger: log})
 	bad := Policy(strings.Repeat("x", 100<<10))
+	start := time.Now()
 	for range 200 {
 		d, err := c.Check(context.Background(), Request{Key: "k", Write: true, Fence: f5, Policy: bad})
 		if err == nil || d.Allowed || d.Status != 503 {
@@ -470,8 +471,11 @@ func TestRouteWarningsBounded(t *testing.T) {
 		}
 	}
 	out := logs.String()
-	if n := strings.Count(out, "route options invalid"); n > routeWarnBurst+2 {
-		t.Errorf("%d warn lines for 200 requests within a second; want at most about %d", n, routeWarnBurst)
+	// The burst, then one a second: on a loaded machine (under -race) the
+	// 200 requests can take a few seconds, each adding one line.
+	took := time.Since(start)
+	if n, most := strings.Count(out, "route options invalid"), routeWarnBurst+int(took.Seconds())+2; n > most {
+		t.Errorf("%d warn lines for 200 requests in %v; want at most %d", n, took.Round(time.Millisecond), most)
 	}
 	if len(out) > 16<<10 {
 		t.Errorf("the warnings took %d bytes", len(out))
