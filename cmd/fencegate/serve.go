@@ -24,8 +24,11 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/connlimit"
 	"github.com/fencegate/fencegate/internal/console"
 	"github.com/fencegate/fencegate/internal/health"
+	"github.com/fencegate/fencegate/internal/routereload"
+	"github.com/fencegate/fencegate/internal/serving"
 	"github.com/fencegate/fencegate/internal/tracing/otelenv"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/routes"
@@ -60,7 +63,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if set.configPath != "" {
 		// The file as this start read it: a reload compares against it, so
 		// an edit made while the store opens is applied, not taken as seen.
-		set.configFile, set.configSum, _ = readConfigFile(set.configPath)
+		set.configFile, set.configSum, _ = routereload.ReadConfig(set.configPath)
 		if set.configFile.RoutesFileSum != cfg.RoutesFileSum {
 			// The routes file changed between the two reads: the table is
 			// the first read's; the reloader applies the second at once.
@@ -142,7 +145,7 @@ func loadServeConfig(build func(func(string) string) (config.Config, error), get
 		}
 	}
 	if cfg.ValidateRoutes() == nil { // else config listed the problems
-		if set.table, err = compileTable(&cfg); err != nil {
+		if set.table, err = routereload.Compile(&cfg); err != nil {
 			add("routes", err)
 		}
 	}
@@ -181,8 +184,8 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 
 	// Every listener follows gw.health; a listener already bound is closed
 	// when a later one fails to build.
-	ls := &listeners{health: gw.health, delay: cfg.Shutdown.Delay.Std()}
-	defer ls.closeUnserved()
+	ls := &serving.Group{Health: gw.health, Delay: cfg.Shutdown.Delay.Std()}
+	defer closeUnserved(ls)
 
 	// The webhook is built first so that /readyz also covers its
 	// certificate: a pod whose webhook cannot serve must not get traffic.
@@ -191,7 +194,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		if err != nil {
 			return err
 		}
-		ls.add("admission", r)
+		ls.Add("admission", r)
 		gw.health.AddCheck(health.Check{Name: "admission webhook", Ready: func(context.Context) error {
 			if !h.Ready() {
 				return errors.New("certificate not loaded")
@@ -205,7 +208,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	srv, err := api.New(api.Options{
 		Store: ui.Record(gw.locks), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
 		Registerer: reg, Gatherer: reg, Logger: log, AccessLog: set.accessLog, Proofs: set.proofs,
-		Authenticated: markTrusted,
+		Authenticated: connlimit.MarkTrusted,
 	})
 	if err != nil {
 		return err
@@ -215,7 +218,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	// a reload (SIGHUP, a changed config file) swaps.
 	table := routes.NewHolder(set.table)
 	if set.configPath != "" {
-		goBG(newTableReloader(set.configPath, set.configFile, set.configSum, set.hup, table, reg, log).run)
+		goBG(routereload.New(set.configPath, set.configFile, set.configSum, set.hup, table, reg, log).Run)
 	} else if set.hup != nil {
 		goBG(func(ctx context.Context) {
 			for {
@@ -242,7 +245,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		if err != nil {
 			return err
 		}
-		ls.add("http", r)
+		ls.Add("http", r)
 	}
 	// Both gRPC listeners' health follows gw.health: NOT_SERVING until
 	// every listener serves and the first check passes, NOT_SERVING again
@@ -252,35 +255,35 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		if err != nil {
 			return err
 		}
-		ls.add("grpc", r)
+		ls.Add("grpc", r)
 	}
 	if cfg.Authz.Enabled() {
-		r, err := newAuthzRunner(cfg.Authz.Listener, authzConns(gw.conns), gw.health, checker, edge, log, goBG)
+		r, err := newAuthzRunner(cfg.Authz.Listener, connlimit.ForAuthz(gw.conns), gw.health, checker, edge, log, goBG)
 		if err != nil {
 			return err
 		}
-		ls.add("authz", r)
+		ls.Add("authz", r)
 	}
 	if cfg.Authz.HTTP.Enabled() {
 		r, err := newForwardAuthRunner(cfg.Authz.HTTP, gw.conns, srv, checker, edge, log, goBG)
 		if err != nil {
 			return err
 		}
-		ls.add("authz-http", r)
+		ls.Add("authz-http", r)
 	}
 	if len(set.proxyRoutes) > 0 {
 		r, _, err := newProxyRunner(cfg.Proxy, gw.conns, set.proxyRoutes, checker, log, goBG)
 		if err != nil {
 			return err
 		}
-		ls.add("proxy", r)
+		ls.Add("proxy", r)
 	}
 	if cfg.Debug.Enabled() {
 		r, err := newDebugRunner(cfg.Debug, gw.conns, log)
 		if err != nil {
 			return err
 		}
-		ls.add("debug", r)
+		ls.Add("debug", r)
 	}
 
 	if set.store.backend == "bolt" {
@@ -291,15 +294,27 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		authState = "off"
 	}
 	if len(set.proxyRoutes) > 0 {
-		ls.drain = max(shutdownTimeout, cfg.Drain()) // in-flight barrier writes finish and deregister
+		ls.Drain = max(serving.ShutdownTimeout, cfg.Drain()) // in-flight barrier writes finish and deregister
 	}
-	return ls.run(ctx, log, "store", caps.Backend, "store_url", config.RedactURL(cfg.Store), "time_authority", string(caps.TimeAuthority), "auth", authState)
+	return ls.Run(ctx, log, "store", caps.Backend, "store_url", config.RedactURL(cfg.Store), "time_authority", string(caps.TimeAuthority), "auth", authState)
 }
+
+// closeUnserved closes the listeners ls already bound when serve or proxy
+// fails before running them (serving.Group.CloseUnserved).
+func closeUnserved(ls *serving.Group) {
+	if closeBuiltOnError {
+		ls.CloseUnserved()
+	}
+}
+
+// closeBuiltOnError is true in the gateway; a test sets it false for the
+// broken variant that leaked bound listeners when a later one failed.
+var closeBuiltOnError = true
 
 // newMainHTTPRunner builds the HTTP listener: the lock API, forward-auth,
 // health (/healthz, /readyz: hs) and metrics.
-func newMainHTTPRunner(cfg config.Config, conns connLimits, srv *api.Server, ui *console.Console, hs *health.Readiness, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
-	tc, _, err := serverTLS("http", cfg.HTTP.TLS, log, goBG)
+func newMainHTTPRunner(cfg config.Config, conns connlimit.Limits, srv *api.Server, ui *console.Console, hs *health.Readiness, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*serving.HTTPRunner, error) {
+	tc, _, err := serving.ServerTLS("http", cfg.HTTP.TLS, log, goBG)
 	if err != nil {
 		return nil, err
 	}
@@ -316,7 +331,7 @@ func newMainHTTPRunner(cfg config.Config, conns connLimits, srv *api.Server, ui 
 	if maxWait == 0 {
 		maxWait = api.DefaultMaxWait
 	}
-	return newHTTPRunner("http", cfg.HTTP.Addr, tc, mux, readTimeout+maxWait, conns, log)
+	return serving.NewHTTP("http", cfg.HTTP.Addr, tc, mux, serving.ReadTimeout+maxWait, conns, log)
 }
 
 // Message bounds of the gRPC listeners (grpc.MaxRecvMsgSize; grpc-go's
@@ -337,17 +352,17 @@ const (
 	authzMaxHeaderList = 32 << 10
 )
 
-// connsOf turns the configuration's connection limits into connLimits.
-func connsOf(c config.Connections) connLimits {
-	return connLimits{max: c.MaxPerListener, perPeer: c.MaxPerPeer, perPeerRequests: c.MaxRequestsPerPeer}
+// connsOf turns the configuration's connection limits into connlimit.Limits.
+func connsOf(c config.Connections) connlimit.Limits {
+	return connlimit.Limits{Max: c.MaxPerListener, PerPeer: c.MaxPerPeer, PerPeerRequests: c.MaxRequestsPerPeer}
 }
 
 // newLocksGRPCRunner builds the gRPC lock API listener. A Locks call
 // without a valid token is refused before its message is read
 // (api.Server.GRPCTap).
-func newLocksGRPCRunner(l config.Listener, conns connLimits, srv *api.Server, hs *health.Readiness, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
-	limits := defaultGRPCLimits
-	limits.conns, limits.maxRecvMsg, limits.maxHeaderList, limits.tap = conns, locksMaxRecvMsg, locksMaxHeaderList, srv.GRPCTap
+func newLocksGRPCRunner(l config.Listener, conns connlimit.Limits, srv *api.Server, hs *health.Readiness, log *slog.Logger, goBG func(func(context.Context))) (*serving.GRPCRunner, error) {
+	limits := serving.DefaultGRPCLimits
+	limits.Conns, limits.MaxRecvMsg, limits.MaxHeaderList, limits.Tap = conns, locksMaxRecvMsg, locksMaxHeaderList, srv.GRPCTap
 	return newGRPCListener("grpc", l, limits, log, goBG, func(g *grpc.Server) {
 		srv.RegisterGRPC(g)
 		hs.GRPC(g, "", api.LocksServiceName)
@@ -356,9 +371,9 @@ func newLocksGRPCRunner(l config.Listener, conns connLimits, srv *api.Server, hs
 
 // newAuthzRunner builds the Envoy ext_authz listener; Envoy health-checks
 // it (authz registers the health service, whose status hs sets).
-func newAuthzRunner(l config.Listener, conns connLimits, hs *health.Readiness, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
-	limits := defaultGRPCLimits
-	limits.conns, limits.maxRecvMsg, limits.maxHeaderList = conns, authzMaxRecvMsg, authzMaxHeaderList
+func newAuthzRunner(l config.Listener, conns connlimit.Limits, hs *health.Readiness, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*serving.GRPCRunner, error) {
+	limits := serving.DefaultGRPCLimits
+	limits.Conns, limits.MaxRecvMsg, limits.MaxHeaderList = conns, authzMaxRecvMsg, authzMaxHeaderList
 	return newGRPCListener("authz", l, limits, log, goBG, func(g *grpc.Server) {
 		as := authz.NewServer(checker, ao)
 		as.Register(g)
@@ -368,12 +383,12 @@ func newAuthzRunner(l config.Listener, conns connLimits, hs *health.Readiness, c
 }
 
 // newGRPCListener builds one of serve's gRPC listeners with its TLS.
-func newGRPCListener(name string, l config.Listener, limits grpcLimits, log *slog.Logger, goBG func(func(context.Context)), register func(*grpc.Server)) (*grpcRunner, error) {
-	tc, _, err := serverTLS(name, l.TLS, log, goBG)
+func newGRPCListener(name string, l config.Listener, limits serving.GRPCLimits, log *slog.Logger, goBG func(func(context.Context)), register func(*grpc.Server)) (*serving.GRPCRunner, error) {
+	tc, _, err := serving.ServerTLS(name, l.TLS, log, goBG)
 	if err != nil {
 		return nil, err
 	}
-	return newGRPCRunner(name, l.Addr, tc, limits, log, register)
+	return serving.NewGRPC(name, l.Addr, tc, limits, log, register)
 }
 
 // newAuthenticator builds the token set; its error lists every problem
@@ -432,8 +447,8 @@ func admissionOptions(c config.Admission) (admission.Options, error) {
 
 // newAdmissionRunner builds the webhook's listener: the webhook, and
 // /healthz and /readyz of the process's lifecycle hs.
-func newAdmissionRunner(c config.Admission, o admission.Options, conns connLimits, checker *fencecheck.Checker, reg prometheus.Registerer, hs *health.Readiness, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *admission.Handler, error) {
-	tc, w, err := serverTLS("admission", c.TLS, log, goBG)
+func newAdmissionRunner(c config.Admission, o admission.Options, conns connlimit.Limits, checker *fencecheck.Checker, reg prometheus.Registerer, hs *health.Readiness, log *slog.Logger, goBG func(func(context.Context))) (*serving.HTTPRunner, *admission.Handler, error) {
+	tc, w, err := serving.ServerTLS("admission", c.TLS, log, goBG)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -446,7 +461,7 @@ func newAdmissionRunner(c config.Admission, o admission.Options, conns connLimit
 	mux := http.NewServeMux()
 	mux.Handle(admission.Path, h)
 	hs.Register(mux, nil)
-	r, err := newHTTPRunner("admission", c.Addr, tc, mux, readTimeout, conns, log)
+	r, err := serving.NewHTTP("admission", c.Addr, tc, mux, serving.ReadTimeout, conns, log)
 	if err != nil {
 		return nil, nil, err
 	}
