@@ -94,7 +94,8 @@ func routesCheck(_ context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "fencegate routes check: --config is required")
 		return exitUsage
 	}
-	c, _, err := routereload.ReadConfig(path)
+	f, err := routereload.ReadConfig(path)
+	c := f.Config
 	if err != nil {
 		fmt.Fprintf(stderr, "fencegate routes check: %v\n", err)
 		return exitUsage

@@ -4,8 +4,8 @@
 // within 5 s given up), keeping the served table when the new one does
 // not load. It counts fencegate_routes_reload_total, shows
 // fencegate_routes_entries and fencegate_routes_file_info, and owns the
-// one way a command reads the config file with its hash (ReadConfig) and
-// compiles the table it names (Compile). Imports config and routes of
+// one way a command reads the config file alone (ReadConfig) and compiles
+// the table it names (Compile). Imports config and routes of
 // ours; only cmd/fencegate imports it.
 package routereload
 
@@ -79,11 +79,12 @@ type Reloader struct {
 	fileInfo *prometheus.GaugeVec
 }
 
-// New watches path for the table held by h, counting
-// reloads on reg: loaded and sum are the file as the served table was
-// read from it, hup delivers SIGHUP.
-func New(path string, loaded config.Config, sum [32]byte, hup <-chan os.Signal, h *routes.Holder, reg prometheus.Registerer, log *slog.Logger) *Reloader {
-	r := &Reloader{path: path, hup: hup, holder: h, log: log, loaded: loaded, sum: sum, running: loaded.Check, runningProof: loaded.Proof,
+// New watches f.Path for the table held by h, counting reloads on reg: f
+// is the file as the served table was read from it (config.FlagsFile or
+// ReadConfig: one read), hup delivers SIGHUP.
+func New(f config.File, hup <-chan os.Signal, h *routes.Holder, reg prometheus.Registerer, log *slog.Logger) *Reloader {
+	loaded, sum := f.Config, sourceSum(f.Content, f.Config.RoutesFileSum)
+	r := &Reloader{path: f.Path, hup: hup, holder: h, log: log, loaded: loaded, sum: sum, running: loaded.Check, runningProof: loaded.Proof,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencegate_routes_reload_total",
 			Help: "Route table reloads (SIGHUP, or a changed config file or routesFile), by result: ok or error (the old table kept serving)."}, []string{"result"}),
 		entries: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencegate_routes_entries",
@@ -102,12 +103,13 @@ func New(path string, loaded config.Config, sum [32]byte, hup <-chan os.Signal, 
 	return r
 }
 
-// ReadConfig loads path over the defaults (and its routesFile), with
-// the hash of both contents. The reads are bounded (config.ReadFile): regular
-// files of at most config.MaxFileSize bytes.
-func ReadConfig(path string) (config.Config, [32]byte, error) {
+// ReadConfig reads path and loads it alone over the defaults, its
+// routesFile included, as a reload does. The reads are bounded
+// (config.ReadFile): regular files of at most config.MaxFileSize bytes.
+func ReadConfig(path string) (config.File, error) {
 	b, err := config.ReadFile(path)
-	return loadConfigBytes(path, b, err)
+	c, _, err := loadConfigBytes(path, b, err)
+	return config.File{Path: path, Content: b, Config: c}, err
 }
 
 func loadConfigBytes(path string, b []byte, err error) (config.Config, [32]byte, error) {
