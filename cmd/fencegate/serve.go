@@ -180,7 +180,10 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	if len(set.proxyRoutes) > 0 {
 		ls.Drain = max(serving.ShutdownTimeout, cfg.Drain()) // in-flight barrier writes finish and deregister
 	}
-	authState := map[bool]string{true: "on", false: "off"}[set.auth != nil]
+	authState := "off"
+	if set.auth != nil {
+		authState = "on"
+	}
 	return ls.Run(ctx, log, "store", gw.caps.Backend, "store_url", config.RedactURL(cfg.Store), "time_authority", string(gw.caps.TimeAuthority), "auth", authState)
 }
 

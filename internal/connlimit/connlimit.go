@@ -69,7 +69,7 @@ const (
 	// as long as the request they govern, so one Envoy in front of a busy
 	// service holds far more than 256 at once (refusing them would fail
 	// its writes closed under ordinary load). A stream there holds a few
-	// KiB (headers only, authzMaxRecvMsg): 4096 bound one address to a
+	// KiB (headers only, cmd/fencegate's authzMaxRecvMsg): 4096 bound one address to a
 	// few tens of MiB. An explicit connections.maxRequestsPerPeer applies
 	// to it like to every listener.
 	AuthzPerPeerRequests = 4096

@@ -24,7 +24,7 @@ import (
 // TestPeerRequestsBoundedGRPC (#26 item 5): on a gRPC listener as serve
 // builds it, streams held open from one address over three connections
 // (health Watch, which anyone may open) count against
-// connections.connlimit.DefaultPerPeerRequests: with 10, ten are served and each one
+// connections.maxRequestsPerPeer: with 10, ten are served and each one
 // more is refused RESOURCE_EXHAUSTED with a retry-after header, counted in
 // fencegate_listener_requests_refused_total; a unary call over the limit
 // is refused alike. The broken variant (no request limit) serves all 30:
