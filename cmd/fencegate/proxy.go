@@ -18,6 +18,8 @@ import (
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/connlimit"
+	"github.com/fencegate/fencegate/internal/serving"
 	"github.com/fencegate/fencegate/internal/tracing/otelenv"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/writeproof"
@@ -191,16 +193,16 @@ func proxyRoutes(entries []config.Route) ([]proxy.Route, error) {
 // itself (bodyIdleTimeout, bodyTimeout), the upstream's answer by the
 // transport's response-header timeout and a barrier write by its maxWrite,
 // so the server's own read timeout is zero.
-func newProxyRunner(c config.Proxy, conns connLimits, routes []proxy.Route, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *proxy.Proxy, error) {
+func newProxyRunner(c config.Proxy, conns connlimit.Limits, routes []proxy.Route, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*serving.HTTPRunner, *proxy.Proxy, error) {
 	p, err := proxy.New(checker, routes, proxy.Options{Logger: log, TrustForwarded: c.TrustForwarded})
 	if err != nil {
 		return nil, nil, err
 	}
-	tc, _, err := serverTLS("proxy", c.TLS, log, goBG)
+	tc, _, err := serving.ServerTLS("proxy", c.TLS, log, goBG)
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := newHTTPRunner("proxy", c.ProxyAddr(), tc, p, 0, conns, log)
+	r, err := serving.NewHTTP("proxy", c.ProxyAddr(), tc, p, 0, conns, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -221,20 +223,20 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 	if err != nil {
 		return err
 	}
-	ls := &listeners{health: gw.health, delay: cfg.Shutdown.Delay.Std(), drain: cfg.Drain(), name: "fencegate proxy"}
-	defer ls.closeUnserved()
-	ls.add("proxy", pr)
+	ls := &serving.Group{Health: gw.health, Delay: cfg.Shutdown.Delay.Std(), Drain: cfg.Drain(), Name: "fencegate proxy"}
+	defer closeUnserved(ls)
+	ls.Add("proxy", pr)
 	if m := cfg.Proxy.MetricsAddr; m != "" && m != config.Off {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		gw.health.Register(mux, nil)
-		mr, err := newHTTPRunner("metrics", m, nil, mux, readTimeout, gw.conns, log)
+		mr, err := serving.NewHTTP("metrics", m, nil, mux, serving.ReadTimeout, gw.conns, log)
 		if err != nil {
 			return err
 		}
-		ls.add("metrics", mr)
+		ls.Add("metrics", mr)
 	}
-	err = ls.run(ctx, log, "store", store.Capabilities().Backend, "store_url", config.RedactURL(cfg.Store), "routes", len(set.routes))
+	err = ls.Run(ctx, log, "store", store.Capabilities().Backend, "store_url", config.RedactURL(cfg.Store), "routes", len(set.routes))
 	if n := p.InFlight(); n > 0 {
 		log.Warn("drain deadline passed with barrier writes in flight; their entries expire at maxWrite", "count", n)
 	}
