@@ -113,7 +113,7 @@ func newDecider(c *fencecheck.Checker, o Options) decider {
 // route (not canonical, a raw '#', or a path or method that selects
 // another entry when read another way).
 func (d decider) resolve(tbl *routes.Table, v requestView, ro routeOptions) (rt *fencecheck.Route, refuse error) {
-	if tbl == nil {
+	if tbl == nil || tbl.ProxyOnly() { // proxy.routes alone: the proxy's table, not ours
 		return d.inline.get(ro), nil
 	}
 	if v.caller.trusted {

@@ -1,13 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,6 +20,7 @@ import (
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/tracing/otelenv"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/routes"
 	"github.com/fencegate/fencegate/writeproof"
 )
 
@@ -27,9 +28,12 @@ import (
 // against a store URL (the gateway's Redis, PostgreSQL or Firestore, or a
 // local bolt file), with routes from the config file's proxy section.
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	// The proxy's routes apply at start; a SIGHUP (meant for a reload)
-	// must not stop it.
-	signal.Ignore(syscall.SIGHUP)
+	// SIGHUP reloads the route table (as serve does); caught from the
+	// start, so that one sent while the store opens neither kills the
+	// process nor is lost.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	fs := newFlagSet("proxy", "usage: fencegate proxy --config FILE [flags]\n\nA fencing reverse proxy: every write on a route is checked against the store\nbefore it reaches the upstream. Routes come from the config file's routes: entries that\nhave an upstream (or proxy.routes).")
 	configPath := fs.String("config", "", "YAML config file with the routes: entries that have an upstream, or proxy.routes (env FENCEGATE_CONFIG)")
 	listen := fs.String("listen", "", "proxy listener host:port (default proxy.addr, else "+config.DefaultProxyAddr+")")
@@ -69,6 +73,12 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "fencegate proxy: %v\n", err)
 		return exitUsage
 	}
+	set.configPath, set.hup = cmp.Or(*configPath, os.Getenv("FENCEGATE_CONFIG")), hup
+	// The file as this start read it: a reload compares against it.
+	set.configFile, set.configSum, _ = readConfigFile(set.configPath)
+	if set.configFile.RoutesFileSum != cfg.RoutesFileSum {
+		set.configFile.RoutesFileSum, set.configSum = cfg.RoutesFileSum, [32]byte{}
+	}
 	log := newLogger(cfg.Log, stderr)
 	routeRedisLogs(log)
 	if err := serveProxy(ctx, cfg, set, log); err != nil {
@@ -107,9 +117,12 @@ func proxyConfig(path string, getenv func(string) string, flags func(*config.Con
 			p = append(p, "store: "+line)
 		}
 	}
-	if set.routes, err = proxyRoutes(c.ProxyEntries()); err != nil {
-		for _, e := range unjoin(err) {
-			p = append(p, "proxy.routes: "+strings.ReplaceAll(e.Error(), "\n", "; "))
+	// The table is compiled whatever config found: its problems (route
+	// options, matches, entries no request can tell apart) are listed
+	// with config's.
+	if set.table, err = compileTable(&c); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			p = append(p, "routes: "+line)
 		}
 	}
 	// The proxy only verifies proofs: give it proof.verifyKeys (public
@@ -130,60 +143,18 @@ func proxyConfig(path string, getenv func(string) string, flags func(*config.Con
 // proxySettings is what `fencegate proxy` derives from its configuration
 // before it opens anything.
 type proxySettings struct {
-	store   storeURL
-	routes  []proxy.Route
-	proofs  *writeproof.Verifier // nil: no proof keys configured
-	tracing otelenv.Config       // from the OTEL_* variables
-}
-
-// unjoin flattens errors.Join trees into their leaves' parents, one per
-// route.
-func unjoin(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
-}
-
-// proxyRoutes turns the route table's entries with an upstream (routes:
-// or proxy.routes) into the proxy's, validating the fencing options
-// (policy, mode, methods, key templates).
-func proxyRoutes(entries []config.Route) ([]proxy.Route, error) {
-	var routes []proxy.Route
-	var errs []error
-	for _, r := range entries {
-		prefix := r.Match.Path.Value
-		if prefix == "" {
-			prefix = "/"
-		}
-		u, err := url.Parse(r.Upstream)
-		if err != nil {
-			u = nil // reported by config's validation
-		}
-		route := proxy.Route{
-			Name: r.Name, Prefix: prefix, Upstream: u, Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader,
-			Policy: fencecheck.Policy(r.Policy), Mode: fencecheck.Mode(r.Mode), Methods: r.Methods, Proof: fencecheck.ProofMode(r.Proof),
-			Barrier: r.Barrier, MaxWrite: r.MaxWrite.Std(), MaxWait: r.MaxWait.Std(), PreserveHost: r.PreserveHost,
-			BodyIdleTimeout: r.BodyIdleTimeout.Std(), BodyTimeout: r.BodyTimeout.Std(), Upgrade: r.Upgrade,
-		}
-		if err := route.Validate(); err != nil {
-			// config already named prefix and upstream problems; keep the
-			// fencing ones.
-			if u != nil && strings.HasPrefix(prefix, "/") {
-				errs = append(errs, err)
-			}
-			continue
-		}
-		routes = append(routes, route)
-	}
-	if len(errs) == 0 && len(routes) == len(entries) {
-		// Problems between routes: one prefix twice, or two that an
-		// upstream reading paths case-insensitively (say) cannot tell apart.
-		if err := proxy.ValidateRoutes(routes); err != nil {
-			errs = append(errs, unjoin(err)...)
-		}
-	}
-	return routes, errors.Join(errs...)
+	store storeURL
+	// table is the route table (routes: and proxy.routes): the proxy
+	// serves its entries with an upstream; configPath is the file it is
+	// reloaded from, configFile and configSum the file as loaded at start,
+	// hup delivers SIGHUP.
+	table      *routes.Table
+	configPath string
+	configFile config.Config
+	configSum  [32]byte
+	hup        <-chan os.Signal
+	proofs     *writeproof.Verifier // nil: no proof keys configured
+	tracing    otelenv.Config       // from the OTEL_* variables
 }
 
 // newProxyRunner builds the proxy listener. Its server bounds header reads
@@ -191,8 +162,8 @@ func proxyRoutes(entries []config.Route) ([]proxy.Route, error) {
 // itself (bodyIdleTimeout, bodyTimeout), the upstream's answer by the
 // transport's response-header timeout and a barrier write by its maxWrite,
 // so the server's own read timeout is zero.
-func newProxyRunner(c config.Proxy, conns connLimits, routes []proxy.Route, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *proxy.Proxy, error) {
-	p, err := proxy.New(checker, routes, proxy.Options{Logger: log, TrustForwarded: c.TrustForwarded})
+func newProxyRunner(c config.Proxy, conns connLimits, table *routes.Holder, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *proxy.Proxy, error) {
+	p, err := proxy.New(checker, table, proxy.Options{Logger: log, TrustForwarded: c.TrustForwarded})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -217,10 +188,18 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 	}
 	defer gw.close()
 	store, checker, reg, goBG := gw.store, gw.checker, gw.reg, gw.goBG
-	pr, p, err := newProxyRunner(cfg.Proxy, gw.conns, set.routes, checker, log, goBG)
+	// The route table, reloaded as serve reloads it (SIGHUP, a changed
+	// config file or routesFile); a table with no upstream entry is
+	// refused and the served one kept.
+	table := routes.NewHolder(set.table)
+	pr, p, err := newProxyRunner(cfg.Proxy, gw.conns, table, checker, log, goBG)
 	if err != nil {
 		return err
 	}
+	rl := newTableReloader(set.configPath, set.configFile, set.configSum, set.hup, table, reg, log)
+	rl.accept = acceptProxyTable
+	goBG(rl.run)
+	log.Info("route table loaded", "routes", set.table.Len(), "hash", set.table.Hash())
 	ls := &listeners{health: gw.health, delay: cfg.Shutdown.Delay.Std(), drain: cfg.Drain(), name: "fencegate proxy"}
 	defer ls.closeUnserved()
 	ls.add("proxy", pr)
@@ -234,9 +213,18 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 		}
 		ls.add("metrics", mr)
 	}
-	err = ls.run(ctx, log, "store", store.Capabilities().Backend, "store_url", config.RedactURL(cfg.Store), "routes", len(set.routes))
+	err = ls.run(ctx, log, "store", store.Capabilities().Backend, "store_url", config.RedactURL(cfg.Store), "routes", set.table.Len())
 	if n := p.InFlight(); n > 0 {
 		log.Warn("drain deadline passed with barrier writes in flight; their entries expire at maxWrite", "count", n)
 	}
 	return err
+}
+
+// acceptProxyTable refuses a reloaded table the running proxy listener
+// could serve nothing of.
+func acceptProxyTable(t *routes.Table) error {
+	if !proxy.HasUpstream(t) {
+		return errors.New("routes: no entry has an upstream, while the proxy serves; the previous table keeps serving")
+	}
+	return nil
 }

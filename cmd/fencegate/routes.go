@@ -24,22 +24,23 @@ import (
 	"github.com/fencegate/fencegate/routes"
 )
 
-// compileTable compiles the route table the authz edges serve: every
-// entry of routes: (the routesFile's included) and proxy.routes, when
-// routes: has any or a routesFile is set (proxy.routes alone keep serving
-// only the proxy, as before the table). nil: no table. With a routesFile
-// the table exists even while it is empty, so the last FencePolicy's
-// entries can go without a restart.
+// compileTable compiles the route table every edge serves: every entry
+// of routes: (the routesFile's included) and proxy.routes. nil: no entry
+// and no routesFile. proxy.routes alone make a proxy-only table
+// (routes.Options.ProxyOnly): the fencing reverse proxy serves it, the
+// authz edges keep their callers' options, as before the table. With a
+// routesFile the table exists even while it is empty, so the last
+// FencePolicy's entries can go without a restart.
 // The error lists every problem, one per line.
 func compileTable(c *config.Config) (*routes.Table, error) {
-	if len(c.Routes) == 0 && c.RoutesFile == "" {
+	if len(c.Routes) == 0 && c.RoutesFile == "" && len(c.Proxy.Routes) == 0 {
 		return nil, nil
 	}
 	u, err := routes.ParseUnmatched(c.Check.UnmatchedWrites)
 	if err != nil {
 		return nil, err
 	}
-	return routes.Compile(c.RouteTable(), routes.Options{Unmatched: u})
+	return routes.Compile(c.RouteTable(), routes.Options{Unmatched: u, ProxyOnly: len(c.Routes) == 0 && c.RoutesFile == ""})
 }
 
 // routesPollInterval is how often the config file is read for a changed
@@ -72,6 +73,9 @@ type tableReloader struct {
 	// fileInfo names the routes file's hash the served table was built
 	// from (fencegate controller compares it with what it published).
 	fileInfo *prometheus.GaugeVec
+	// accept, when set, refuses a table the running listeners cannot
+	// serve (the proxy's: one with no upstream entry).
+	accept func(*routes.Table) error
 }
 
 // newTableReloader watches path for the table held by h, counting
@@ -267,10 +271,14 @@ func (r *tableReloader) reload(trigger string) {
 			switch {
 			case err != nil:
 				problems = append(problems, strings.Split(err.Error(), "\n")...)
-			case t == nil && r.holder.Load() != nil:
+			case (t == nil || t.ProxyOnly()) && r.holder.Load() != nil && !r.holder.Load().ProxyOnly():
 				// A file whose routes: went missing (a YAML slip) would
 				// hand every route choice back to the callers: refused.
 				problems = append(problems, "routes: empty, while a route table is served; removing the table takes a restart")
+			case t == nil && r.holder.Load() != nil:
+				problems = append(problems, "routes: the proxy's entries went missing; removing them takes a restart")
+			case r.accept != nil && r.accept(t) != nil:
+				problems = append(problems, r.accept(t).Error())
 			default:
 				r.apply(trigger, c, t)
 				return
@@ -298,15 +306,19 @@ func (r *tableReloader) apply(trigger string, c config.Config, t *routes.Table) 
 	r.loaded = c
 }
 
-// restartKeys names the top-level keys (and proxy.routes, the upstream
-// entries) that differ between two loads of the file, routes: and
-// check.unmatchedWrites aside: those a reload applies.
+// restartKeys names the top-level keys that differ between two loads of
+// the file, routes:, proxy.routes and check.unmatchedWrites aside: those a
+// reload applies (the upstream entries included: the proxy serves the
+// table it reloads). Whether there are upstream entries at all is
+// restart-only: `fencegate serve` runs its proxy listener when it starts
+// with some.
 func restartKeys(old, cur config.Config) []string {
 	var out []string
-	if !reflect.DeepEqual(old.ProxyEntries(), cur.ProxyEntries()) {
-		out = append(out, "upstream entries (the proxy's routes)")
+	if (len(old.ProxyEntries()) > 0) != (len(cur.ProxyEntries()) > 0) {
+		out = append(out, "upstream entries (the proxy listener runs only when the gateway starts with some)")
 	}
 	old.Routes, cur.Routes = nil, nil
+	old.Proxy.Routes, cur.Proxy.Routes = nil, nil
 	old.RoutesFileSum, cur.RoutesFileSum = "", ""
 	old.Check.UnmatchedWrites, cur.Check.UnmatchedWrites = "", ""
 	ov, cv := reflect.ValueOf(old), reflect.ValueOf(cur)

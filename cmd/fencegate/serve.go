@@ -82,9 +82,6 @@ type serveSettings struct {
 	store     storeURL
 	auth      *auth.Authenticator // nil: auth off
 	admission admission.Options   // listener-dependent fields filled at start
-	// proxyRoutes are the fencing reverse proxy's routes (proxy.routes),
-	// served on their own listener when any are configured.
-	proxyRoutes []proxy.Route
 	// proofs signs write proofs at acquire (nil: none configured).
 	proofs *writeproof.Signer
 	// verifier checks proofs at the edge: the signing keys and
@@ -93,7 +90,8 @@ type serveSettings struct {
 	tracing  otelenv.Config // from the OTEL_* variables
 	// accessLog is log.access, parsed by the api package.
 	accessLog api.AccessLog
-	// table is the route table the authz edges serve (nil: none);
+	// table is the route table every edge serves (nil: none; the
+	// proxy listener runs when it has entries with an upstream);
 	// configPath the file it is reloaded from ("": no reloads).
 	table      *routes.Table
 	configPath string
@@ -134,11 +132,6 @@ func loadServeConfig(build func(func(string) string) (config.Config, error), get
 	if cfg.Admission.Enabled() {
 		if set.admission, err = admissionOptions(cfg.Admission); err != nil {
 			add("admission", err)
-		}
-	}
-	if entries := cfg.ProxyEntries(); len(entries) > 0 {
-		if set.proxyRoutes, err = proxyRoutes(entries); err != nil {
-			add("proxy", err)
 		}
 	}
 	if cfg.ValidateRoutes() == nil { // else config listed the problems
@@ -214,8 +207,13 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	// The route table: every authz edge reads it through one holder, which
 	// a reload (SIGHUP, a changed config file) swaps.
 	table := routes.NewHolder(set.table)
+	proxied := proxy.HasUpstream(set.table) // the proxy listener serves the table too
 	if set.configPath != "" {
-		goBG(newTableReloader(set.configPath, set.configFile, set.configSum, set.hup, table, reg, log).run)
+		rl := newTableReloader(set.configPath, set.configFile, set.configSum, set.hup, table, reg, log)
+		if proxied {
+			rl.accept = acceptProxyTable
+		}
+		goBG(rl.run)
 	} else if set.hup != nil {
 		goBG(func(ctx context.Context) {
 			for {
@@ -268,8 +266,8 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		}
 		ls.add("authz-http", r)
 	}
-	if len(set.proxyRoutes) > 0 {
-		r, _, err := newProxyRunner(cfg.Proxy, gw.conns, set.proxyRoutes, checker, log, goBG)
+	if proxied {
+		r, _, err := newProxyRunner(cfg.Proxy, gw.conns, table, checker, log, goBG)
 		if err != nil {
 			return err
 		}
@@ -290,7 +288,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	if set.auth == nil {
 		authState = "off"
 	}
-	if len(set.proxyRoutes) > 0 {
+	if proxied {
 		ls.drain = max(shutdownTimeout, cfg.Drain()) // in-flight barrier writes finish and deregister
 	}
 	return ls.run(ctx, log, "store", caps.Backend, "store_url", config.RedactURL(cfg.Store), "time_authority", string(caps.TimeAuthority), "auth", authState)
