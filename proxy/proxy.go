@@ -70,6 +70,9 @@ type Options struct {
 	// what each prevents; production code never sets them.
 	skipBodyBounds, skipHeaders bool
 	match                       func(t *routes.Table, host string, in fencecheck.Input) (*routes.Entry, error)
+	// pinTable serves the first table for ever, as the proxy's routes
+	// were before #27 (tests only: the reload's broken variant).
+	pinTable bool
 	// skipTarget lets a request target with a raw '#' through (tests
 	// only: the broken variant of #26 item 3).
 	skipTarget bool
@@ -215,7 +218,7 @@ func HasUpstream(t *routes.Table) bool {
 // once per table.
 func (p *Proxy) load() *served {
 	t := p.holder.Load()
-	if s := p.cur.Load(); s != nil && s.table == t {
+	if s := p.cur.Load(); s != nil && (s.table == t || p.o.pinTable) {
 		return s
 	}
 	p.mu.Lock()
