@@ -24,6 +24,10 @@ import (
 	"github.com/fencegate/fencegate/writeproof"
 )
 
+// proxyIgnoresHUP makes `fencegate proxy` ignore SIGHUP and never reload,
+// as before #27 (tests only: the broken variant of its reload test).
+var proxyIgnoresHUP = false
+
 // runProxy is `fencegate proxy`: the fencing reverse proxy on its own,
 // against a store URL (the gateway's Redis, PostgreSQL or Firestore, or a
 // local bolt file), with routes from the config file's proxy section.
@@ -32,8 +36,12 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	// start, so that one sent while the store opens neither kills the
 	// process nor is lost.
 	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	if proxyIgnoresHUP {
+		signal.Ignore(syscall.SIGHUP)
+	} else {
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
 	fs := newFlagSet("proxy", "usage: fencegate proxy --config FILE [flags]\n\nA fencing reverse proxy: every write on a route is checked against the store\nbefore it reaches the upstream. Routes come from the config file's routes: entries that\nhave an upstream (or proxy.routes).")
 	configPath := fs.String("config", "", "YAML config file with the routes: entries that have an upstream, or proxy.routes (env FENCEGATE_CONFIG)")
 	listen := fs.String("listen", "", "proxy listener host:port (default proxy.addr, else "+config.DefaultProxyAddr+")")
@@ -198,7 +206,9 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 	}
 	rl := newTableReloader(set.configPath, set.configFile, set.configSum, set.hup, table, reg, log)
 	rl.accept = acceptProxyTable
-	goBG(rl.run)
+	if !proxyIgnoresHUP {
+		goBG(rl.run)
+	}
 	log.Info("route table loaded", "routes", set.table.Len(), "hash", set.table.Hash())
 	ls := &listeners{health: gw.health, delay: cfg.Shutdown.Delay.Std(), drain: cfg.Drain(), name: "fencegate proxy"}
 	defer ls.closeUnserved()
