@@ -37,8 +37,9 @@ type Options struct {
 	// over a table, or ask for the write barrier.
 	TrustLoopback bool
 	// Routes, when it holds a table (config routes:), governs requests as
-	// resolve says; the owner swaps the table on reload. nil or empty:
-	// every request takes its caller's options.
+	// resolve says; the owner swaps the table on reload. nil, empty or
+	// proxy-only (routes.Table.ProxyOnly: proxy.routes alone, the proxy's
+	// table): every request takes its caller's options.
 	Routes *routes.Holder
 
 	// exactMethod: the decider's; trustSidecar trusts 127.0.0.6 like any
