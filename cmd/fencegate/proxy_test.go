@@ -218,8 +218,9 @@ func startCommand(t *testing.T, run func(context.Context, []string, io.Writer, i
 	}
 }
 
-// TestProxyCommandReloads: `fencegate proxy` reloads its route table on
-// SIGHUP (the file poll is slowed to an hour, so SIGHUP alone applies it):
+// TestProxyCommandReloads: `fencegate proxy`, and the proxy listener of
+// `fencegate serve`, reload the route table on SIGHUP (the file poll is
+// slowed to an hour, so SIGHUP alone applies it):
 // a moved upstream serves the next request; a table that does not load,
 // and one with no upstream entry, are refused and the served one kept.
 // The broken variant (SIGHUP ignored, no reloader: the proxy before #27)
@@ -232,14 +233,24 @@ func TestProxyCommandReloads(t *testing.T) {
 		fmt.Fprintf(w, "via=%s", via)
 	}))
 	t.Cleanup(up.Close)
-	for _, broken := range []bool{false, true} {
-		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		run           func(context.Context, []string, io.Writer, io.Writer) int
+		ready, listen string
+		broken        bool
+	}{
+		{"proxy", runProxy, "fencegate proxy ready", "", false},
+		{"serve", runServe, "fencegate ready", `http: {addr: "off"}` + "\ngrpc: {addr: \"off\"}\nauthz: {addr: \"off\"}\nadmission: {addr: \"off\"}\n", false},
+		{"proxy-broken", runProxy, "fencegate proxy ready", "", true},
+	} {
+		broken := tc.broken
+		t.Run(tc.name, func(t *testing.T) {
 			proxyIgnoresHUP = broken
 			t.Cleanup(func() { proxyIgnoresHUP = false })
 			ln := testutil.Listen(t)
 			addr := ln.Addr().String()
 			_ = ln.Close()
-			head := fmt.Sprintf("store: bolt://%s\nproxy: {addr: %s}\n", filepath.Join(t.TempDir(), "fence.db"), addr)
+			head := fmt.Sprintf("store: bolt://%s\nproxy: {addr: %s}\n%s", filepath.Join(t.TempDir(), "fence.db"), addr, tc.listen)
 			entry := func(upstream, more string) string {
 				return head + "routes:\n  - {name: a, match: {path: {value: /a}}, key: k, upstream: " + upstream + more + "}\n"
 			}
@@ -249,7 +260,7 @@ func TestProxyCommandReloads(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			stop := startCommand(t, runProxy, []string{"--config", path}, "fencegate proxy ready")
+			stop := startCommand(t, tc.run, []string{"--config", path}, tc.ready)
 			via := func() string {
 				res, err := http.Get("http://" + addr + "/a/1")
 				if err != nil {
