@@ -122,6 +122,9 @@ func routesCheck(_ context.Context, args []string, stdout, stderr io.Writer) int
 		return exitOK
 	}
 	fmt.Fprintf(stdout, "route table: %d entries, hash %s, unmatched writes: %s\n", t.Len(), t.Hash(), t.Unmatched())
+	if t.ProxyOnly() {
+		fmt.Fprintln(stdout, "proxy.routes alone: the fencing reverse proxy's table; the authz edges take their callers' options")
+	}
 	for _, e := range t.Entries() {
 		fmt.Fprintf(stdout, "  %s\n", describeEntry(e))
 	}

@@ -199,7 +199,8 @@ routes:
 }
 
 // TestProxyServesTableEntries: `fencegate proxy` serves the route table's
-// entries that have an upstream, as it serves proxy.routes.
+// entries that have an upstream (by host, method and path type too), as it
+// serves proxy.routes, and refuses 404 what matches an entry without one.
 func TestProxyServesTableEntries(t *testing.T) {
 	dbPath := filepath.Join(t.TempDir(), "fence.db")
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -220,13 +221,20 @@ routes:
     match: {path: {value: /orders}}
     upstream: %s
     key: "orders/{2:int}"
+  - name: api
+    match: {hosts: [api.example.com], methods: [PUT], path: {type: Exact, value: /orders/1}}
+    upstream: %s
+    key: api-key
   - name: elsewhere
     match: {hosts: [api.example.com]}
     key: never-served-by-the-proxy
-`, dbPath, addr, up.URL))
+`, dbPath, addr, up.URL, up.URL))
 	stop := startCommand(t, runProxy, []string{"--config", cfg}, "fencegate proxy ready")
-	put := func(path, fence string) (int, string) {
+	put := func(path, fence string, host ...string) (int, string) {
 		req, _ := http.NewRequestWithContext(t.Context(), "PUT", "http://"+addr+path, nil)
+		if len(host) > 0 {
+			req.Host = host[0]
+		}
 		req.Header.Set("X-Fence-Token", fence)
 		req.Header.Set("X-Fence-Key", "orders/7")
 		res, err := http.DefaultClient.Do(req)
@@ -242,6 +250,13 @@ routes:
 	}
 	if code, _ := put("/other", "000000000000001"); code != 404 {
 		t.Errorf("no upstream entry: %d, want 404", code)
+	}
+	// Entries with an upstream match by host, method and path type too.
+	if code, body := put("/orders/1", "000000000000001", "API.example.com:8000"); code != 409 || !strings.Contains(body, `"key":"api-key"`) {
+		t.Errorf("the host- and method-scoped entry: %d %s", code, body)
+	}
+	if code, _ := put("/x", "000000000000001", "api.example.com"); code != 404 {
+		t.Errorf("the host's entry without an upstream: %d, want 404", code)
 	}
 	if code, log := stop(); code != exitOK {
 		t.Fatalf("exit %d: %s", code, log)

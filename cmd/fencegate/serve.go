@@ -73,9 +73,6 @@ type serveSettings struct {
 	store     storeURL
 	auth      *auth.Authenticator // nil: auth off
 	admission admission.Options   // listener-dependent fields filled at start
-	// proxyRoutes are the fencing reverse proxy's routes (proxy.routes),
-	// served on their own listener when any are configured.
-	proxyRoutes []proxy.Route
 	// proofs signs write proofs at acquire (nil: none configured).
 	proofs *writeproof.Signer
 	// verifier checks proofs at the edge: the signing keys and
@@ -84,7 +81,8 @@ type serveSettings struct {
 	tracing  otelenv.Config // from the OTEL_* variables
 	// accessLog is log.access, parsed by the api package.
 	accessLog api.AccessLog
-	// table is the route table the authz edges serve (nil: none).
+	// table is the route table every edge serves (nil: none; the proxy
+	// listener runs when it has entries with an upstream).
 	table *routes.Table
 	// configFile is the config file as the start read it, once (Path "":
 	// none, no reloads): a reload compares against it, so an edit made
@@ -124,11 +122,6 @@ func loadServeConfig(build func(func(string) string) (config.Config, config.File
 	if cfg.Admission.Enabled() {
 		if set.admission, err = admissionOptions(cfg.Admission); err != nil {
 			add("admission", err)
-		}
-	}
-	if entries := cfg.ProxyEntries(); len(entries) > 0 {
-		if set.proxyRoutes, err = proxyRoutes(entries); err != nil {
-			add("proxy", err)
 		}
 	}
 	if cfg.ValidateRoutes() == nil { // else config listed the problems
@@ -177,7 +170,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	if set.store.backend == "bolt" {
 		log.Info("using the embedded single-node store; locks and fences live in one local file (use redis://, postgres:// or firestore:// for more than one gateway)")
 	}
-	if len(set.proxyRoutes) > 0 {
+	if proxy.HasUpstream(set.table) {
 		ls.Drain = max(serving.ShutdownTimeout, cfg.Drain()) // in-flight barrier writes finish and deregister
 	}
 	authState := "off"
@@ -203,7 +196,8 @@ func addListeners(ctx context.Context, ls *serving.Group, cfg config.Config, set
 	if err != nil {
 		return err
 	}
-	edge := edgeOptions(cfg, set, serveTable(set, gw, log), log)
+	table := serveTable(set, gw, log)
+	edge := edgeOptions(cfg, set, table, log)
 	checker, conns, hs, goBG := gw.checker, gw.conns, gw.health, gw.goBG
 	// Both gRPC listeners' health follows gw.health: NOT_SERVING until
 	// every listener serves and the first check passes, NOT_SERVING again
@@ -223,8 +217,8 @@ func addListeners(ctx context.Context, ls *serving.Group, cfg config.Config, set
 		{"authz-http", cfg.Authz.HTTP.Enabled(), func() (serving.Runner, error) {
 			return newForwardAuthRunner(cfg.Authz.HTTP, conns, srv, checker, edge, log, goBG)
 		}},
-		{"proxy", len(set.proxyRoutes) > 0, func() (serving.Runner, error) {
-			r, _, err := newProxyRunner(cfg.Proxy, conns, set.proxyRoutes, checker, log, goBG)
+		{"proxy", proxy.HasUpstream(set.table), func() (serving.Runner, error) {
+			r, _, err := newProxyRunner(cfg.Proxy, conns, table, checker, log, goBG)
 			return r, err
 		}},
 		{"debug", cfg.Debug.Enabled(), func() (serving.Runner, error) { return newDebugRunner(cfg.Debug, conns, log) }},
@@ -270,15 +264,20 @@ func newLockAPI(ctx context.Context, cfg config.Config, set serveSettings, gw *g
 	return srv, ui, err
 }
 
-// serveTable puts the route table in the one holder every authz edge
-// reads, and starts what swaps it: the reloader (SIGHUP, a changed config
-// file or routesFile) when there is a config file; else a SIGHUP is only
-// logged.
+// serveTable puts the route table in the one holder every edge reads
+// (the proxy listener's included), and starts what swaps it: the reloader
+// (SIGHUP, a changed config file or routesFile) when there is a config
+// file; else a SIGHUP is only logged. While the proxy listener serves, a
+// table with no upstream entry is refused.
 func serveTable(set serveSettings, gw *gateway, log *slog.Logger) *routes.Holder {
 	table := routes.NewHolder(set.table)
 	switch {
 	case set.configFile.Path != "":
-		gw.goBG(routereload.New(set.configFile, set.hup, table, gw.reg, log).Run)
+		rl := routereload.New(set.configFile, set.hup, table, gw.reg, log)
+		if proxy.HasUpstream(set.table) {
+			rl.Accept = acceptProxyTable
+		}
+		gw.goBG(rl.Run)
 	case set.hup != nil:
 		gw.goBG(func(ctx context.Context) {
 			for {

@@ -29,28 +29,30 @@ import (
 	"github.com/fencegate/fencegate/routes"
 )
 
-// Compile compiles the route table the authz edges serve: every
-// entry of routes: (the routesFile's included) and proxy.routes, when
-// routes: has any or a routesFile is set (proxy.routes alone keep serving
-// only the proxy, as before the table). nil: no table. With a routesFile
-// the table exists even while it is empty, so the last FencePolicy's
-// entries can go without a restart.
+// Compile compiles the route table every edge serves: every entry of
+// routes: (the routesFile's included) and proxy.routes. nil: no entry and
+// no routesFile. proxy.routes alone make a proxy-only table
+// (routes.Options.ProxyOnly): the fencing reverse proxy serves it, the
+// authz edges keep their callers' options, as before the table. With a
+// routesFile the table exists even while it is empty, so the last
+// FencePolicy's entries can go without a restart.
 // The error lists every problem, one per line.
 func Compile(c *config.Config) (*routes.Table, error) {
-	if len(c.Routes) == 0 && c.RoutesFile == "" {
+	if len(c.Routes) == 0 && c.RoutesFile == "" && len(c.Proxy.Routes) == 0 {
 		return nil, nil
 	}
 	u, err := routes.ParseUnmatched(c.Check.UnmatchedWrites)
 	if err != nil {
 		return nil, err
 	}
-	return routes.Compile(c.RouteTable(), routes.Options{Unmatched: u})
+	return routes.Compile(c.RouteTable(), routes.Options{Unmatched: u, ProxyOnly: len(c.Routes) == 0 && c.RoutesFile == ""})
 }
 
-// pollInterval is how often the config file is read for a changed
+// PollInterval is how often the config file is read for a changed
 // route table (a Kubernetes ConfigMap update swaps a symlink; nothing
-// signals the process).
-var pollInterval = 2 * time.Second
+// signals the process). A command's tests slow it to see SIGHUP alone
+// apply a table; nothing else sets it.
+var PollInterval = 2 * time.Second
 
 // Reloader re-reads the route table from the config file on SIGHUP
 // and when the file's content changes. A table that does not load leaves
@@ -77,6 +79,9 @@ type Reloader struct {
 	// fileInfo names the routes file's hash the served table was built
 	// from (fencegate controller compares it with what it published).
 	fileInfo *prometheus.GaugeVec
+	// Accept, when set before Run, refuses a table the running listeners
+	// cannot serve (the proxy's: one with no upstream entry).
+	Accept func(*routes.Table) error
 }
 
 // New watches f.Path for the table held by h, counting reloads on reg: f
@@ -227,7 +232,7 @@ func (r *Reloader) load() (config.Config, [32]byte, error) {
 
 // Run reloads on SIGHUP and on a changed file until ctx ends.
 func (r *Reloader) Run(ctx context.Context) {
-	t := time.NewTicker(pollInterval)
+	t := time.NewTicker(PollInterval)
 	defer t.Stop()
 	// An edit made between the start's read and now is applied at once.
 	if sum, err := r.currentSum(); err == nil && sum != r.sum {
@@ -274,10 +279,14 @@ func (r *Reloader) reload(trigger string) {
 			switch {
 			case err != nil:
 				problems = append(problems, strings.Split(err.Error(), "\n")...)
-			case t == nil && r.holder.Load() != nil:
+			case (t == nil || t.ProxyOnly()) && r.holder.Load() != nil && !r.holder.Load().ProxyOnly():
 				// A file whose routes: went missing (a YAML slip) would
 				// hand every route choice back to the callers: refused.
 				problems = append(problems, "routes: empty, while a route table is served; removing the table takes a restart")
+			case t == nil && r.holder.Load() != nil:
+				problems = append(problems, "routes: the proxy's entries went missing; removing them takes a restart")
+			case r.Accept != nil && r.Accept(t) != nil:
+				problems = append(problems, r.Accept(t).Error())
 			default:
 				r.apply(trigger, c, t)
 				return
@@ -305,15 +314,19 @@ func (r *Reloader) apply(trigger string, c config.Config, t *routes.Table) {
 	r.loaded = c
 }
 
-// restartKeys names the top-level keys (and proxy.routes, the upstream
-// entries) that differ between two loads of the file, routes: and
-// check.unmatchedWrites aside: those a reload applies.
+// restartKeys names the top-level keys that differ between two loads of
+// the file, routes:, proxy.routes and check.unmatchedWrites aside: those a
+// reload applies (the upstream entries included: the proxy serves the
+// table it reloads). Whether there are upstream entries at all is
+// restart-only: `fencegate serve` runs its proxy listener when it starts
+// with some.
 func restartKeys(old, cur config.Config) []string {
 	var out []string
-	if !reflect.DeepEqual(old.ProxyEntries(), cur.ProxyEntries()) {
-		out = append(out, "upstream entries (the proxy's routes)")
+	if (len(old.ProxyEntries()) > 0) != (len(cur.ProxyEntries()) > 0) {
+		out = append(out, "upstream entries (the proxy listener runs only when the gateway starts with some)")
 	}
 	old.Routes, cur.Routes = nil, nil
+	old.Proxy.Routes, cur.Proxy.Routes = nil, nil
 	old.RoutesFileSum, cur.RoutesFileSum = "", ""
 	old.Check.UnmatchedWrites, cur.Check.UnmatchedWrites = "", ""
 	ov, cv := reflect.ValueOf(old), reflect.ValueOf(cur)
