@@ -44,14 +44,6 @@ type LockLister interface {
 	ListHeld(ctx context.Context, limit int) (LockList, error)
 }
 
-// ListLimit applies the listing bounds to a requested limit.
-func ListLimit(limit int) int {
-	if limit <= 0 {
-		return DefaultListLimit
-	}
-	return min(limit, MaxListLimit)
-}
-
 // NewListedLock builds a listing entry from a lock's stored fields; the
 // lockId goes in hashed only.
 func NewListedLock(key, lockID, fence string, expiresAtMs, acquiredAtMs int64) ListedLock {

@@ -68,7 +68,7 @@ const (
 )
 
 // encodeRecord renders r in the binary format. r.Fence must be a valid
-// 15-digit fence (every caller got it from lockstore.NextFenceAt or from a
+// 15-digit fence (every caller got it from backend.NextFenceAt or from a
 // decoded record).
 func encodeRecord(r *lockRecord) ([]byte, error) {
 	fence, err := checkEncodable(r)

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // storedLock is SyncGuard's lock value.
@@ -199,7 +200,7 @@ func liveLock(reply []any, vi, ni int) (*storedLock, int64, error) {
 	if err != nil {
 		return nil, now, err
 	}
-	if !lockstore.IsLive(l.ExpiresAtMs, now) {
+	if !backend.IsLive(l.ExpiresAtMs, now) {
 		return nil, now, nil
 	}
 	return l, now, nil

@@ -17,6 +17,7 @@ import (
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
 
@@ -218,7 +219,7 @@ func TestTruncation(t *testing.T) {
 	prefix := "syncguard_test_trunc_" + strings.Repeat("p", 480)
 	// Consecutive fences: two fresh keys' first fences are equal exactly
 	// when their counters are distinct.
-	s := openPrefix(t, prefix, func(c *Config) { c.FenceFloor = lockstore.FloorOff })
+	s := openPrefix(t, prefix, func(c *Config) { c.FenceFloor = backend.FloorOff })
 	t.Cleanup(func() { dropPrefix(t, s.Client(), prefix) })
 	ctx := context.Background()
 	c := s.Client()
@@ -550,7 +551,7 @@ func TestFenceWarnLog(t *testing.T) {
 	var logs testutil.LogBuffer
 	s := openPrefix(t, "syncguard_test_warnlog", func(c *Config) {
 		c.Logger = testutil.Logger(&logs, slog.LevelDebug)
-		c.FenceFloor = lockstore.FloorOff // a counter at FenceWarn is far ahead of today's floor
+		c.FenceFloor = backend.FloorOff // a counter at FenceWarn is far ahead of today's floor
 	})
 	t.Cleanup(func() { dropPrefix(t, s.Client(), s.Prefix()) })
 	ctx := context.Background()
