@@ -90,7 +90,7 @@ var (
 )
 
 func live(fence, id string) lockstore.KeyState {
-	return lockstore.KeyState{Live: &lockstore.HeldLock{LockID: id, Fence: fence, ExpiresAtMs: 2e12}, LatestFence: fence, NowMs: 1e12}
+	return lockstore.KeyState{Live: &lockstore.Lock{LockID: id, Fence: fence, ExpiresAtMs: 2e12}, LatestFence: fence, NowMs: 1e12}
 }
 
 func expired(fence string) lockstore.KeyState {

@@ -45,7 +45,7 @@ func TestWriteAdmissionValidate(t *testing.T) {
 func TestWriteAdmissionApply(t *testing.T) {
 	const f1, f2, f3 = "000000000000001", "000000000000002", "000000000000003"
 	live := func(f string) lockstore.KeyState {
-		return lockstore.KeyState{Live: &lockstore.HeldLock{Fence: f}, LatestFence: f, NowMs: 1000}
+		return lockstore.KeyState{Live: &lockstore.Lock{Fence: f}, LatestFence: f, NowMs: 1000}
 	}
 	released := lockstore.KeyState{LatestFence: f2, NowMs: 1000}
 	id := func(c byte) string { return strings.Repeat(string(c), 22) }
@@ -132,7 +132,7 @@ func TestWriteAdmissionInFlightCap(t *testing.T) {
 	if (lockstore.WriteAdmission{}).InFlightCap() != lockstore.DefaultMaxInFlight {
 		t.Errorf("InFlightCap of 0 = %d, want %d", (lockstore.WriteAdmission{}).InFlightCap(), lockstore.DefaultMaxInFlight)
 	}
-	ks := lockstore.KeyState{Live: &lockstore.HeldLock{Fence: good.Fence}, LatestFence: good.Fence, NowMs: 1000}
+	ks := lockstore.KeyState{Live: &lockstore.Lock{Fence: good.Fence}, LatestFence: good.Fence, NowMs: 1000}
 	id := func(c byte) string { return strings.Repeat(string(c), 22) }
 	entries := map[string]WriteEntry{
 		id('x'): {Fence: good.Fence, DeadlineMs: 1000}, // expired: does not count

@@ -223,7 +223,7 @@ func (s *Store) keyState(tx *bbolt.Tx, k string, now int64) (lockstore.KeyState,
 		return ks, err
 	}
 	if r != nil && backend.IsLive(r.ExpiresAtMs, now) {
-		ks.Live = &lockstore.HeldLock{LockID: r.LockID, Fence: r.Fence,
+		ks.Live = &lockstore.Lock{Key: k, LockID: r.LockID, Fence: r.Fence,
 			ExpiresAtMs: r.ExpiresAtMs, AcquiredAtMs: r.AcquiredAtMs}
 	}
 	return ks, nil

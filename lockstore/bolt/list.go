@@ -32,7 +32,7 @@ func (s *Store) ListHeld(ctx context.Context, limit int) (lockstore.LockList, er
 				out.Partial = true
 				return nil
 			}
-			out.Locks = append(out.Locks, lockstore.NewListedLock(r.Key, r.LockID, r.Fence, r.ExpiresAtMs, r.AcquiredAtMs))
+			out.Locks = append(out.Locks, lockstore.Lock{Key: r.Key, LockID: r.LockID, Fence: r.Fence, ExpiresAtMs: r.ExpiresAtMs, AcquiredAtMs: r.AcquiredAtMs}.Listed())
 		}
 		return nil
 	})

@@ -279,7 +279,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 		}
 		r, err := s.getLock(tx, k)
 		if err == nil && r != nil && backend.IsLive(r.ExpiresAtMs, ks.NowMs) {
-			ks.Live = &lockstore.HeldLock{LockID: r.LockID, Fence: r.Fence,
+			ks.Live = &lockstore.Lock{Key: k, LockID: r.LockID, Fence: r.Fence,
 				ExpiresAtMs: r.ExpiresAtMs, AcquiredAtMs: r.AcquiredAtMs}
 		}
 		return err

@@ -28,7 +28,7 @@ type jsonRecord struct {
 }
 
 func (r *lockRecord) info() *lockstore.LockInfo {
-	return lockstore.NewLockInfo(r.Key, r.LockID, r.Fence, r.ExpiresAtMs, r.AcquiredAtMs)
+	return lockstore.Lock{Key: r.Key, LockID: r.LockID, Fence: r.Fence, ExpiresAtMs: r.ExpiresAtMs, AcquiredAtMs: r.AcquiredAtMs}.Info()
 }
 
 // A lock record's value in the locks bucket comes in one of two formats,

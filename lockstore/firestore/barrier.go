@@ -94,7 +94,7 @@ func keyState(lockSnap, counterSnap *firestore.DocumentSnapshot, nk string, nowM
 			latest = n
 		}
 		if backend.IsLive(l.ExpiresAtMs, nowMs) {
-			st.Live = &lockstore.HeldLock{LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}
+			st.Live = &lockstore.Lock{Key: nk, LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}
 		}
 	}
 	if latest > 0 {

@@ -44,7 +44,7 @@ func (s *Store) ListHeld(ctx context.Context, limit int) (lockstore.LockList, er
 			out.Partial = true
 			break
 		}
-		out.Locks = append(out.Locks, lockstore.NewListedLock(l.Key, l.LockID, l.Fence, l.ExpiresAtMs, l.AcquiredAtMs))
+		out.Locks = append(out.Locks, lockstore.Lock{Key: l.Key, LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}.Listed())
 	}
 	return out, nil
 }

@@ -127,7 +127,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 			latest = n
 		}
 		if backend.IsLive(l.ExpiresAtMs, st.NowMs) {
-			st.Live = &lockstore.HeldLock{LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}
+			st.Live = &lockstore.Lock{Key: nk, LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}
 		}
 	}
 	if latest > 0 {

@@ -164,7 +164,7 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
-	res, err := row.result(a)
+	res, err := row.result(nk, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(err, key, "")
 	}
@@ -187,11 +187,11 @@ func (r *admitRow) dest() []any {
 
 // result derives the state exactly as Inspect does from the same columns
 // and turns the row into Admit's result.
-func (r *admitRow) result(a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
+func (r *admitRow) result(nk string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
 	ks := lockstore.KeyState{NowMs: r.lock.nowMs}
 	if l := r.lock; l.live() {
-		ks.Live = &lockstore.HeldLock{LockID: *l.lockID, Fence: *l.fence,
+		ks.Live = &lockstore.Lock{Key: nk, LockID: *l.lockID, Fence: *l.fence,
 			ExpiresAtMs: *l.expiresAt, AcquiredAtMs: *l.acquiredAt}
 	}
 	if r.counter != nil && *r.counter > 0 {

@@ -60,7 +60,7 @@ func (s slowCommitStore) Admit(ctx context.Context, key string, a lockstore.Writ
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, classify(ctx, "admit", err)
 	}
-	return row.result(a)
+	return row.result(nk, a)
 }
 
 // TestBarrierNeedsTheAdvisoryLock: the barrier cases pass with the

@@ -52,7 +52,7 @@ func (s *Store) ListHeld(ctx context.Context, limit int) (lockstore.LockList, er
 			out.Partial = true
 			continue
 		}
-		out.Locks = append(out.Locks, lockstore.NewListedLock(*key, *lockID, *fence, *exp, *acq))
+		out.Locks = append(out.Locks, lockstore.Lock{Key: *key, LockID: *lockID, Fence: *fence, ExpiresAtMs: *exp, AcquiredAtMs: *acq}.Listed())
 	}
 	if err := rows.Err(); err != nil {
 		return out, classify(ctx, op, err)

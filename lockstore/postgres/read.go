@@ -55,7 +55,7 @@ func (r *lockRow) live() bool {
 
 // info is the sanitised view: hashes, never the raw key or lockId.
 func (r *lockRow) info(userKey string) *lockstore.LockInfo {
-	return lockstore.NewLockInfo(userKey, *r.lockID, *r.fence, *r.expiresAt, *r.acquiredAt)
+	return lockstore.Lock{Key: userKey, LockID: *r.lockID, Fence: *r.fence, ExpiresAtMs: *r.expiresAt, AcquiredAtMs: *r.acquiredAt}.Info()
 }
 
 // LookupKey returns the sanitised live lock on key, or nil. One round trip.
@@ -128,7 +128,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	}
 	ks := lockstore.KeyState{NowMs: r.nowMs}
 	if r.live() {
-		ks.Live = &lockstore.HeldLock{
+		ks.Live = &lockstore.Lock{
+			Key:          nk,
 			LockID:       *r.lockID,
 			Fence:        *r.fence,
 			ExpiresAtMs:  *r.expiresAt,

@@ -232,7 +232,7 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
-	res, err := admitReply(a, reply)
+	res, err := admitReply(norm, a, reply)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(err, key, "")
 	}
@@ -241,7 +241,7 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 
 // admitReply turns admitScript's reply into the result, deriving the state
 // exactly as Inspect does.
-func admitReply(a lockstore.WriteAdmission, reply []any) (lockstore.WriteAdmitResult, error) {
+func admitReply(nk string, a lockstore.WriteAdmission, reply []any) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
 	if len(reply) != 6 {
 		return lockstore.WriteAdmitResult{}, badReply(op, fmt.Errorf("reply has %d fields, want 6", len(reply)))
@@ -275,7 +275,7 @@ func admitReply(a lockstore.WriteAdmission, reply []any) (lockstore.WriteAdmitRe
 		}
 	}
 	if held != nil {
-		ks.Live = &lockstore.HeldLock{LockID: held.LockID, Fence: held.Fence,
+		ks.Live = &lockstore.Lock{Key: nk, LockID: held.LockID, Fence: held.Fence,
 			ExpiresAtMs: held.ExpiresAtMs, AcquiredAtMs: held.AcquiredAtMs}
 		if lockstore.ValidFence(held.Fence) && ks.LatestFence < held.Fence {
 			ks.LatestFence = held.Fence

@@ -144,7 +144,7 @@ func (s *Store) readListed(ctx context.Context, node *goredis.Client, keys []str
 		if byIndex && l.LockID != wantIDs[i] {
 			continue // a stale index entry: the lock is someone else's now
 		}
-		out = append(out, lockstore.NewListedLock(l.Key, l.LockID, l.Fence, l.ExpiresAtMs, l.AcquiredAtMs))
+		out = append(out, lockstore.Lock{Key: l.Key, LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}.Listed())
 	}
 	return out, nil
 }

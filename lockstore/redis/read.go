@@ -109,7 +109,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 		}
 	}
 	if held != nil {
-		ks.Live = &lockstore.HeldLock{LockID: held.LockID, Fence: held.Fence,
+		ks.Live = &lockstore.Lock{Key: norm, LockID: held.LockID, Fence: held.Fence,
 			ExpiresAtMs: held.ExpiresAtMs, AcquiredAtMs: held.AcquiredAtMs}
 		// A live lock's fence came from this counter; if the counter reads
 		// lower (it was reset by hand), report the lock's.

@@ -208,7 +208,7 @@ func liveLock(reply []any, vi, ni int) (*storedLock, int64, error) {
 
 // info is the sanitised view of l, the lock on normalised key.
 func info(key string, l *storedLock) *lockstore.LockInfo {
-	return lockstore.NewLockInfo(key, l.LockID, l.Fence, l.ExpiresAtMs, l.AcquiredAtMs)
+	return lockstore.Lock{Key: key, LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}.Info()
 }
 
 // replyInt returns reply[i] as an integer.

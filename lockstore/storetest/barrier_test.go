@@ -45,7 +45,7 @@ func (s *refStore) stateLocked(k string) lockstore.KeyState {
 	}
 	if l, ok := s.d.locks[k]; ok && backend.IsLive(l.exps, ks.NowMs) {
 		f, _ := lockstore.FormatFence(l.fence)
-		ks.Live = &lockstore.HeldLock{LockID: l.id, Fence: f, ExpiresAtMs: l.exps, AcquiredAtMs: l.acquired}
+		ks.Live = &lockstore.Lock{Key: k, LockID: l.id, Fence: f, ExpiresAtMs: l.exps, AcquiredAtMs: l.acquired}
 	}
 	return ks
 }

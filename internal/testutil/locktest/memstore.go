@@ -208,7 +208,7 @@ func (m *MemStore) Inspect(ctx context.Context, key string) (lockstore.KeyState,
 	defer m.mu.Unlock()
 	st := lockstore.KeyState{NowMs: nowMs()}
 	if l, ok := m.locks[k]; ok && backend.IsLive(l.expiresAtMs, st.NowMs) {
-		st.Live = &lockstore.HeldLock{LockID: l.lockID, Fence: l.fence, ExpiresAtMs: l.expiresAtMs}
+		st.Live = &lockstore.Lock{Key: k, LockID: l.lockID, Fence: l.fence, ExpiresAtMs: l.expiresAtMs}
 	}
 	if n := m.fences[k]; n > 0 {
 		st.LatestFence, _ = lockstore.FormatFence(n)
