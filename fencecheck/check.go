@@ -385,7 +385,7 @@ func (c *Checker) event(r Request, d Decision) lockstore.AuditEvent {
 		Source:     r.Source,
 		Route:      r.Route,
 		KeyHash:    lockstore.HashKey(r.Key),
-		KeyDigest:  lockstore.KeyDigest(r.Key),
+		KeyDigest:  lockstore.DigestKey(r.Key).String(),
 		Presented:  d.Presented,
 		Current:    d.Current,
 		Reason:     string(d.Reason),

@@ -301,7 +301,7 @@ func TestCheckAuditEvents(t *testing.T) {
 			t.Fatalf("raw=%v: %d events, want 1 (SkipAudit and allows are not audited)", raw, len(evs))
 		}
 		want := lockstore.AuditEvent{TimeMs: now.UnixMilli(), DecisionID: d.DecisionID, Source: "authz-grpc", Route: "orders",
-			KeyHash: lockstore.HashKey("orders/42"), KeyDigest: lockstore.KeyDigest("orders/42"),
+			KeyHash: lockstore.HashKey("orders/42"), KeyDigest: lockstore.DigestKey("orders/42").String(),
 			Presented: f4, Current: f5, Reason: "stale", Policy: "holder",
 			Mode: "enforce", Peer: "10.0.0.1:5000", Method: "PUT"}
 		if raw {

@@ -349,7 +349,7 @@ func TestAuditRetention(t *testing.T) {
 	old := make([]lockstore.AuditEvent, 256)
 	for i := range old {
 		old[i] = lockstore.AuditEvent{TimeMs: now - 2*time.Hour.Milliseconds(),
-			KeyHash: lockstore.HashKey("old"), KeyDigest: lockstore.KeyDigest("old"), Reason: "stale"}
+			KeyHash: lockstore.HashKey("old"), KeyDigest: lockstore.DigestKey("old").String(), Reason: "stale"}
 	}
 	if err := s.AppendAudit(tctx(t), old); err != nil {
 		t.Fatal(err)

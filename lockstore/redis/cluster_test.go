@@ -178,7 +178,7 @@ func TestClusterAudit(t *testing.T) {
 	base := time.Now().UnixMilli() - 1000
 	for i := range 2 * auditShards {
 		ev := lockstore.AuditEvent{TimeMs: base + int64(i), DecisionID: fmt.Sprintf("d-%d", i), Source: "authz-grpc",
-			KeyHash: lockstore.HashKey("k"), KeyDigest: lockstore.KeyDigest("k"), Reason: "stale", Policy: "holder", Mode: "enforce"}
+			KeyHash: lockstore.HashKey("k"), KeyDigest: lockstore.DigestKey("k").String(), Reason: "stale", Policy: "holder", Mode: "enforce"}
 		if err := s.AppendAudit(ctx, []lockstore.AuditEvent{ev}); err != nil {
 			t.Fatalf("AppendAudit: %v", err)
 		}

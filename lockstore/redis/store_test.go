@@ -425,7 +425,7 @@ func TestAudit(t *testing.T) {
 	for i := range 1000 {
 		k := fmt.Sprintf("k%d", i%2)
 		evs = append(evs, lockstore.AuditEvent{TimeMs: base + int64(i), DecisionID: fmt.Sprint(i), Source: "authz-grpc",
-			KeyHash: lockstore.HashKey(k), KeyDigest: lockstore.KeyDigest(k), Presented: "000000000000001", Current: "000000000000002", Reason: "stale", Policy: "holder", Mode: "enforce"})
+			KeyHash: lockstore.HashKey(k), KeyDigest: lockstore.DigestKey(k).String(), Presented: "000000000000001", Current: "000000000000002", Reason: "stale", Policy: "holder", Mode: "enforce"})
 	}
 	if err := s.AppendAudit(ctx, evs); err != nil {
 		t.Fatalf("AppendAudit: %v", err)
@@ -607,7 +607,7 @@ func TestAuditKeyCoexists(t *testing.T) {
 		t.Fatalf("Acquire(audit) = %+v, %v", r, err)
 	}
 	ev := lockstore.AuditEvent{TimeMs: time.Now().UnixMilli(), DecisionID: "d1", Source: "authz-http",
-		KeyHash: lockstore.HashKey("audit"), KeyDigest: lockstore.KeyDigest("audit"), Reason: "stale", Policy: "holder", Mode: "enforce"}
+		KeyHash: lockstore.HashKey("audit"), KeyDigest: lockstore.DigestKey("audit").String(), Reason: "stale", Policy: "holder", Mode: "enforce"}
 	if err := s.AppendAudit(ctx, []lockstore.AuditEvent{ev, {TimeMs: ev.TimeMs, DecisionID: "d2", Source: "authz-http",
 		KeyHash: ev.KeyHash, KeyDigest: ev.KeyDigest, Reason: "missing", Policy: "holder", Mode: "enforce"}}); err != nil {
 		t.Fatalf("AppendAudit with a lock on key audit: %v", err)

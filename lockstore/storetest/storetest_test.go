@@ -350,7 +350,7 @@ func (s *refStore) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]lo
 	defer unlock()
 	var out []lockstore.AuditEvent
 	for _, e := range s.d.audit {
-		match := q.Key == "" || e.KeyDigest == lockstore.KeyDigest(q.Key)
+		match := q.Key == "" || e.KeyDigest == lockstore.DigestKey(q.Key).String()
 		if s.broken == "hash-filter" {
 			match = q.Key == "" || e.KeyHash == lockstore.HashKey(q.Key)
 		}
