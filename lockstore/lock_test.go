@@ -2,6 +2,7 @@ package lockstore
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -50,5 +51,19 @@ func TestLockLogsSanitised(t *testing.T) {
 	}
 	if s := fmt.Sprint(testLock.Info()); strings.Contains(s, testLock.LockID) {
 		t.Errorf("Info prints the lockId: %s", s)
+	}
+}
+
+// TestLockInfoJSON: the view's JSON is the lookup answer of docs/api.md,
+// byte for byte (names, order), and names neither the key nor the lockId.
+func TestLockInfoJSON(t *testing.T) {
+	b, err := json.Marshal(testLock.Info())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"keyHash":"e90a28c676a29a3291e2874a","lockIdHash":"` + HashKey(testLock.LockID) +
+		`","fence":"000000000000007","expiresAtMs":2000,"acquiredAtMs":1000}`
+	if string(b) != want {
+		t.Errorf("json(Info) = %s\nwant        %s", b, want)
 	}
 }
