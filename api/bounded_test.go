@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/internal/storetelemetry"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -68,7 +69,7 @@ func (u unwrappingLocks) Unwrap() any { return u.Locks }
 // (the broken variant) loses the metric, which the test must see.
 func TestStoreCapabilitiesThroughWrappers(t *testing.T) {
 	st := locktest.OpenBolt(t)
-	tel := lockstore.WithTelemetry(st, lockstore.TelemetryOptions{OnEvent: func(lockstore.LockEvent) {}})
+	tel := storetelemetry.WithTelemetry(st, storetelemetry.TelemetryOptions{OnEvent: func(storetelemetry.LockEvent) {}})
 	t.Cleanup(func() { _ = tel.Close() })
 	for _, tc := range []struct {
 		name    string

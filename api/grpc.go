@@ -214,7 +214,7 @@ func (g *grpcLocks) Acquire(ctx context.Context, req *fencegatev1.AcquireRequest
 	if !res.OK {
 		return &fencegatev1.AcquireResponse{Ok: false, Reason: lockstore.ReasonLocked}, nil
 	}
-	return &fencegatev1.AcquireResponse{Ok: true, LockId: res.LockID, Fence: res.Fence, ExpiresAtMs: res.ExpiresAtMs, Proof: res.proof}, nil
+	return &fencegatev1.AcquireResponse{Ok: true, LockId: res.LockID, Fence: res.Fence, ExpiresAtMs: res.ExpiresAtMs, Proof: res.Proof}, nil
 }
 
 func (g *grpcLocks) Release(ctx context.Context, req *fencegatev1.ReleaseRequest) (*fencegatev1.ReleaseResponse, error) {

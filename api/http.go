@@ -127,7 +127,7 @@ func (s *Server) httpAcquire(ctx context.Context, w http.ResponseWriter, r *http
 	if !res.OK {
 		return http.StatusConflict, wire.AcquireReply{OK: false, Reason: lockstore.ReasonLocked}, false, nil
 	}
-	return http.StatusOK, wire.AcquireReply{OK: true, LockID: res.LockID, Fence: res.Fence, ExpiresAtMs: res.ExpiresAtMs, Proof: res.proof}, true, nil
+	return http.StatusOK, wire.AcquireReply{OK: true, LockID: res.LockID, Fence: res.Fence, ExpiresAtMs: res.ExpiresAtMs, Proof: res.Proof}, true, nil
 }
 
 func (s *Server) httpRelease(ctx context.Context, w http.ResponseWriter, r *http.Request, _ *auth.Principal) (int, any, bool, error) {

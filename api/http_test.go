@@ -442,7 +442,7 @@ func TestHTTPAudit(t *testing.T) {
 		}
 		events = append(events, lockstore.AuditEvent{
 			TimeMs: base + int64(i)*1000, DecisionID: fmt.Sprintf("d%d", i), Source: "authz-http",
-			KeyHash: lockstore.HashKey(key), KeyDigest: lockstore.KeyDigest(key), Reason: "stale", Policy: "holder", Mode: "enforce",
+			KeyHash: lockstore.HashKey(key), KeyDigest: lockstore.DigestKey(key).String(), Reason: "stale", Policy: "holder", Mode: "enforce",
 		})
 	}
 	if err := store.AppendAudit(context.Background(), events); err != nil {

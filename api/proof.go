@@ -6,24 +6,19 @@ import (
 	"net/http"
 
 	"github.com/fencegate/fencegate/auth"
+	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// granted is the lock API's answer to an acquire: the store's result and
-// the signed write proof for its fence (a gateway concept, not the
-// store's: lockstore's results carry none).
-type granted struct {
-	lockstore.AcquireResult
-	proof string // "" when the server has no proof keys or nothing was acquired
-}
-
 // acquire takes the lock (acquireLock) and, when the server has proof
 // keys, signs the write proof for the fence it issued: HTTP and gRPC both
-// answer it next to the lockId.
-func (s *Server) acquire(ctx context.Context, p *auth.Principal, key string, ttlMs, waitMs *int64) (granted, error) {
+// answer it next to the lockId. The answer is the holder's lock.Acquired
+// (the store's result and the proof: a gateway concept, not the store's),
+// the same value a lock.Locker hands the lock helpers.
+func (s *Server) acquire(ctx context.Context, p *auth.Principal, key string, ttlMs, waitMs *int64) (lock.Acquired, error) {
 	res, err := s.acquireLock(ctx, p, key, ttlMs, waitMs)
 	if err != nil || !res.OK || s.proofs == nil {
-		return granted{AcquireResult: res}, err
+		return lock.Acquired{AcquireResult: res}, err
 	}
 	proof, serr := s.proofs.Sign(key, res.Fence, res.LockID)
 	if serr != nil {
@@ -33,9 +28,9 @@ func (s *Server) acquire(ctx context.Context, p *auth.Principal, key string, ttl
 		if _, rerr := s.store.Release(context.WithoutCancel(ctx), res.LockID); rerr != nil {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "api: releasing a lock whose proof could not be signed failed", slog.Any("error", rerr))
 		}
-		return granted{}, lockstore.Errorf(lockstore.Internal, "acquire", "signing the write proof: %v", serr)
+		return lock.Acquired{}, lockstore.Errorf(lockstore.Internal, "acquire", "signing the write proof: %v", serr)
 	}
-	return granted{AcquireResult: res, proof: proof}, nil
+	return lock.Acquired{AcquireResult: res, Proof: proof}, nil
 }
 
 // proofKeys serves GET wire.PathProofKeys: the public keys that verify

@@ -1,12 +1,11 @@
 package api
 
 import (
+	"github.com/fencegate/fencegate/internal/storetelemetry"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/fencegate/fencegate/lockstore"
 )
 
-// StoreMetrics turns the store's telemetry events (lockstore.WithTelemetry)
+// StoreMetrics turns the store's telemetry events (storetelemetry.WithTelemetry)
 // into per-backend metrics: what each store call costs, apart from the
 // request around it. fencegate_lock_op_* count requests (refusals before
 // any store call, waits over many calls); these count store calls.
@@ -32,8 +31,8 @@ func NewStoreMetrics(reg prometheus.Registerer, backend string) (*StoreMetrics, 
 			Buckets:     opDurationBuckets,
 		}, []string{"op"}),
 	}
-	for _, op := range []string{lockstore.EventAcquire, lockstore.EventRelease, lockstore.EventExtend, lockstore.EventIsLocked, lockstore.EventLookup} {
-		m.ops.WithLabelValues(op, lockstore.ResultOK)
+	for _, op := range []string{storetelemetry.EventAcquire, storetelemetry.EventRelease, storetelemetry.EventExtend, storetelemetry.EventIsLocked, storetelemetry.EventLookup} {
+		m.ops.WithLabelValues(op, storetelemetry.ResultOK)
 		m.duration.WithLabelValues(op)
 	}
 	for _, c := range []prometheus.Collector{m.ops, m.duration} {
@@ -44,8 +43,8 @@ func NewStoreMetrics(reg prometheus.Registerer, backend string) (*StoreMetrics, 
 	return m, nil
 }
 
-// Observe records one event; it is a lockstore.TelemetryOptions.OnEvent.
-func (m *StoreMetrics) Observe(e lockstore.LockEvent) {
+// Observe records one event; it is a storetelemetry.TelemetryOptions.OnEvent.
+func (m *StoreMetrics) Observe(e storetelemetry.LockEvent) {
 	result := e.Result
 	if e.Code != "" {
 		result = string(e.Code)

@@ -9,11 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/internal/storetelemetry"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// TestStoreMetrics: a real store behind lockstore.WithTelemetry feeds the
+// TestStoreMetrics: a real store behind storetelemetry.WithTelemetry feeds the
 // per-backend store-call metrics, domain failures as "fail" and errors as
 // their LockError code.
 func TestStoreMetrics(t *testing.T) {
@@ -22,7 +23,7 @@ func TestStoreMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := lockstore.WithTelemetry(locktest.OpenBolt(t), lockstore.TelemetryOptions{OnEvent: m.Observe})
+	s := storetelemetry.WithTelemetry(locktest.OpenBolt(t), storetelemetry.TelemetryOptions{OnEvent: m.Observe})
 	ctx := context.Background()
 	a, err := s.Acquire(ctx, "k", time.Minute)
 	if err != nil || !a.OK {

@@ -185,7 +185,7 @@ func TestGRPCAudit(t *testing.T) {
 	ev := evs[0]
 	id := headerMap(resp.GetDeniedResponse().GetHeaders())[HeaderDecisionID]
 	want := lockstore.AuditEvent{TimeMs: ev.TimeMs, DecisionID: id, Source: SourceGRPC, Route: "orders-write",
-		KeyHash: lockstore.HashKey("k"), KeyDigest: lockstore.KeyDigest("k"), Presented: old.Fence, Current: cur.Fence, Reason: "stale", Policy: "holder",
+		KeyHash: lockstore.HashKey("k"), KeyDigest: lockstore.DigestKey("k").String(), Presented: old.Fence, Current: cur.Fence, Reason: "stale", Policy: "holder",
 		Mode: "enforce", Peer: "10.1.2.3:40000", Method: "POST"} // no Path: it may hold the raw key
 	if ev != want {
 		t.Fatalf("event %+v\nwant  %+v", ev, want)

@@ -21,6 +21,7 @@ import (
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 	pgstore "github.com/fencegate/fencegate/lockstore/postgres"
 	redisstore "github.com/fencegate/fencegate/lockstore/redis"
@@ -59,10 +60,10 @@ func cleanupCtx() (context.Context, context.CancelFunc) {
 
 // openBolt opens the embedded store on a file in a temp dir, with its
 // default durability (fsync on every commit, shared by concurrent writers).
-func openBolt(tb testing.TB) lockstore.Store { return openBoltFloor(tb, lockstore.FloorClock) }
+func openBolt(tb testing.TB) lockstore.Store { return openBoltFloor(tb, backend.FloorClock) }
 
 // openBoltFloor is openBolt with the given fence floor.
-func openBoltFloor(tb testing.TB, floor lockstore.FenceFloor) lockstore.Store {
+func openBoltFloor(tb testing.TB, floor backend.FenceFloor) lockstore.Store {
 	tb.Helper()
 	return locktest.OpenBolt(tb, func(c *bolt.Config) { c.Logger, c.FenceFloor = logger, floor })
 }
@@ -82,7 +83,7 @@ func openRedis(tb testing.TB) *redisstore.Store {
 
 // openRedisFloor is openRedis with the given fence floor, under a prefix of
 // its own.
-func openRedisFloor(tb testing.TB, floor lockstore.FenceFloor) *redisstore.Store {
+func openRedisFloor(tb testing.TB, floor backend.FenceFloor) *redisstore.Store {
 	tb.Helper()
 	cfg, err := redisstore.ParseURL(redisURL(tb))
 	if err != nil {
@@ -156,10 +157,10 @@ func databaseURL(tb testing.TB) string {
 // openPostgres opens the PostgreSQL store on DATABASE_URL over tables of
 // this run's own, dropped at cleanup, with a pool of one connection per
 // worker (the default pool would queue the 16 workers).
-func openPostgres(tb testing.TB) lockstore.Store { return openPostgresFloor(tb, lockstore.FloorClock) }
+func openPostgres(tb testing.TB) lockstore.Store { return openPostgresFloor(tb, backend.FloorClock) }
 
 // openPostgresFloor is openPostgres with the given fence floor.
-func openPostgresFloor(tb testing.TB, floor lockstore.FenceFloor) lockstore.Store {
+func openPostgresFloor(tb testing.TB, floor backend.FenceFloor) lockstore.Store {
 	tb.Helper()
 	cfg, err := pgstore.ParseURL(databaseURL(tb))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencegate/fencegate/lock"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // BenchmarkFenceFloor: what the clock floor (docs/fences.md) costs an
@@ -22,20 +23,20 @@ func floorSuite(tb testing.TB, nw int) []subject {
 	var subs []subject
 	for _, st := range []struct {
 		name string
-		open func(testing.TB, lockstore.FenceFloor) (lockstore.Store, *goredis.Client)
+		open func(testing.TB, backend.FenceFloor) (lockstore.Store, *goredis.Client)
 	}{
-		{"bolt", func(tb testing.TB, f lockstore.FenceFloor) (lockstore.Store, *goredis.Client) {
+		{"bolt", func(tb testing.TB, f backend.FenceFloor) (lockstore.Store, *goredis.Client) {
 			return openBoltFloor(tb, f), nil
 		}},
-		{"redis", func(tb testing.TB, f lockstore.FenceFloor) (lockstore.Store, *goredis.Client) {
+		{"redis", func(tb testing.TB, f backend.FenceFloor) (lockstore.Store, *goredis.Client) {
 			s := openRedisFloor(tb, f)
 			return s, s.Client()
 		}},
-		{"postgres", func(tb testing.TB, f lockstore.FenceFloor) (lockstore.Store, *goredis.Client) {
+		{"postgres", func(tb testing.TB, f backend.FenceFloor) (lockstore.Store, *goredis.Client) {
 			return openPostgresFloor(tb, f), nil
 		}},
 	} {
-		for _, f := range []lockstore.FenceFloor{lockstore.FloorOff, lockstore.FloorClock} {
+		for _, f := range []backend.FenceFloor{backend.FloorOff, backend.FloorClock} {
 			store, redis := st.open(tb, f)
 			id := "floor/" + st.name + "/" + f.String()
 			subs = append(subs, subject{id: id, unit: "cycles/s", op: cycle(lock.FromStore(store), workerKeys(id, nw)), redis: redis})

@@ -30,9 +30,9 @@ func TestAuditQuery(t *testing.T) {
 	g := gateway(t)
 	now := time.Now().UnixMilli()
 	evs := []lockstore.AuditEvent{
-		{TimeMs: now - 2000, DecisionID: "d1", KeyHash: lockstore.HashKey("orders/1"), KeyDigest: lockstore.KeyDigest("orders/1"), Reason: "stale", Policy: "holder", Mode: "enforce"},
-		{TimeMs: now - 1000, DecisionID: "d2", KeyHash: lockstore.HashKey("orders/2"), KeyDigest: lockstore.KeyDigest("orders/2"), Reason: "missing", Policy: "holder", Mode: "enforce"},
-		{TimeMs: now, DecisionID: "d3", KeyHash: lockstore.HashKey("orders/1"), KeyDigest: lockstore.KeyDigest("orders/1"), Reason: "unknown", Policy: "holder", Mode: "enforce"},
+		{TimeMs: now - 2000, DecisionID: "d1", KeyHash: lockstore.HashKey("orders/1"), KeyDigest: lockstore.DigestKey("orders/1").String(), Reason: "stale", Policy: "holder", Mode: "enforce"},
+		{TimeMs: now - 1000, DecisionID: "d2", KeyHash: lockstore.HashKey("orders/2"), KeyDigest: lockstore.DigestKey("orders/2").String(), Reason: "missing", Policy: "holder", Mode: "enforce"},
+		{TimeMs: now, DecisionID: "d3", KeyHash: lockstore.HashKey("orders/1"), KeyDigest: lockstore.DigestKey("orders/1").String(), Reason: "unknown", Policy: "holder", Mode: "enforce"},
 	}
 	if err := g.store.(lockstore.AuditLog).AppendAudit(context.Background(), evs); err != nil {
 		t.Fatal(err)

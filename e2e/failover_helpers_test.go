@@ -28,6 +28,7 @@ import (
 	"github.com/fencegate/fencegate/client"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // floorCase is one row of the table every store-loses-writes test runs:
@@ -43,7 +44,7 @@ var floorCases = []floorCase{{"floor_on", false}, {"floor_off", true}}
 // params is the store URL parameter that turns the floor off, or nothing.
 func (fc floorCase) params() url.Values {
 	if fc.off {
-		return url.Values{lockstore.FenceFloorParam: {lockstore.FloorOff.String()}}
+		return url.Values{backend.FenceFloorParam: {backend.FloorOff.String()}}
 	}
 	return url.Values{}
 }

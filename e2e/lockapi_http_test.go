@@ -21,6 +21,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // fenceRE is the wire form of a fence (docs/design.md, "Fences": 15 digits).
@@ -142,7 +143,7 @@ func testHTTPFencesIncrease(t *testing.T, base string) {
 	a := acquireHTTP(t, base, key+"/other", 10000)
 	after := time.Now().UnixMilli()
 	n, err := lockstore.ParseFence(a.Fence)
-	if lo, hi := lockstore.FenceFloorAt(before-1000), lockstore.FenceFloorAt(after+1000); err != nil || n < lo || n > hi {
+	if lo, hi := backend.FenceFloorAt(before-1000), backend.FenceFloorAt(after+1000); err != nil || n < lo || n > hi {
 		t.Errorf("first fence on a new key = %s, want the clock floor, in [%d, %d]", a.Fence, lo, hi)
 	}
 }

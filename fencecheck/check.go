@@ -404,7 +404,7 @@ func (c *Checker) event(r Request, d Decision) lockstore.AuditEvent {
 		Source:     r.Source,
 		Route:      r.Route,
 		KeyHash:    lockstore.HashKey(k),
-		KeyDigest:  lockstore.KeyDigest(k),
+		KeyDigest:  lockstore.DigestKey(k).String(),
 		Presented:  d.Presented,
 		Current:    d.Current,
 		Reason:     string(d.Reason),

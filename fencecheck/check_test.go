@@ -90,7 +90,7 @@ var (
 )
 
 func live(fence, id string) lockstore.KeyState {
-	return lockstore.KeyState{Live: &lockstore.HeldLock{LockID: id, Fence: fence, ExpiresAtMs: 2e12}, LatestFence: fence, NowMs: 1e12}
+	return lockstore.KeyState{Live: &lockstore.Lock{LockID: id, Fence: fence, ExpiresAtMs: 2e12}, LatestFence: fence, NowMs: 1e12}
 }
 
 func expired(fence string) lockstore.KeyState {
@@ -301,7 +301,7 @@ func TestCheckAuditEvents(t *testing.T) {
 			t.Fatalf("raw=%v: %d events, want 1 (SkipAudit and allows are not audited)", raw, len(evs))
 		}
 		want := lockstore.AuditEvent{TimeMs: now.UnixMilli(), DecisionID: d.DecisionID, Source: "authz-grpc", Route: "orders",
-			KeyHash: lockstore.HashKey("orders/42"), KeyDigest: lockstore.KeyDigest("orders/42"),
+			KeyHash: lockstore.HashKey("orders/42"), KeyDigest: lockstore.DigestKey("orders/42").String(),
 			Presented: f4, Current: f5, Reason: "stale", Policy: "holder",
 			Mode: "enforce", Peer: "10.0.0.1:5000", Method: "PUT"}
 		if raw {

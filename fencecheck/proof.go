@@ -98,7 +98,7 @@ func (c *Checker) checkProofInput(ctx context.Context, r Request, key string, pc
 // lock's holder. The fence already names one acquire of the key, so this
 // only matters if two holders could ever share a fence (a store restored
 // from a backup); it costs nothing, since the live lock was read anyway.
-func proofHolds(pc proofCheck, live *lockstore.HeldLock) bool {
+func proofHolds(pc proofCheck, live *lockstore.Lock) bool {
 	if pc.claims == nil || live == nil || live.Fence != pc.claims.Fence {
 		return true
 	}

@@ -95,7 +95,7 @@ func hdrInput(method, path string, hdr map[string]string) Input {
 // check), for every policy, mode and proof against every lock state.
 func TestCompiledRequestDecidesAsParsed(t *testing.T) {
 	states := map[string]lockstore.KeyState{
-		"held":    {LatestFence: f5, Live: &lockstore.HeldLock{Fence: f5, LockID: idA}},
+		"held":    {LatestFence: f5, Live: &lockstore.Lock{Fence: f5, LockID: idA}},
 		"expired": {LatestFence: f5},
 		"newer":   {LatestFence: "000000000000006"},
 	}
@@ -132,7 +132,7 @@ func TestCompiledRequestDecidesAsParsed(t *testing.T) {
 // (the route's values whatever the fields say) is caught.
 func TestCompiledRequestChangedAfter(t *testing.T) {
 	rt, _ := CompileRoute(RouteSpec{Name: "r", Proof: "lockId"})
-	st := lockstore.KeyState{LatestFence: f5, Live: &lockstore.HeldLock{Fence: f5, LockID: idA}}
+	st := lockstore.KeyState{LatestFence: f5, Live: &lockstore.Lock{Fence: f5, LockID: idA}}
 	in := hdrInput("PUT", "/x", map[string]string{HeaderKey: "k", HeaderToken: f5})
 	for _, broken := range []bool{false, true} {
 		c := New(&stateStore{state: st}, Options{})

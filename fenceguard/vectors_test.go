@@ -21,6 +21,7 @@ import (
 
 	"github.com/fencegate/fencegate/fenceguard"
 	"github.com/fencegate/fencegate/fenceguard/redisfence"
+	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/writeproof"
 )
 
@@ -135,7 +136,7 @@ func signAt(sd []byte, kid, key, fence, lockID string, at int64) string {
 	_, _ = fmt.Sscan(strings.TrimLeft(fence, "0"), &n)
 	p := make([]byte, 80)
 	binary.BigEndian.PutUint64(p[0:8], n)
-	kd := writeproof.KeyDigest(key)
+	kd := lockstore.DigestKey(key)
 	copy(p[8:40], kd[:])
 	lh := writeproof.LockIDHash(lockID)
 	copy(p[40:72], lh[:])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/fencegate/fencegate/internal/storetelemetry"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -34,7 +35,7 @@ func TestAs(t *testing.T) {
 	for range 3 {
 		l = wrapLocks{Locks: l, inner: l}
 	}
-	l = lockstore.WithTelemetry(l, lockstore.TelemetryOptions{})
+	l = storetelemetry.WithTelemetry(l, storetelemetry.TelemetryOptions{})
 	if ll, ok := lockstore.As[lockstore.LockLister](l); !ok || ll != lockstore.LockLister(store) {
 		t.Fatalf("As[LockLister] through 4 wrappers = %v, %v", ll, ok)
 	}

@@ -22,7 +22,8 @@ type AuditEvent struct {
 	// the key for people; it is not what a key filter matches, since a key
 	// with the same 96-bit non-cryptographic hash is cheap to construct.
 	KeyHash string `json:"keyHash"`
-	// KeyDigest is KeyDigest of the key: what AuditQuery.Key matches.
+	// KeyDigest is the key's KeyDigest in hex (DigestKey(key).String()):
+	// what AuditQuery.Key matches.
 	// Events stored before it existed have none and match no key filter.
 	KeyDigest string `json:"keyDigest,omitempty"`
 	Key       string `json:"key,omitempty"` // only with raw-key auditing on
@@ -36,19 +37,26 @@ type AuditEvent struct {
 	Path      string `json:"path,omitempty"` // without the query string
 }
 
-// KeyDigest is the SHA-256 of key's NFC form, as 64 hex digits: the
-// collision-resistant identity audit scoping relies on. (HashKey is
-// SyncGuard's display hash; colliding keys can be built for it in seconds.)
-func KeyDigest(key string) string {
-	d := sha256.Sum256([]byte(norm.NFC.String(key)))
-	return hex.EncodeToString(d[:])
+// KeyDigest is the SHA-256 of a key's NFC form (DigestKey): the key's
+// collision-resistant identity, and the one meaning of the name. Audit
+// scoping matches it (AuditEvent.KeyDigest holds its String), and a write
+// proof carries its bytes (writeproof.Claims.KeyDigest). HashKey is
+// SyncGuard's display hash; colliding keys can be built for it in seconds.
+type KeyDigest [sha256.Size]byte
+
+// DigestKey returns key's KeyDigest: SHA-256 of norm.NFC(key).
+func DigestKey(key string) KeyDigest {
+	return sha256.Sum256([]byte(norm.NFC.String(key)))
 }
+
+// String returns d as 64 lowercase hex digits, as audit events hold it.
+func (d KeyDigest) String() string { return hex.EncodeToString(d[:]) }
 
 // AuditQuery selects audit events. Zero values mean "no filter"; Limit <= 0
 // means the store's default page size.
 type AuditQuery struct {
 	// Key, when set, selects the events of this key: those whose KeyDigest
-	// is KeyDigest(Key). A store may narrow by HashKey(Key) first (it is
+	// is DigestKey(Key).String(). A store may narrow by HashKey(Key) first (it is
 	// what its indexes hold), but the digest decides.
 	Key     string
 	SinceMs int64

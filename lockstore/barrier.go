@@ -108,11 +108,3 @@ type WriteBarrier interface {
 type BarrierSweeper interface {
 	SweepBarrier(ctx context.Context, limit int) (removed int, err error)
 }
-
-// ValidateSweepLimit checks SweepBarrier's limit before any I/O.
-func ValidateSweepLimit(limit int) error {
-	if limit <= 0 {
-		return Errorf(InvalidArgument, "sweep", "sweep limit must be positive, got %d", limit)
-	}
-	return nil
-}

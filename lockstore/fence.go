@@ -1,9 +1,6 @@
 package lockstore
 
 import (
-	"context"
-	"fmt"
-	"log/slog"
 	"strconv"
 )
 
@@ -62,25 +59,3 @@ func ValidFence(s string) bool {
 
 // FenceNeedsWarning reports whether n is past FenceWarn.
 func FenceNeedsWarning(n int64) bool { return n > FenceWarn }
-
-// FenceOverflow is the error of an acquire of key whose fence counter is
-// already at FenceMax: Internal, because nothing the caller sent was wrong.
-// Every backend returns it, and writes nothing, in that case.
-func FenceOverflow(op, key string) *Error {
-	return &Error{Code: Internal, Op: op, Key: key,
-		Msg: fmt.Sprintf("fence counter overflow: the key's counter is at FenceMax (%d) and nothing was written; rotate the key namespace", FenceMax)}
-}
-
-// NoteFence is what every backend does with a fence it has just issued for
-// key: past FenceWarn it logs one warning (the key's hash, never the key),
-// so operators have years to rotate the key namespace before FenceOverflow.
-// Call it once per issued fence, after the write has committed, never from
-// inside a transaction body that may run again.
-func NoteFence(ctx context.Context, log *slog.Logger, key string, n int64) {
-	if !FenceNeedsWarning(n) {
-		return
-	}
-	f := fmt.Sprintf("%0*d", FenceDigits, n)
-	log.WarnContext(ctx, "fence counter past the warning level; plan a key namespace rotation",
-		"keyHash", HashKey(key), "fence", f, "fenceWarn", FenceWarn, "fenceMax", FenceMax)
-}

@@ -2,19 +2,15 @@ package lockstore
 
 import "context"
 
-// ListedLock is one live lock as a listing returns it. It carries the raw
-// key, because a caller must be able to check a token's key prefixes
-// against it, and the holder's lockId only as a hash: a listing never hands
-// out a handle that could release or extend someone else's lock. Whoever
-// shows a ListedLock decides whether the raw key may be shown (fencegate
-// shows it only when raw keys are configured).
+// ListedLock is one live lock as a listing returns it (Lock.Listed): its
+// sanitised view and the raw key, because a caller must be able to check a
+// token's key prefixes against it; the holder's lockId only as a hash: a
+// listing never hands out a handle that could release or extend someone
+// else's lock. Whoever shows a ListedLock decides whether the raw key may
+// be shown (fencegate shows it only when raw keys are configured).
 type ListedLock struct {
-	Key          string // raw (NFC-normalised) key; show only when configured
-	KeyHash      string // HashKey(Key)
-	LockIDHash   string // HashKey(lockId); never the lockId
-	Fence        string
-	ExpiresAtMs  int64
-	AcquiredAtMs int64
+	Key string // raw (NFC-normalised) key; show only when configured
+	LockInfo
 }
 
 // Listing bounds. A listing is for people looking at a console, not for
@@ -42,25 +38,4 @@ type LockList struct {
 // DefaultListLimit; a larger limit than MaxListLimit is capped.
 type LockLister interface {
 	ListHeld(ctx context.Context, limit int) (LockList, error)
-}
-
-// ListLimit applies the listing bounds to a requested limit.
-func ListLimit(limit int) int {
-	if limit <= 0 {
-		return DefaultListLimit
-	}
-	return min(limit, MaxListLimit)
-}
-
-// NewListedLock builds a listing entry from a lock's stored fields; the
-// lockId goes in hashed only.
-func NewListedLock(key, lockID, fence string, expiresAtMs, acquiredAtMs int64) ListedLock {
-	return ListedLock{
-		Key:          key,
-		KeyHash:      HashKey(key),
-		LockIDHash:   HashKey(lockID),
-		Fence:        fence,
-		ExpiresAtMs:  expiresAtMs,
-		AcquiredAtMs: acquiredAtMs,
-	}
 }

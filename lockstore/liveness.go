@@ -9,13 +9,6 @@ const TimeToleranceMs = 1000
 // DefaultTTL is the lock TTL when a caller gives none.
 const DefaultTTL = 30 * time.Second
 
-// IsLive is the single liveness predicate every backend uses: a lock whose
-// stored expiry is expiresAtMs is live at nowMs (the backend's time
-// authority) while expiresAtMs > nowMs - TimeToleranceMs.
-func IsLive(expiresAtMs, nowMs int64) bool {
-	return expiresAtMs > nowMs-TimeToleranceMs
-}
-
 // ValidateTTL checks that ttl is a positive whole number of milliseconds and
 // returns it in milliseconds.
 func ValidateTTL(ttl time.Duration) (int64, error) {

@@ -3,6 +3,7 @@ package lockstore
 import (
 	"context"
 	"io"
+	"log/slog"
 	"time"
 )
 
@@ -57,8 +58,48 @@ type ExtendResult struct {
 	Detail      string
 }
 
-// LockInfo is the sanitised view of a live lock returned by lookups: hashes,
-// never the raw key or lockId.
+// Lock is a live lock: the one description of a lock, as a store holds it
+// and the edge check reads it (KeyState.Live). It holds secrets: LockID is
+// the holder's handle, and Key may name a customer. What leaves the
+// store's trusted callers, or reaches a log, is its sanitised view, Info
+// (a listing's is Listed); a Lock handed to slog logs only that view.
+type Lock struct {
+	Key          string // NFC-normalised user key
+	LockID       string // the holder's secret handle; never log it
+	Fence        string // 15 digits
+	ExpiresAtMs  int64
+	AcquiredAtMs int64
+}
+
+// Info returns the sanitised view of l: the key and lockId hashed
+// (HashKey), never raw, so every backend's lookup answers the same way and
+// none can hand back a raw key or lockId.
+func (l Lock) Info() *LockInfo {
+	return &LockInfo{
+		KeyHash:      HashKey(l.Key),
+		LockIDHash:   HashKey(l.LockID),
+		Fence:        l.Fence,
+		ExpiresAtMs:  l.ExpiresAtMs,
+		AcquiredAtMs: l.AcquiredAtMs,
+	}
+}
+
+// Listed returns l as a listing shows it (LockLister): the sanitised view
+// and the raw key, never the lockId.
+func (l Lock) Listed() ListedLock {
+	return ListedLock{Key: l.Key, LockInfo: *l.Info()}
+}
+
+// LogValue makes slog log the sanitised view: a Lock that reaches a log
+// line by mistake shows hashes, never the raw key or lockId.
+func (l Lock) LogValue() slog.Value {
+	i := l.Info()
+	return slog.GroupValue(slog.String("keyHash", i.KeyHash), slog.String("lockIdHash", i.LockIDHash),
+		slog.String("fence", i.Fence), slog.Int64("expiresAtMs", i.ExpiresAtMs), slog.Int64("acquiredAtMs", i.AcquiredAtMs))
+}
+
+// LockInfo is a Lock's sanitised view (Lock.Info), what lookups return
+// and the lock API answers: hashes, never the raw key or lockId.
 type LockInfo struct {
 	KeyHash      string `json:"keyHash"`
 	LockIDHash   string `json:"lockIdHash"`
@@ -67,32 +108,10 @@ type LockInfo struct {
 	AcquiredAtMs int64  `json:"acquiredAtMs"`
 }
 
-// NewLockInfo builds the sanitised view of a live lock from its stored
-// fields: key and lockID go in hashed (HashKey), so every backend's lookup
-// answers the same way and none can hand back a raw key or lockId.
-func NewLockInfo(key, lockID, fence string, expiresAtMs, acquiredAtMs int64) *LockInfo {
-	return &LockInfo{
-		KeyHash:      HashKey(key),
-		LockIDHash:   HashKey(lockID),
-		Fence:        fence,
-		ExpiresAtMs:  expiresAtMs,
-		AcquiredAtMs: acquiredAtMs,
-	}
-}
-
-// HeldLock is the raw state of a live lock, for the edge check only (it
-// compares a presented lockId in constant time). It holds a secret.
-type HeldLock struct {
-	LockID       string
-	Fence        string
-	ExpiresAtMs  int64
-	AcquiredAtMs int64
-}
-
 // KeyState is what the edge check reads for a key in one backend call.
 type KeyState struct {
 	// Live is the live lock on the key, or nil.
-	Live *HeldLock
+	Live *Lock
 	// LatestFence is the latest fence ever issued for the key ("" if none).
 	// It is at least Live.Fence.
 	LatestFence string

@@ -18,7 +18,7 @@
 //
 //	offset  size  field
 //	0       8     fence, unsigned big-endian (1 … 999999999999999)
-//	8       32    SHA-256 of the key in Unicode NFC (lockstore.KeyDigest's bytes)
+//	8       32    SHA-256 of the key in Unicode NFC (lockstore.KeyDigest)
 //	40      32    SHA-256 of the lockId (binds the holder without revealing it)
 //	72      8     issuedAtMs, unsigned big-endian (gateway clock; informative)
 //

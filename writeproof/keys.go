@@ -90,7 +90,7 @@ func (s *Signer) Sign(key, fence, lockID string) (string, error) {
 	if lockID == "" {
 		return "", errors.New("writeproof: empty lockId")
 	}
-	return s.sign(Claims{KID: s.kid, Fence: fence, KeyDigest: KeyDigest(key), LockIDHash: LockIDHash(lockID), IssuedAtMs: s.now().UnixMilli()})
+	return s.sign(Claims{KID: s.kid, Fence: fence, KeyDigest: digestKey(key), LockIDHash: LockIDHash(lockID), IssuedAtMs: s.now().UnixMilli()})
 }
 
 func (s *Signer) sign(c Claims) (string, error) {
@@ -137,7 +137,7 @@ func (v *Verifier) Verify(proof, key, fence string) (Claims, error) {
 	if err != nil {
 		return Claims{}, err
 	}
-	kd := KeyDigest(key)
+	kd := digestKey(key)
 	if subtle.ConstantTimeCompare(p.KeyDigest[:], kd[:]) != 1 {
 		return Claims{}, ErrWrongKey
 	}

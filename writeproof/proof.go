@@ -53,9 +53,9 @@ var (
 // SHA-256 digests: a proof in a log reveals neither.
 type Claims struct {
 	KID        string
-	Fence      string   // 15 digits
-	KeyDigest  [32]byte // SHA-256 of the NFC key
-	LockIDHash [32]byte // SHA-256 of the lockId
+	Fence      string              // 15 digits
+	KeyDigest  lockstore.KeyDigest // SHA-256 of the NFC key
+	LockIDHash [32]byte            // SHA-256 of the lockId
 	IssuedAtMs int64
 }
 
@@ -66,16 +66,15 @@ type Proof struct {
 	sig     []byte
 }
 
-// KeyDigest is the SHA-256 of key in Unicode NFC, as a proof carries it
-// (the bytes lockstore.KeyDigest spells in hex).
-func KeyDigest(key string) [32]byte {
+// digestKey is key's lockstore.KeyDigest, as a proof carries it. An
+// invalid key matches no proof: a proof is only ever signed for a
+// normalised key, and an invalid one gets the digest of other bytes.
+func digestKey(key string) lockstore.KeyDigest {
 	n, err := lockstore.NormalizeKey(key)
 	if err != nil {
-		// Invalid keys match no proof: a proof is only ever signed for a
-		// normalised key, and this digest is of different bytes.
-		n = "\x00invalid\x00" + key
+		return sha256.Sum256([]byte("\x00invalid\x00" + key))
 	}
-	return sha256.Sum256([]byte(n))
+	return lockstore.DigestKey(n)
 }
 
 // LockIDHash is the SHA-256 of lockID, as a proof carries it.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 const (
@@ -52,7 +54,7 @@ func TestProofRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.KID != "k1" || c.Fence != testFence || c.LockIDHash != LockIDHash(testLockID) ||
-		c.KeyDigest != KeyDigest(testKey) || c.IssuedAtMs != 1_795_345_684_630 {
+		c.KeyDigest != digestKey(testKey) || c.IssuedAtMs != 1_795_345_684_630 {
 		t.Fatalf("claims %+v", c)
 	}
 	if strings.Contains(p, testLockID) {
@@ -292,7 +294,7 @@ func brokenVerifiers(v *Verifier) map[string]func(proof, key, fence string) erro
 	return map[string]func(proof, key, fence string) error{
 		"no signature check": func(proof, key, fence string) error {
 			p, err := Parse(proof)
-			if err != nil || p.KeyDigest != KeyDigest(key) || p.Fence != fence {
+			if err != nil || p.KeyDigest != digestKey(key) || p.Fence != fence {
 				return ErrMalformed
 			}
 			return nil
@@ -306,7 +308,7 @@ func brokenVerifiers(v *Verifier) map[string]func(proof, key, fence string) erro
 		},
 		"no fence check": func(proof, key, fence string) error {
 			p, err := Parse(proof)
-			if err != nil || !sigOK(p) || p.KeyDigest != KeyDigest(key) {
+			if err != nil || !sigOK(p) || p.KeyDigest != digestKey(key) {
 				return ErrMalformed
 			}
 			return nil
@@ -319,5 +321,30 @@ func brokenVerifiers(v *Verifier) map[string]func(proof, key, fence string) erro
 			_, err := v.Verify(proof, key, fence)
 			return err
 		},
+	}
+}
+
+// TestKeyDigestOneMeaning: a proof carries exactly the key's
+// lockstore.KeyDigest, the identity audit scoping matches by its hex (for
+// any spelling of the key NFC makes one), and an invalid key's digest is
+// not that of the same bytes, so it matches no proof.
+func TestKeyDigestOneMeaning(t *testing.T) {
+	s := newSigner(t, Key{KID: "k1", Seed: seed(1)})
+	for _, key := range []string{testKey, "caf\u00e9", "cafe\u0301"} {
+		p, err := Parse(sign(t, s, key, testFence, testLockID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := lockstore.DigestKey("caf\u00e9"); key != testKey && p.KeyDigest != want {
+			t.Errorf("%q: proof carries %s, want the NFC key's %s", key, p.KeyDigest, want)
+		}
+		if p.KeyDigest != lockstore.DigestKey(key) || p.KeyDigest.String() != lockstore.DigestKey(key).String() {
+			t.Errorf("%q: proof carries %s, want lockstore.DigestKey %s", key, p.KeyDigest, lockstore.DigestKey(key))
+		}
+	}
+	for _, bad := range []string{"", strings.Repeat("k", lockstore.MaxKeyLengthBytes+1)} {
+		if digestKey(bad) == lockstore.DigestKey(bad) {
+			t.Errorf("invalid key %.10q: its proof digest is the plain digest", bad)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/connlimit"
 	"github.com/fencegate/fencegate/internal/health"
+	"github.com/fencegate/fencegate/internal/storetelemetry"
 	"github.com/fencegate/fencegate/internal/tracing/otelenv"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/writeproof"
@@ -30,7 +31,7 @@ type gateway struct {
 	// (the checker its edge state, the console its Inspect), and the
 	// optional capabilities are found in it with lockstore.As.
 	store lockstore.Store
-	// locks are the store's lock operations behind lockstore.WithTelemetry,
+	// locks are the store's lock operations behind storetelemetry.WithTelemetry,
 	// which times each call per backend (fencegate_store_*): what the lock
 	// API serves. lockstore.As finds the store's capabilities through it.
 	locks lockstore.Locks
@@ -100,7 +101,7 @@ func startGateway(ctx context.Context, cfg config.Config, set gatewaySettings, l
 	if gw.health, err = health.New(health.Options{Store: gw.store, Replication: gw.replication, Registerer: gw.reg, Logger: log}); err != nil {
 		return nil, err
 	}
-	tel := lockstore.WithTelemetry(gw.store, lockstore.TelemetryOptions{OnEvent: sm.Observe, Logger: log})
+	tel := storetelemetry.WithTelemetry(gw.store, storetelemetry.TelemetryOptions{OnEvent: sm.Observe, Logger: log})
 	gw.locks = tel
 	gw.undo = append(gw.undo, func() { _ = tel.Close() }) // delivers the queued events and stops the decorator's worker, before the store closes
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/auth"
+	"github.com/fencegate/fencegate/internal/storetelemetry"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -221,7 +222,7 @@ func TestConsoleRecorder(t *testing.T) {
 	// serve wires them); the hand-built variants this replaced had no
 	// combination for a lister alone or a lister with a counter, and the
 	// telemetry decorator dropped LockLister and BarrierSweeper.
-	tel := lockstore.WithTelemetry(f.store, lockstore.TelemetryOptions{OnEvent: func(lockstore.LockEvent) {}})
+	tel := storetelemetry.WithTelemetry(f.store, storetelemetry.TelemetryOptions{OnEvent: func(storetelemetry.LockEvent) {}})
 	defer func() { _ = tel.Close() }()
 	for name, l := range map[string]lockstore.Locks{"recorded": f.api, "recorded telemetry": f.c.Record(tel)} {
 		for iface, ok := range map[string]bool{

@@ -124,7 +124,7 @@ func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]locks
 	limit = min(limit, lockstore.MaxAuditLimit)
 	digest := ""
 	if q.Key != "" {
-		digest = lockstore.KeyDigest(q.Key)
+		digest = lockstore.DigestKey(q.Key).String()
 	}
 	var out []lockstore.AuditEvent
 	err := s.view(ctx, "audit-query", func(tx *bbolt.Tx) error {

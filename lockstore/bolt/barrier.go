@@ -10,6 +10,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // The write barrier's in-flight entries are indexed so that an Admit costs
@@ -48,7 +49,7 @@ var barrierBuckets = [][]byte{bucketWrites, bucketEntries, bucketDeadlines, buck
 
 var _ lockstore.WriteBarrier = (*Store)(nil)
 
-// idLen is a write id's length (lockstore.ValidateWriteID).
+// idLen is a write id's length (backend.ValidateWriteID).
 const idLen = lockstore.LockIDLength
 
 // barrier is one transaction's view of the barrier's buckets.
@@ -114,7 +115,7 @@ func (c counts) below(f string) (n int) {
 }
 
 // entry reads the stored entry of write id (ok false if none).
-func (b barrier) entry(p []byte, id string) (e lockstore.WriteEntry, ok bool, err error) {
+func (b barrier) entry(p []byte, id string) (e backend.WriteEntry, ok bool, err error) {
 	v := b.ids.Get(cat(p, []byte(id)))
 	if v == nil {
 		return e, false, nil
@@ -122,11 +123,11 @@ func (b barrier) entry(p []byte, id string) (e lockstore.WriteEntry, ok bool, er
 	if len(v) != lockstore.FenceDigits+8 {
 		return e, false, lockstore.Errorf(lockstore.Internal, "decode", "bolt: corrupt write barrier id record")
 	}
-	return lockstore.WriteEntry{Fence: string(v[:lockstore.FenceDigits]), DeadlineMs: int64(binary.BigEndian.Uint64(v[lockstore.FenceDigits:]))}, true, nil
+	return backend.WriteEntry{Fence: string(v[:lockstore.FenceDigits]), DeadlineMs: int64(binary.BigEndian.Uint64(v[lockstore.FenceDigits:]))}, true, nil
 }
 
 // add registers (or re-registers) an entry, keeping c current.
-func (b barrier) add(p []byte, id string, e lockstore.WriteEntry, c counts) error {
+func (b barrier) add(p []byte, id string, e backend.WriteEntry, c counts) error {
 	if _, err := b.remove(p, id, c); err != nil {
 		return err
 	}
@@ -221,15 +222,15 @@ func (s *Store) keyState(tx *bbolt.Tx, k string, now int64) (lockstore.KeyState,
 	if err != nil {
 		return ks, err
 	}
-	if r != nil && lockstore.IsLive(r.ExpiresAtMs, now) {
-		ks.Live = &lockstore.HeldLock{LockID: r.LockID, Fence: r.Fence,
+	if r != nil && backend.IsLive(r.ExpiresAtMs, now) {
+		ks.Live = &lockstore.Lock{Key: k, LockID: r.LockID, Fence: r.Fence,
 			ExpiresAtMs: r.ExpiresAtMs, AcquiredAtMs: r.AcquiredAtMs}
 	}
 	return ks, nil
 }
 
 // admitTx applies the barrier rule to key k inside tx: a bounded prune
-// (lockstore.BarrierPruneBatch), then a fixed number of seeks and small
+// (backend.BarrierPruneBatch), then a fixed number of seeks and small
 // reads, whatever the number of entries. When more expired entries are
 // left than one call prunes, the counts include them: the answer errs
 // towards blocked and Full, never towards admitted.
@@ -240,11 +241,11 @@ func admitTx(tx *bbolt.Tx, k string, a lockstore.WriteAdmission, ks lockstore.Ke
 	if err != nil {
 		return res, err
 	}
-	removed, _, err := b.prune(p, ks.NowMs, lockstore.BarrierPruneBatch, c)
+	removed, _, err := b.prune(p, ks.NowMs, backend.BarrierPruneBatch, c)
 	if err != nil {
 		return res, err
 	}
-	if !a.Matches(ks) {
+	if !backend.AdmissionMatches(a, ks) {
 		if removed > 0 {
 			return res, b.putCounts(k, c)
 		}
@@ -268,7 +269,7 @@ func admitTx(tx *bbolt.Tx, k string, a lockstore.WriteAdmission, ks lockstore.Ke
 		res.Full = true
 		return res, b.putCounts(k, c)
 	}
-	if err := b.add(p, a.WriteID, lockstore.WriteEntry{Fence: a.Fence, DeadlineMs: ks.NowMs + maxMs}, c); err != nil {
+	if err := b.add(p, a.WriteID, backend.WriteEntry{Fence: a.Fence, DeadlineMs: ks.NowMs + maxMs}, c); err != nil {
 		return res, err
 	}
 	res.Admitted = true
@@ -280,7 +281,7 @@ func admitTx(tx *bbolt.Tx, k string, a lockstore.WriteAdmission, ks lockstore.Ke
 // the read and the registration.
 func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
-	k, maxMs, err := lockstore.PrecheckAdmit(ctx, key, a)
+	k, maxMs, err := backend.PrecheckAdmit(ctx, key, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -303,7 +304,7 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 // A bounded batch of the key's expired entries goes too.
 func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	const op = "finish"
-	k, err := lockstore.PrecheckFinish(ctx, key, writeID)
+	k, err := backend.PrecheckFinish(ctx, key, writeID)
 	if err != nil {
 		return err
 	}
@@ -317,7 +318,7 @@ func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 		if err != nil {
 			return err
 		}
-		removed, _, err := b.prune(p, s.nowMs(), lockstore.BarrierPruneBatch, c)
+		removed, _, err := b.prune(p, s.nowMs(), backend.BarrierPruneBatch, c)
 		if err != nil || (!gone && removed == 0) {
 			return err
 		}
@@ -337,7 +338,7 @@ var _ lockstore.BarrierSweeper = (*Store)(nil)
 // bounded scan; it stops once limit entries are removed.
 func (s *Store) SweepBarrier(ctx context.Context, limit int) (int, error) {
 	const op = "sweep"
-	if err := lockstore.ValidateSweepLimit(limit); err != nil {
+	if err := backend.ValidateSweepLimit(limit); err != nil {
 		return 0, err
 	}
 	s.sweepMu.Lock()
@@ -400,11 +401,11 @@ func migrateWrites(tx *bbolt.Tx) (int, error) {
 	legacy := tx.Bucket(bucketWrites)
 	type record struct {
 		key     string
-		entries map[string]lockstore.WriteEntry
+		entries map[string]backend.WriteEntry
 	}
 	var records []record
 	err := legacy.ForEach(func(k, v []byte) error {
-		var entries map[string]lockstore.WriteEntry
+		var entries map[string]backend.WriteEntry
 		if err := json.Unmarshal(v, &entries); err != nil {
 			return fmt.Errorf("bolt: corrupt legacy write barrier record: %w", err)
 		}
@@ -422,7 +423,7 @@ func migrateWrites(tx *bbolt.Tx) (int, error) {
 		}
 		p := keyPrefix(r.key)
 		for id, e := range r.entries {
-			if lockstore.ValidateWriteID(id) != nil || !lockstore.ValidFence(e.Fence) {
+			if backend.ValidateWriteID(id) != nil || !lockstore.ValidFence(e.Fence) {
 				return moved, fmt.Errorf("bolt: legacy write barrier record holds a malformed entry")
 			}
 			if err := b.add(p, id, e, c); err != nil {

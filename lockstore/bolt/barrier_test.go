@@ -12,6 +12,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
 
@@ -137,7 +138,7 @@ func (b *brokenBarrier) Admit(ctx context.Context, key string, a lockstore.Write
 		if err != nil {
 			return lockstore.WriteAdmitResult{}, err
 		}
-		var stored map[string]lockstore.WriteEntry
+		var stored map[string]backend.WriteEntry
 		if err := b.view(ctx, "admit", func(tx *bbolt.Tx) error {
 			stored, err = getWrites(tx, k)
 			return err
@@ -163,7 +164,7 @@ func (b *brokenBarrier) Finish(ctx context.Context, key, writeID string) error {
 		if _, err := lockstore.NormalizeKey(key); err != nil {
 			return err
 		}
-		return lockstore.ValidateWriteID(writeID)
+		return backend.ValidateWriteID(writeID)
 	}
 	return b.Store.Finish(ctx, key, writeID)
 }
@@ -174,7 +175,7 @@ func (b *brokenBarrier) admitRule(ctx context.Context, key string, a lockstore.W
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
-	maxMs, err := a.Validate()
+	maxMs, err := backend.ValidateAdmission(a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -187,7 +188,7 @@ func (b *brokenBarrier) admitRule(ctx context.Context, key string, a lockstore.W
 		}
 		res.State = ks
 		entries, err := getWrites(tx, k)
-		if err != nil || !a.Matches(ks) {
+		if err != nil || !backend.AdmissionMatches(a, ks) {
 			return err
 		}
 		for _, e := range entries {
@@ -199,7 +200,7 @@ func (b *brokenBarrier) admitRule(ctx context.Context, key string, a lockstore.W
 		if res.Blocking > 0 {
 			return nil
 		}
-		entries[a.WriteID] = lockstore.WriteEntry{Fence: a.Fence, DeadlineMs: ks.NowMs + maxMs}
+		entries[a.WriteID] = backend.WriteEntry{Fence: a.Fence, DeadlineMs: ks.NowMs + maxMs}
 		res.Admitted = true
 		return putWrites(tx, k, entries)
 	})
@@ -213,7 +214,7 @@ func (b *brokenBarrier) admitNotAtomic(ctx context.Context, key string, a lockst
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
-	maxMs, err := a.Validate()
+	maxMs, err := backend.ValidateAdmission(a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -227,7 +228,7 @@ func (b *brokenBarrier) admitNotAtomic(ctx context.Context, key string, a lockst
 		if err != nil {
 			return err
 		}
-		res, _ = a.Apply(entries, ks, maxMs)
+		res, _ = backend.ApplyAdmission(a, entries, ks, maxMs)
 		return nil
 	})
 	if err != nil || !res.Admitted {
@@ -239,7 +240,7 @@ func (b *brokenBarrier) admitNotAtomic(ctx context.Context, key string, a lockst
 		if err != nil {
 			return err
 		}
-		entries[a.WriteID] = lockstore.WriteEntry{Fence: a.Fence, DeadlineMs: res.State.NowMs + maxMs}
+		entries[a.WriteID] = backend.WriteEntry{Fence: a.Fence, DeadlineMs: res.State.NowMs + maxMs}
 		return putWrites(tx, k, entries)
 	})
 }
@@ -255,7 +256,7 @@ func (b *brokenBarrier) forceRegister(ctx context.Context, key string, a locksto
 		if err != nil {
 			return err
 		}
-		entries[a.WriteID] = lockstore.WriteEntry{Fence: a.Fence, DeadlineMs: b.nowMs() + a.MaxWrite.Milliseconds()}
+		entries[a.WriteID] = backend.WriteEntry{Fence: a.Fence, DeadlineMs: b.nowMs() + a.MaxWrite.Milliseconds()}
 		return putWrites(tx, k, entries)
 	})
 }
@@ -263,9 +264,9 @@ func (b *brokenBarrier) forceRegister(ctx context.Context, key string, a locksto
 func (b *brokenBarrier) SweepBarrier(ctx context.Context, limit int) (int, error) {
 	switch b.variant {
 	case "sweep-noop":
-		return 0, lockstore.ValidateSweepLimit(limit)
+		return 0, backend.ValidateSweepLimit(limit)
 	case "sweeps-live", "sweep-touches-lock":
-		if err := lockstore.ValidateSweepLimit(limit); err != nil {
+		if err := backend.ValidateSweepLimit(limit); err != nil {
 			return 0, err
 		}
 		removed := 0
@@ -367,9 +368,9 @@ func TestSweepBarrierBounded(t *testing.T) {
 
 // getWrites reads every entry of key k (a walk: for the broken variants and
 // tests only; the store itself never reads a key's entries whole).
-func getWrites(tx *bbolt.Tx, k string) (map[string]lockstore.WriteEntry, error) {
+func getWrites(tx *bbolt.Tx, k string) (map[string]backend.WriteEntry, error) {
 	b, p := barrierOf(tx), keyPrefix(k)
-	out := map[string]lockstore.WriteEntry{}
+	out := map[string]backend.WriteEntry{}
 	cur := b.ids.Cursor()
 	for id, _ := cur.Seek(p); id != nil && bytes.HasPrefix(id, p); id, _ = cur.Next() {
 		e, ok, err := b.entry(p, string(id[len(p):]))
@@ -384,7 +385,7 @@ func getWrites(tx *bbolt.Tx, k string) (map[string]lockstore.WriteEntry, error) 
 }
 
 // putWrites replaces every entry of key k with entries.
-func putWrites(tx *bbolt.Tx, k string, entries map[string]lockstore.WriteEntry) error {
+func putWrites(tx *bbolt.Tx, k string, entries map[string]backend.WriteEntry) error {
 	old, err := getWrites(tx, k)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // TestBarrierLegacyRecordsMoved: entries an earlier version kept in the
@@ -19,7 +20,7 @@ import (
 func TestBarrierLegacyRecordsMoved(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "legacy.db")
 	ctx := context.Background()
-	s, err := Open(ctx, Config{Path: path, FenceFloor: lockstore.FloorOff})
+	s, err := Open(ctx, Config{Path: path, FenceFloor: backend.FloorOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +29,7 @@ func TestBarrierLegacyRecordsMoved(t *testing.T) {
 		t.Fatalf("Acquire = %+v, %v", a, err)
 	}
 	id1, id2 := newWriteID(t), newWriteID(t)
-	legacy := map[string]lockstore.WriteEntry{
+	legacy := map[string]backend.WriteEntry{
 		id1: {Fence: a.Fence, DeadlineMs: time.Now().Add(time.Hour).UnixMilli()},
 		id2: {Fence: a.Fence, DeadlineMs: time.Now().Add(time.Hour).UnixMilli()},
 	}
@@ -40,7 +41,7 @@ func TestBarrierLegacyRecordsMoved(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, err = Open(ctx, Config{Path: path, FenceFloor: lockstore.FloorOff})
+	s, err = Open(ctx, Config{Path: path, FenceFloor: backend.FloorOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func newWriteID(t *testing.T) string {
 // one record, decoded, walked and rewritten whole (Apply over getWrites /
 // putWrites). The broken variant TestBarrierAdmitWorkFlat must catch.
 func (s *Store) legacyAdmit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
-	k, maxMs, err := lockstore.PrecheckAdmit(ctx, key, a)
+	k, maxMs, err := backend.PrecheckAdmit(ctx, key, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -109,7 +110,7 @@ func (s *Store) legacyAdmit(ctx context.Context, key string, a lockstore.WriteAd
 		}
 		var changed bool
 		a.MaxInFlight = lockstore.MaxInFlightLimit
-		res, changed = a.Apply(entries, ks, maxMs)
+		res, changed = backend.ApplyAdmission(a, entries, ks, maxMs)
 		if changed {
 			return putWrites(tx, k, entries)
 		}
@@ -125,7 +126,7 @@ func (s *Store) legacyAdmit(ctx context.Context, key string, a lockstore.WriteAd
 // rewrites the key's entries (legacyAdmit) is caught by the same bound.
 func TestBarrierAdmitWorkFlat(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "work.db"), FenceFloor: lockstore.FloorOff})
+	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "work.db"), FenceFloor: backend.FloorOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestBarrierAdmitWorkFlat(t *testing.T) {
 		c := counts{}
 		dl := time.Now().Add(time.Hour).UnixMilli()
 		for range size {
-			if err := b.add(p, newWriteID(t), lockstore.WriteEntry{Fence: piled, DeadlineMs: dl}, c); err != nil {
+			if err := b.add(p, newWriteID(t), backend.WriteEntry{Fence: piled, DeadlineMs: dl}, c); err != nil {
 				return err
 			}
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 func TestParseURL(t *testing.T) {
@@ -26,9 +27,9 @@ func TestParseURL(t *testing.T) {
 	for _, c := range []struct {
 		url, want, errHas string
 		records           RecordFormat
-		floor             lockstore.FenceFloor
+		floor             backend.FenceFloor
 	}{
-		{url: "bolt:///x.db?fenceFloor=off&records=json", want: "/x.db", records: RecordsJSON, floor: lockstore.FloorOff},
+		{url: "bolt:///x.db?fenceFloor=off&records=json", want: "/x.db", records: RecordsJSON, floor: backend.FloorOff},
 		{url: "bolt:///x.db?fenceFloor=clock", want: "/x.db"},
 		{url: "bolt:///x.db?fenceFloor=sometimes", errHas: `fenceFloor="sometimes": want clock (the default) or off`},
 		{url: "bolt:///x.db?fenceFloor=off&fenceFloor=off", errHas: "given 2 times"},
@@ -238,7 +239,7 @@ func TestFenceWarning(t *testing.T) {
 	var buf testutil.LogBuffer
 	logger := slog.New(slog.NewJSONHandler(&buf, nil))
 	// Without the floor: a counter this far ahead of it is refused.
-	s, _ := openFake(t, Config{Logger: logger, FenceFloor: lockstore.FloorOff})
+	s, _ := openFake(t, Config{Logger: logger, FenceFloor: backend.FloorOff})
 	s.now = time.Now
 	const key = "tenant-7/secret-resource"
 	if err := s.setFence(key, lockstore.FenceWarn-1); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // DefaultOpenTimeout is how long Open waits for the file lock before it
@@ -40,9 +41,9 @@ type Config struct {
 	Records RecordFormat
 	// FenceFloor picks the next fence: the zero value, FloorClock, keeps
 	// fences growing with the gateway's clock so that a file restored from
-	// a backup cannot reissue one (lockstore.FloorLeadMax); FloorOff
+	// a backup cannot reissue one (backend.FloorLeadMax); FloorOff
 	// issues consecutive fences and can.
-	FenceFloor lockstore.FenceFloor
+	FenceFloor backend.FenceFloor
 }
 
 // RecordFormat names a lock record format (record.go).
@@ -133,16 +134,16 @@ func parseQuery(raw string) (Config, error) {
 		return cfg, lockstore.Errorf(lockstore.InvalidArgument, "config", "bolt: store URL query: %v", err)
 	}
 	for name, vals := range q {
-		if name != recordsParam && name != lockstore.FenceFloorParam {
+		if name != recordsParam && name != backend.FenceFloorParam {
 			return cfg, lockstore.Errorf(lockstore.InvalidArgument, "config",
 				"bolt: unknown store URL parameter %q; the parameters are %s=%s|%s and %s=clock|off",
-				name, recordsParam, RecordsBinary, RecordsJSON, lockstore.FenceFloorParam)
+				name, recordsParam, RecordsBinary, RecordsJSON, backend.FenceFloorParam)
 		}
 		if len(vals) != 1 {
 			return cfg, lockstore.Errorf(lockstore.InvalidArgument, "config", "bolt: store URL parameter %s given %d times", name, len(vals))
 		}
-		if name == lockstore.FenceFloorParam {
-			if cfg.FenceFloor, err = lockstore.ParseFenceFloor(vals[0]); err != nil {
+		if name == backend.FenceFloorParam {
+			if cfg.FenceFloor, err = backend.ParseFenceFloor(vals[0]); err != nil {
 				return cfg, err
 			}
 			continue

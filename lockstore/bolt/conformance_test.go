@@ -100,6 +100,9 @@ var mutants = []struct {
 	{"list_ignores_limit", "list_held", func(s *Store) lockstore.Store {
 		return &unboundedList{wrapped{s}}
 	}},
+	{"inspect_drops_key", "inspect", func(s *Store) lockstore.Store {
+		return &keylessInspect{wrapped{s}}
+	}},
 }
 
 // TestSuiteCatchesBrokenStores proves the conformance suite can fail: for
@@ -276,6 +279,20 @@ func (m *leakyList) ListHeld(ctx context.Context, limit int) (lockstore.LockList
 
 // unboundedList ignores the limit it was asked for.
 type unboundedList struct{ wrapped }
+
+// keylessInspect reads a live lock without saying whose key it is (the
+// Lock is not the one description of the lock then).
+type keylessInspect struct{ wrapped }
+
+func (m *keylessInspect) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
+	ks, err := m.Store.Inspect(ctx, key)
+	if ks.Live != nil {
+		l := *ks.Live
+		l.Key = ""
+		ks.Live = &l
+	}
+	return ks, err
+}
 
 func (m *unboundedList) ListHeld(ctx context.Context, _ int) (lockstore.LockList, error) {
 	return m.Store.ListHeld(ctx, lockstore.MaxListLimit)

@@ -6,6 +6,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 var _ lockstore.LockLister = (*Store)(nil)
@@ -14,7 +15,7 @@ var _ lockstore.LockLister = (*Store)(nil)
 // not-yet-reclaimed locks, so the walk is over live locks plus a few stale
 // ones; it stops at limit.
 func (s *Store) ListHeld(ctx context.Context, limit int) (lockstore.LockList, error) {
-	limit = lockstore.ListLimit(limit)
+	limit = backend.ListLimit(limit)
 	var out lockstore.LockList
 	err := s.view(ctx, "list", func(tx *bbolt.Tx) error {
 		out.NowMs = s.nowMs()
@@ -24,14 +25,14 @@ func (s *Store) ListHeld(ctx context.Context, limit int) (lockstore.LockList, er
 			if err != nil {
 				return err
 			}
-			if !lockstore.IsLive(r.ExpiresAtMs, out.NowMs) {
+			if !backend.IsLive(r.ExpiresAtMs, out.NowMs) {
 				continue
 			}
 			if len(out.Locks) == limit {
 				out.Partial = true
 				return nil
 			}
-			out.Locks = append(out.Locks, lockstore.NewListedLock(r.Key, r.LockID, r.Fence, r.ExpiresAtMs, r.AcquiredAtMs))
+			out.Locks = append(out.Locks, lockstore.Lock{Key: r.Key, LockID: r.LockID, Fence: r.Fence, ExpiresAtMs: r.ExpiresAtMs, AcquiredAtMs: r.AcquiredAtMs}.Listed())
 		}
 		return nil
 	})

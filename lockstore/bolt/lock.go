@@ -9,6 +9,7 @@ import (
 	bbolt "go.etcd.io/bbolt"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // getLock reads the record stored under normalised key k, or nil.
@@ -70,12 +71,12 @@ func deleteLock(tx *bbolt.Tx, r *lockRecord) error {
 }
 
 // Acquire takes key for ttl if it is free, reclaiming an expired lock
-// (its counter untouched). The fence is lockstore.NextFenceAt's, on the
+// (its counter untouched). The fence is backend.NextFenceAt's, on the
 // gateway's clock read inside the write transaction; when that refuses
 // (overflow, a clock behind the counter) nothing is written.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	const op = "acquire"
-	k, ttlMs, err := lockstore.PrecheckAcquire(ctx, key, ttl)
+	k, ttlMs, err := backend.PrecheckAcquire(ctx, key, ttl)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
@@ -89,7 +90,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 			return err
 		}
 		if cur != nil {
-			if lockstore.IsLive(cur.ExpiresAtMs, now) {
+			if backend.IsLive(cur.ExpiresAtMs, now) {
 				res.Reason = lockstore.ReasonLocked
 				return nil
 			}
@@ -102,7 +103,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 			return err
 		}
 		// An overflow error rolls the reclaim back too: nothing written.
-		next, fence, err := lockstore.NextFenceAt(op, key, n, now, s.floor)
+		next, fence, err := backend.NextFenceAt(op, key, n, now, s.floor)
 		if err != nil {
 			return err
 		}
@@ -127,7 +128,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	if err != nil {
 		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(err, key, "")
 	}
-	lockstore.NoteFence(ctx, s.log, k, issued)
+	backend.NoteFence(ctx, s.log, k, issued)
 	return res, nil
 }
 
@@ -136,7 +137,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 // the way is cleaned up (its counter untouched).
 func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
 	const op = "release"
-	if err := lockstore.PrecheckLockID(ctx, op, lockID); err != nil {
+	if err := backend.PrecheckLockID(ctx, op, lockID); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
 	var res lockstore.ReleaseResult
@@ -149,7 +150,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 		if err := deleteLock(tx, r); err != nil {
 			return err
 		}
-		if !lockstore.IsLive(r.ExpiresAtMs, s.nowMs()) {
+		if !backend.IsLive(r.ExpiresAtMs, s.nowMs()) {
 			res.Detail = lockstore.DetailExpired
 			return nil
 		}
@@ -180,7 +181,7 @@ func (s *Store) resolve(tx *bbolt.Tx, lockID string) (*lockRecord, error) {
 // record is cleaned up.
 func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
 	const op = "extend"
-	ttlMs, err := lockstore.PrecheckExtend(ctx, lockID, ttl)
+	ttlMs, err := backend.PrecheckExtend(ctx, lockID, ttl)
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
@@ -192,7 +193,7 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 			return err
 		}
 		now := s.nowMs()
-		if !lockstore.IsLive(r.ExpiresAtMs, now) {
+		if !backend.IsLive(r.ExpiresAtMs, now) {
 			res.Detail = lockstore.DetailExpired
 			return deleteLock(tx, r)
 		}
@@ -218,14 +219,14 @@ func (s *Store) IsLocked(ctx context.Context, key string) (bool, error) {
 // LookupKey returns the sanitised live lock on key, or nil. Read-only.
 func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
 	const op = "lookup"
-	k, err := lockstore.PrecheckKey(ctx, op, key)
+	k, err := backend.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return nil, err
 	}
 	var info *lockstore.LockInfo
 	err = s.view(ctx, op, func(tx *bbolt.Tx) error {
 		r, err := s.getLock(tx, k)
-		if err == nil && r != nil && lockstore.IsLive(r.ExpiresAtMs, s.nowMs()) {
+		if err == nil && r != nil && backend.IsLive(r.ExpiresAtMs, s.nowMs()) {
 			info = r.info()
 		}
 		return err
@@ -239,13 +240,13 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 // LookupLockID returns the sanitised live lock lockID holds, or nil.
 func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
 	const op = "lookup"
-	if err := lockstore.PrecheckLockID(ctx, op, lockID); err != nil {
+	if err := backend.PrecheckLockID(ctx, op, lockID); err != nil {
 		return nil, err
 	}
 	var info *lockstore.LockInfo
 	err := s.view(ctx, op, func(tx *bbolt.Tx) error {
 		r, err := s.getByID(tx, lockID)
-		if err == nil && r != nil && lockstore.IsLive(r.ExpiresAtMs, s.nowMs()) {
+		if err == nil && r != nil && backend.IsLive(r.ExpiresAtMs, s.nowMs()) {
 			info = r.info()
 		}
 		return err
@@ -260,7 +261,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 // one read transaction, so the two are consistent with each other.
 func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
 	const op = "inspect"
-	k, err := lockstore.PrecheckKey(ctx, op, key)
+	k, err := backend.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return lockstore.KeyState{}, err
 	}
@@ -277,8 +278,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 			}
 		}
 		r, err := s.getLock(tx, k)
-		if err == nil && r != nil && lockstore.IsLive(r.ExpiresAtMs, ks.NowMs) {
-			ks.Live = &lockstore.HeldLock{LockID: r.LockID, Fence: r.Fence,
+		if err == nil && r != nil && backend.IsLive(r.ExpiresAtMs, ks.NowMs) {
+			ks.Live = &lockstore.Lock{Key: k, LockID: r.LockID, Fence: r.Fence,
 				ExpiresAtMs: r.ExpiresAtMs, AcquiredAtMs: r.AcquiredAtMs}
 		}
 		return err
@@ -300,7 +301,7 @@ func (s *Store) CountHeld(ctx context.Context) (int64, error) {
 			if err != nil {
 				return err
 			}
-			if lockstore.IsLive(r.ExpiresAtMs, now) {
+			if backend.IsLive(r.ExpiresAtMs, now) {
 				n++
 			}
 			return nil

@@ -28,7 +28,7 @@ type jsonRecord struct {
 }
 
 func (r *lockRecord) info() *lockstore.LockInfo {
-	return lockstore.NewLockInfo(r.Key, r.LockID, r.Fence, r.ExpiresAtMs, r.AcquiredAtMs)
+	return lockstore.Lock{Key: r.Key, LockID: r.LockID, Fence: r.Fence, ExpiresAtMs: r.ExpiresAtMs, AcquiredAtMs: r.AcquiredAtMs}.Info()
 }
 
 // A lock record's value in the locks bucket comes in one of two formats,
@@ -68,7 +68,7 @@ const (
 )
 
 // encodeRecord renders r in the binary format. r.Fence must be a valid
-// 15-digit fence (every caller got it from lockstore.NextFenceAt or from a
+// 15-digit fence (every caller got it from backend.NextFenceAt or from a
 // decoded record).
 func encodeRecord(r *lockRecord) ([]byte, error) {
 	fence, err := checkEncodable(r)

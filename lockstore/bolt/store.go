@@ -39,6 +39,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // Bucket names. Fence counters live apart from locks so that deleting a
@@ -61,7 +62,7 @@ type Store struct {
 	path      string
 	log       *slog.Logger
 	retention lockstore.AuditRetention
-	floor     lockstore.FenceFloor
+	floor     backend.FenceFloor
 	// now is the time authority; tests replace it to move time.
 	now func() time.Time
 	// encode and decode are the lock record codec: encodeRecord, or

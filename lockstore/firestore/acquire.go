@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // Acquire tries once to take the lock on key for ttl. A plain read that
@@ -18,7 +19,7 @@ import (
 // lock document (see acquireTx).
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	const op = "acquire"
-	nk, ttlMs, err := lockstore.PrecheckAcquire(ctx, key, ttl)
+	nk, ttlMs, err := backend.PrecheckAcquire(ctx, key, ttl)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
@@ -63,7 +64,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), nk, "")
 	}
 	// After the commit, so a retried transaction does not warn twice.
-	lockstore.NoteFence(ctx, s.log, nk, issued)
+	backend.NoteFence(ctx, s.log, nk, issued)
 	return res, nil
 }
 
@@ -99,7 +100,7 @@ func (s *Store) lockedNow(ctx context.Context, lockRef *firestore.DocumentRef) (
 	if err != nil {
 		return false, err
 	}
-	return held && lockstore.IsLive(cur.ExpiresAtMs, s.nowMs()), nil
+	return held && backend.IsLive(cur.ExpiresAtMs, s.nowMs()), nil
 }
 
 // acquireTx is one attempt of Acquire's transaction. It returns the result
@@ -123,7 +124,7 @@ func (s *Store) acquireTx(ctx context.Context, tx *firestore.Transaction, a acqu
 	if err != nil {
 		return lockstore.AcquireResult{}, 0, err
 	}
-	if held && lockstore.IsLive(cur.ExpiresAtMs, nowMs) {
+	if held && backend.IsLive(cur.ExpiresAtMs, nowMs) {
 		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, 0, nil
 	}
 	last, err := decodeCounter(snaps[1], op)
@@ -141,7 +142,7 @@ func (s *Store) acquireTx(ctx context.Context, tx *firestore.Transaction, a acqu
 	// The floor reads the clock again, after the reads: they may have
 	// waited on the lock of a transaction that raised the counter to the
 	// floor of a later instant than nowMs.
-	next, fence, err := lockstore.NextFenceAt(op, a.key, last, max(nowMs, s.nowMs()), s.cfg.FenceFloor)
+	next, fence, err := backend.NextFenceAt(op, a.key, last, max(nowMs, s.nowMs()), s.cfg.FenceFloor)
 	if err != nil {
 		return lockstore.AcquireResult{}, 0, err
 	}

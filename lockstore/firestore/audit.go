@@ -204,7 +204,7 @@ func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]locks
 	for _, c := range auditClasses {
 		fq := s.classColl(c).Where("timeMs", ">=", since)
 		if q.Key != "" {
-			fq = fq.Where("keyDigest", "==", lockstore.KeyDigest(q.Key))
+			fq = fq.Where("keyDigest", "==", lockstore.DigestKey(q.Key).String())
 		}
 		docs, err := fq.OrderBy("timeMs", firestore.Desc).Limit(limit).Documents(ctx).GetAll()
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"cloud.google.com/go/firestore"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // The write barrier keeps, per key, one document in Config.BarrierCollection
@@ -47,8 +48,8 @@ func (s *Store) barrierRef(docID string) *firestore.DocumentRef {
 }
 
 // decodeWrites returns a barrier snapshot's entries (empty if absent).
-func decodeWrites(snap *firestore.DocumentSnapshot, op string) (map[string]lockstore.WriteEntry, error) {
-	entries := map[string]lockstore.WriteEntry{}
+func decodeWrites(snap *firestore.DocumentSnapshot, op string) (map[string]backend.WriteEntry, error) {
+	entries := map[string]backend.WriteEntry{}
 	if snap == nil || !snap.Exists() {
 		return entries, nil
 	}
@@ -57,14 +58,14 @@ func decodeWrites(snap *firestore.DocumentSnapshot, op string) (map[string]locks
 		return nil, &lockstore.Error{Code: lockstore.Internal, Op: op, Msg: "write barrier document does not decode", Err: err}
 	}
 	for id, e := range d.Writes {
-		entries[id] = lockstore.WriteEntry{Fence: e.Fence, DeadlineMs: e.DeadlineMs}
+		entries[id] = backend.WriteEntry{Fence: e.Fence, DeadlineMs: e.DeadlineMs}
 	}
 	return entries, nil
 }
 
 // putWrites writes a key's entries in tx, deleting the document when none
 // is left.
-func putWrites(tx *firestore.Transaction, ref *firestore.DocumentRef, nk string, entries map[string]lockstore.WriteEntry) error {
+func putWrites(tx *firestore.Transaction, ref *firestore.DocumentRef, nk string, entries map[string]backend.WriteEntry) error {
 	if len(entries) == 0 {
 		return tx.Delete(ref)
 	}
@@ -92,8 +93,8 @@ func keyState(lockSnap, counterSnap *firestore.DocumentSnapshot, nk string, nowM
 		if n, err := lockstore.ParseFence(l.Fence); err == nil && n > latest {
 			latest = n
 		}
-		if lockstore.IsLive(l.ExpiresAtMs, nowMs) {
-			st.Live = &lockstore.HeldLock{LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}
+		if backend.IsLive(l.ExpiresAtMs, nowMs) {
+			st.Live = &lockstore.Lock{Key: nk, LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}
 		}
 	}
 	if latest > 0 {
@@ -110,7 +111,7 @@ func keyState(lockSnap, counterSnap *firestore.DocumentSnapshot, nk string, nowM
 // key from committing between the read and the registration.
 func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
-	nk, maxMs, err := lockstore.PrecheckAdmit(ctx, key, a)
+	nk, maxMs, err := backend.PrecheckAdmit(ctx, key, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -163,7 +164,7 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 		// contract grants (TimeToleranceMs): the entry lives that much
 		// longer, so no replica sees it expire before maxWrite has passed
 		// on the clock that registered it.
-		res, changed = a.Apply(entries, ks, maxMs+lockstore.TimeToleranceMs)
+		res, changed = backend.ApplyAdmission(a, entries, ks, maxMs+lockstore.TimeToleranceMs)
 		if !changed {
 			return nil
 		}
@@ -180,7 +181,7 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 // error and writes nothing.
 func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	const op = "finish"
-	nk, err := lockstore.PrecheckFinish(ctx, key, writeID)
+	nk, err := backend.PrecheckFinish(ctx, key, writeID)
 	if err != nil {
 		return err
 	}
@@ -241,7 +242,7 @@ var _ lockstore.BarrierSweeper = (*Store)(nil)
 // entries cannot stay forever).
 func (s *Store) SweepBarrier(ctx context.Context, limit int) (int, error) {
 	const op = "sweep"
-	if err := lockstore.ValidateSweepLimit(limit); err != nil {
+	if err := backend.ValidateSweepLimit(limit); err != nil {
 		return 0, err
 	}
 	qctx, cancel, err := s.begin(ctx, op)

@@ -9,6 +9,7 @@ import (
 	"cloud.google.com/go/firestore"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
 
@@ -25,7 +26,7 @@ func (s outsideReadStore) Admit(ctx context.Context, key string, a lockstore.Wri
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
-	maxMs, err := a.Validate()
+	maxMs, err := backend.ValidateAdmission(a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -49,7 +50,7 @@ func (s outsideReadStore) Admit(ctx context.Context, key string, a lockstore.Wri
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
-	res, _ := a.Apply(entries, ks, maxMs)
+	res, _ := backend.ApplyAdmission(a, entries, ks, maxMs)
 	if !res.Admitted {
 		return res, nil
 	}
@@ -65,7 +66,7 @@ func (s outsideReadStore) Admit(ctx context.Context, key string, a lockstore.Wri
 		if err != nil {
 			return err
 		}
-		cur[a.WriteID] = lockstore.WriteEntry{Fence: a.Fence, DeadlineMs: ks.NowMs + maxMs}
+		cur[a.WriteID] = backend.WriteEntry{Fence: a.Fence, DeadlineMs: ks.NowMs + maxMs}
 		return putWrites(tx, wRef, nk, cur)
 	})
 	return res, classify(ctx, op, err)
@@ -108,7 +109,7 @@ func TestBarrierReadOutsideTransactionIsCaught(t *testing.T) {
 func TestBarrierCapBoundsTheDocument(t *testing.T) {
 	needEmulator(t)
 	cfg := nsConfig(t, "barriercap")
-	cfg.FenceFloor = lockstore.FloorOff
+	cfg.FenceFloor = backend.FloorOff
 	s := openStore(t, cfg)
 	ctx := context.Background()
 	const key = "capped"

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // Defaults of the store's layout. The lock and counter collections are
@@ -75,10 +76,10 @@ type Config struct {
 	OpTimeout time.Duration
 	// FenceFloor picks the next fence: the zero value, FloorClock, keeps
 	// fences growing with the gateway's clock so that a database restored
-	// to an earlier point cannot reissue one (lockstore.FloorLeadMax; the
+	// to an earlier point cannot reissue one (backend.FloorLeadMax; the
 	// gateways' clocks must agree within TimeToleranceMs, as expiry already
 	// needs); FloorOff issues consecutive fences.
-	FenceFloor lockstore.FenceFloor
+	FenceFloor backend.FenceFloor
 	// Now is the time authority (default time.Now). Firestore has no server
 	// clock we can read in a transaction, so the gateway's clock decides
 	// expiry; keep it NTP-synced. Tests inject a fake clock here.
@@ -274,8 +275,8 @@ func ParseURL(raw string) (Config, error) {
 				probs = append(probs, fmt.Sprintf("maxAttempts %q must be an integer in [1, 100]", v))
 			}
 			c.MaxAttempts = n
-		case lockstore.FenceFloorParam:
-			f, err := lockstore.ParseFenceFloor(v)
+		case backend.FenceFloorParam:
+			f, err := backend.ParseFenceFloor(v)
 			if err != nil {
 				probs = append(probs, fmt.Sprintf("%s %q must be clock or off", name, v))
 			}

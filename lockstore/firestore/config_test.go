@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
 
@@ -150,7 +151,7 @@ func TestDocIDs(t *testing.T) {
 
 // TestParseURLFenceFloor: the fenceFloor parameter every backend takes.
 func TestParseURLFenceFloor(t *testing.T) {
-	storetest.FenceFloorParam(t, func(q string) (lockstore.FenceFloor, error) {
+	storetest.FenceFloorParam(t, func(q string) (backend.FenceFloor, error) {
 		cfg, err := ParseURL("firestore://proj?" + q)
 		return cfg.FenceFloor, err
 	})

@@ -5,7 +5,7 @@ import (
 	"encoding/base64"
 	"strings"
 
-	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // lockDocID returns the document ID of the lock on the normalised key nk.
@@ -24,7 +24,7 @@ import (
 // lock on such a key, so nothing shared is lost, and the key works the same
 // on every fencegate backend.
 func lockDocID(nk string) (string, error) {
-	id, err := lockstore.MakeStorageKey("", nk, lockstore.FirestoreKeyLimit, 0)
+	id, err := backend.MakeStorageKey("", nk, backend.FirestoreKeyLimit, 0)
 	if err != nil {
 		return "", err
 	}
@@ -40,7 +40,7 @@ func lockDocID(nk string) (string, error) {
 // The result starts with "fence:" and contains no '/', so it is always a
 // legal document ID.
 func fenceDocID(lockID string) (string, error) {
-	return lockstore.FenceStorageKey("", lockID, lockstore.FirestoreKeyLimit, 0)
+	return backend.FenceStorageKey("", lockID, backend.FirestoreKeyLimit, 0)
 }
 
 // docIDs returns the lock and counter document IDs of the normalised key nk.

@@ -56,5 +56,5 @@ func decodeCounter(snap *firestore.DocumentSnapshot, op string) (int64, error) {
 
 // sanitise builds the hashed view of a lock on normalised key nk.
 func sanitise(nk string, l lockDoc) *lockstore.LockInfo {
-	return lockstore.NewLockInfo(nk, l.LockID, l.Fence, l.ExpiresAtMs, l.AcquiredAtMs)
+	return lockstore.Lock{Key: nk, LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}.Info()
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // testProject is this package's own emulator project, so resetting it never
@@ -85,11 +86,11 @@ func nsConfig(t testing.TB, ns string) Config {
 	}
 }
 
-// floorOff is cfg with lockstore.FloorOff, for the tests that pin the
+// floorOff is cfg with backend.FloorOff, for the tests that pin the
 // layout or count fences one by one (the floor's own cases are in the
 // conformance suite).
 func floorOff(cfg Config) Config {
-	cfg.FenceFloor = lockstore.FloorOff
+	cfg.FenceFloor = backend.FloorOff
 	return cfg
 }
 

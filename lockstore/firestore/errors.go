@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // codeFor maps a gRPC status code to the contract (docs/design.md,
@@ -45,7 +46,7 @@ var errOpTimeout = errors.New("firestore: operation timeout")
 
 // classify turns an error from the client library (or from inside one of
 // our transaction functions) into a *lockstore.Error for operation op:
-// lockstore.MapError (our own *lockstore.Error values pass through, a done
+// backend.MapError (our own *lockstore.Error values pass through, a done
 // caller's context decides, driverError maps the rest), except that our
 // own per-operation bound running out is ServiceUnavailable.
 func classify(ctx context.Context, op string, err error) error {
@@ -55,7 +56,7 @@ func classify(ctx context.Context, op string, err error) error {
 		// did not answer in time, an infrastructure timeout.
 		return &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: op, Msg: "firestore did not answer within the operation timeout", Err: err}
 	}
-	return lockstore.MapError(ctx, op, err, driverError)
+	return backend.MapError(ctx, op, err, driverError)
 }
 
 // driverError maps a client library error once the caller's context is

@@ -6,6 +6,7 @@ import (
 	"cloud.google.com/go/firestore"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 var _ lockstore.LockLister = (*Store)(nil)
@@ -17,7 +18,7 @@ var _ lockstore.LockLister = (*Store)(nil)
 // lookups skip them.
 func (s *Store) ListHeld(ctx context.Context, limit int) (lockstore.LockList, error) {
 	const op = "list"
-	limit = lockstore.ListLimit(limit)
+	limit = backend.ListLimit(limit)
 	var out lockstore.LockList
 	ctx, cancel, err := s.begin(ctx, op)
 	if err != nil {
@@ -36,14 +37,14 @@ func (s *Store) ListHeld(ctx context.Context, limit int) (lockstore.LockList, er
 		if err != nil {
 			return out, err
 		}
-		if !ok || l.LockID == "" || !s.atHome(d.Ref, l) || !lockstore.IsLive(l.ExpiresAtMs, out.NowMs) {
+		if !ok || l.LockID == "" || !s.atHome(d.Ref, l) || !backend.IsLive(l.ExpiresAtMs, out.NowMs) {
 			continue
 		}
 		if len(out.Locks) == limit {
 			out.Partial = true
 			break
 		}
-		out.Locks = append(out.Locks, lockstore.NewListedLock(l.Key, l.LockID, l.Fence, l.ExpiresAtMs, l.AcquiredAtMs))
+		out.Locks = append(out.Locks, lockstore.Lock{Key: l.Key, LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}.Listed())
 	}
 	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"cloud.google.com/go/firestore"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // cleanupGuardMs is how far past the liveness tolerance an expired
@@ -17,7 +18,7 @@ const cleanupGuardMs = 1000
 
 // Release deletes the live lock lockID holds (see mutateLive).
 func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
-	if err := lockstore.PrecheckLockID(ctx, "release", lockID); err != nil {
+	if err := backend.PrecheckLockID(ctx, "release", lockID); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
 	ok, detail, err := s.mutateLive(ctx, "release", lockID, func(tx *firestore.Transaction, live *firestore.DocumentSnapshot, _ int64) error {
@@ -32,7 +33,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 // Extend sets the live lock's expiry to now+ttl (replacing, not adding) and
 // returns that authoritative expiry. An expired lock is never revived.
 func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
-	ttlMs, err := lockstore.PrecheckExtend(ctx, lockID, ttl)
+	ttlMs, err := backend.PrecheckExtend(ctx, lockID, ttl)
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
@@ -199,7 +200,7 @@ func (s *Store) resolve(op, lockID string, snaps []*firestore.DocumentSnapshot, 
 		if !s.atHome(c.snap.Ref, c.lock) {
 			return match{detail: lockstore.DetailNotFound}, nil
 		}
-		if !lockstore.IsLive(c.lock.ExpiresAtMs, nowMs) {
+		if !backend.IsLive(c.lock.ExpiresAtMs, nowMs) {
 			return match{detail: lockstore.DetailExpired}, nil
 		}
 		return match{live: c.snap, lock: c.lock}, nil
@@ -212,7 +213,7 @@ func (s *Store) resolve(op, lockID string, snaps []*firestore.DocumentSnapshot, 
 		case c.err != nil:
 			// Unreadable: treat as possibly live, never delete it.
 			live++
-		case lockstore.IsLive(c.lock.ExpiresAtMs, nowMs):
+		case backend.IsLive(c.lock.ExpiresAtMs, nowMs):
 			live++
 		case cleanup && c.lock.ExpiresAtMs < nowMs-lockstore.TimeToleranceMs-cleanupGuardMs:
 			m.stale = append(m.stale, c.snap.Ref)

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // IsLocked reports whether key has a live lock. It only reads.
@@ -22,7 +23,7 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 }
 
 func (s *Store) lookupKey(ctx context.Context, op, key string) (*lockstore.LockInfo, error) {
-	nk, err := lockstore.PrecheckKey(ctx, op, key)
+	nk, err := backend.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +45,7 @@ func (s *Store) lookupKey(ctx context.Context, op, key string) (*lockstore.LockI
 	}
 	nowMs := s.nowMs()
 	l, ok, err := decodeLock(snap, op)
-	if err != nil || !ok || !lockstore.IsLive(l.ExpiresAtMs, nowMs) || !keyIs(l, nk) {
+	if err != nil || !ok || !backend.IsLive(l.ExpiresAtMs, nowMs) || !keyIs(l, nk) {
 		return nil, lockstore.WithKeyLockID(err, nk, "")
 	}
 	return sanitise(nk, l), nil
@@ -66,7 +67,7 @@ func keyIs(l lockDoc, nk string) bool {
 // duplicates make it return nil without deleting anything.
 func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
 	const op = "lookup"
-	if err := lockstore.PrecheckLockID(ctx, op, lockID); err != nil {
+	if err := backend.PrecheckLockID(ctx, op, lockID); err != nil {
 		return nil, err
 	}
 	ctx, cancel, err := s.begin(ctx, op)
@@ -93,7 +94,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 // live lock and the latest fence ever issued for the key.
 func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
 	const op = "inspect"
-	nk, err := lockstore.PrecheckKey(ctx, op, key)
+	nk, err := backend.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return lockstore.KeyState{}, err
 	}
@@ -125,8 +126,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 		if n, err := lockstore.ParseFence(l.Fence); err == nil && n > latest {
 			latest = n
 		}
-		if lockstore.IsLive(l.ExpiresAtMs, st.NowMs) {
-			st.Live = &lockstore.HeldLock{LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}
+		if backend.IsLive(l.ExpiresAtMs, st.NowMs) {
+			st.Live = &lockstore.Lock{Key: nk, LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}
 		}
 	}
 	if latest > 0 {

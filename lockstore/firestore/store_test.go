@@ -570,7 +570,7 @@ func TestHashedDocIDCollisionIsNotReported(t *testing.T) {
 }
 
 // TestFenceWarning: an acquire that issues a fence past FenceWarn logs
-// lockstore.NoteFence's warning once, after the commit, with the key's
+// backend.NoteFence's warning once, after the commit, with the key's
 // hash and never the key.
 func TestFenceWarning(t *testing.T) {
 	t.Parallel()

@@ -7,18 +7,19 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // Acquire takes key for ttl in one transaction: the advisory lock on the
 // storage key, the fence counter's insert-if-absent, then one statement that
 // checks the holder, moves the counter to the next fence (the clock floor's
-// rule, lockstore.NextFenceAt, on the server's clock) and writes the lock with an expiry computed from the server's
+// rule, backend.NextFenceAt, on the server's clock) and writes the lock with an expiry computed from the server's
 // now(). The three statements go out as one pgx batch, which pgx sends as a
 // pipeline closed by a single Sync, so PostgreSQL runs them in one implicit
 // transaction and the whole acquire is one network round trip.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	const op = "acquire"
-	nk, ttlMs, err := lockstore.PrecheckAcquire(ctx, key, ttl)
+	nk, ttlMs, err := backend.PrecheckAcquire(ctx, key, ttl)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
@@ -43,7 +44,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	b := &pgx.Batch{}
 	b.Queue(s.sql.acquireLock, lockKey)
 	b.Queue(s.sql.acquireInit, fenceKey)
-	b.Queue(s.sql.acquire, lockKey, fenceKey, lockID, ttlMs, nk, lockstore.FenceMax, s.cfg.FenceFloor == lockstore.FloorClock).
+	b.Queue(s.sql.acquire, lockKey, fenceKey, lockID, ttlMs, nk, lockstore.FenceMax, s.cfg.FenceFloor == backend.FloorClock).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&free, &issued, &expires, &prior, &floor) })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
@@ -54,8 +55,8 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
 	case issued == nil && prior != nil:
 		// The guarded UPDATE matched nothing, so nothing was written; the
-		// rule that refused it is lockstore.NextFenceAt's.
-		if _, _, err := lockstore.NextFenceAt(op, key, *prior, floor/lockstore.FloorPerMs+lockstore.FloorEpochMs, s.cfg.FenceFloor); err != nil {
+		// rule that refused it is backend.NextFenceAt's.
+		if _, _, err := backend.NextFenceAt(op, key, *prior, floor/backend.FloorPerMs+backend.FloorEpochMs, s.cfg.FenceFloor); err != nil {
 			return lockstore.AcquireResult{}, err
 		}
 		return lockstore.AcquireResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, Key: key,
@@ -68,6 +69,6 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	if err != nil {
 		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(err, key, "")
 	}
-	lockstore.NoteFence(ctx, s.log, nk, *issued)
+	backend.NoteFence(ctx, s.log, nk, *issued)
 	return lockstore.AcquireResult{OK: true, LockID: lockID, Fence: fence, ExpiresAtMs: *expires}, nil
 }

@@ -78,7 +78,7 @@ func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]locks
 	var err error
 	if q.Key != "" {
 		rows, err = s.pool.Query(ctx, s.sql.auditQueryKey, q.SinceMs, limit,
-			lockstore.HashKey(q.Key), lockstore.KeyDigest(q.Key))
+			lockstore.HashKey(q.Key), lockstore.DigestKey(q.Key).String())
 	} else {
 		rows, err = s.pool.Query(ctx, s.sql.auditQuery, q.SinceMs, limit)
 	}

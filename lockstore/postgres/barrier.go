@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // The write barrier keeps one row per in-flight write in the barrier table
@@ -143,7 +144,7 @@ var _ lockstore.WriteBarrier = (*Store)(nil)
 // that PostgreSQL runs as one implicit transaction, by the server's now().
 func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
-	nk, maxMs, err := lockstore.PrecheckAdmit(ctx, key, a)
+	nk, maxMs, err := backend.PrecheckAdmit(ctx, key, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -158,12 +159,12 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 	b := &pgx.Batch{}
 	b.Queue(s.sql.acquireLock, lockKey)
 	b.Queue(s.sql.barrier.admit, lockKey, fenceKey, a.Fence, a.RequireLive, a.WriteID, maxMs,
-		a.InFlightCap(), lockstore.BarrierPruneBatch).
+		a.InFlightCap(), backend.BarrierPruneBatch).
 		QueryRow(func(r pgx.Row) error { return r.Scan(row.dest()...) })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
-	res, err := row.result(a)
+	res, err := row.result(nk, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(err, key, "")
 	}
@@ -186,11 +187,11 @@ func (r *admitRow) dest() []any {
 
 // result derives the state exactly as Inspect does from the same columns
 // and turns the row into Admit's result.
-func (r *admitRow) result(a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
+func (r *admitRow) result(nk string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
 	ks := lockstore.KeyState{NowMs: r.lock.nowMs}
 	if l := r.lock; l.live() {
-		ks.Live = &lockstore.HeldLock{LockID: *l.lockID, Fence: *l.fence,
+		ks.Live = &lockstore.Lock{Key: nk, LockID: *l.lockID, Fence: *l.fence,
 			ExpiresAtMs: *l.expiresAt, AcquiredAtMs: *l.acquiredAt}
 	}
 	if r.counter != nil && *r.counter > 0 {
@@ -201,7 +202,7 @@ func (r *admitRow) result(a lockstore.WriteAdmission) (lockstore.WriteAdmitResul
 	}
 	// SQL and Go must agree on the match; if they ever do not, the
 	// decision cannot be trusted (an entry it wrote is left to expire).
-	if r.matched != a.Matches(ks) {
+	if r.matched != backend.AdmissionMatches(a, ks) {
 		return lockstore.WriteAdmitResult{}, lockstore.Errorf(lockstore.Internal, op,
 			"postgres: the admit statement and the store disagree whether fence %s matches (statement %v)", a.Fence, r.matched)
 	}
@@ -228,7 +229,7 @@ func (r *admitRow) result(a lockstore.WriteAdmission) (lockstore.WriteAdmitResul
 // SweepBarrier.
 func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	const op = "finish"
-	nk, err := lockstore.PrecheckFinish(ctx, key, writeID)
+	nk, err := backend.PrecheckFinish(ctx, key, writeID)
 	if err != nil {
 		return err
 	}
@@ -251,7 +252,7 @@ var _ lockstore.BarrierSweeper = (*Store)(nil)
 // server's now() as Admit judges them.
 func (s *Store) SweepBarrier(ctx context.Context, limit int) (int, error) {
 	const op = "sweep"
-	if err := lockstore.ValidateSweepLimit(limit); err != nil {
+	if err := backend.ValidateSweepLimit(limit); err != nil {
 		return 0, err
 	}
 	if err := s.begin(ctx, op); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
 
@@ -27,7 +28,7 @@ func (s slowCommitStore) Admit(ctx context.Context, key string, a lockstore.Writ
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
-	maxMs, err := a.Validate()
+	maxMs, err := backend.ValidateAdmission(a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -46,7 +47,7 @@ func (s slowCommitStore) Admit(ctx context.Context, key string, a lockstore.Writ
 			}
 		}
 		if err := tx.QueryRow(ctx, s.sql.barrier.admit, lockKey, fenceKey, a.Fence, a.RequireLive, a.WriteID, maxMs,
-			a.InFlightCap(), lockstore.BarrierPruneBatch).
+			a.InFlightCap(), backend.BarrierPruneBatch).
 			Scan(row.dest()...); err != nil {
 			return err
 		}
@@ -59,7 +60,7 @@ func (s slowCommitStore) Admit(ctx context.Context, key string, a lockstore.Writ
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, classify(ctx, "admit", err)
 	}
-	return row.result(a)
+	return row.result(nk, a)
 }
 
 // TestBarrierNeedsTheAdvisoryLock: the barrier cases pass with the

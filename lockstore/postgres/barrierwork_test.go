@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // legacyAdmitSQL is the admit statement of the versions before the cap
@@ -59,7 +60,7 @@ const legacyAdmitSQL = `WITH clock AS (
 // 2,000 do. The legacy statement, which deleted every expired entry of the
 // key on each Admit, is caught by the same bound.
 func TestBarrierAdmitWorkFlat(t *testing.T) {
-	s := openNS(t, "barrierwork", func(c *Config) { c.FenceFloor = lockstore.FloorOff })
+	s := openNS(t, "barrierwork", func(c *Config) { c.FenceFloor = backend.FloorOff })
 	ctx := tctx(t)
 	r := strings.NewReplacer("{locks}", ident(s.cfg.Table), "{fences}", ident(s.cfg.FenceTable),
 		"{barrier}", ident(s.cfg.BarrierTable), "{now_ms}", nowMsSQL)
@@ -97,7 +98,7 @@ func TestBarrierAdmitWorkFlat(t *testing.T) {
 		}
 		args := []any{lockKey, fenceKey, fence, true, newID(t), int64(60000)}
 		if sql != legacy {
-			args = append(args, lockstore.DefaultMaxInFlight, lockstore.BarrierPruneBatch)
+			args = append(args, lockstore.DefaultMaxInFlight, backend.BarrierPruneBatch)
 		}
 		tx, err := s.pool.Begin(ctx)
 		if err != nil {

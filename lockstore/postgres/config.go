@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // Default table names: SyncGuard's, so a fleet that already locks with the
@@ -70,8 +71,8 @@ type Config struct {
 	// FenceFloor picks the next fence: the zero value, FloorClock, keeps
 	// fences growing with the server's clock so that a promoted
 	// asynchronous standby or a restored backup cannot reissue one
-	// (lockstore.FloorLeadMax); FloorOff issues consecutive fences and can.
-	FenceFloor lockstore.FenceFloor
+	// (backend.FloorLeadMax); FloorOff issues consecutive fences and can.
+	FenceFloor backend.FenceFloor
 	// AuditRetention bounds the audit table; zero fields take lockstore's defaults.
 	AuditRetention lockstore.AuditRetention
 	// Logger receives warnings (fence past the warning level); nil means
@@ -231,11 +232,11 @@ func ParseURL(raw string) (Config, error) {
 		}
 		c.AuditRetention.MaxAge = d
 	}
-	if n := len(q[lockstore.FenceFloorParam]); n > 1 {
-		return Config{}, lockstore.Errorf(lockstore.InvalidArgument, "config", "postgres: %s given %d times", lockstore.FenceFloorParam, n)
+	if n := len(q[backend.FenceFloorParam]); n > 1 {
+		return Config{}, lockstore.Errorf(lockstore.InvalidArgument, "config", "postgres: %s given %d times", backend.FenceFloorParam, n)
 	}
-	if v, ok := take(lockstore.FenceFloorParam); ok {
-		f, err := lockstore.ParseFenceFloor(v)
+	if v, ok := take(backend.FenceFloorParam); ok {
+		f, err := backend.ParseFenceFloor(v)
 		if err != nil {
 			return Config{}, err
 		}

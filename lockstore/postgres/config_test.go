@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
 
@@ -115,7 +116,7 @@ func TestParseURL(t *testing.T) {
 
 // TestParseURLFenceFloor: the fenceFloor parameter every backend takes.
 func TestParseURLFenceFloor(t *testing.T) {
-	storetest.FenceFloorParam(t, func(q string) (lockstore.FenceFloor, error) {
+	storetest.FenceFloorParam(t, func(q string) (backend.FenceFloor, error) {
 		cfg, err := ParseURL("postgres://u@127.0.0.1:5432/db?" + q)
 		return cfg.FenceFloor, err
 	})

@@ -11,13 +11,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // classify maps a driver error to the lock contract's *lockstore.Error
-// through lockstore.MapError: a done caller's context decides first,
+// through backend.MapError: a done caller's context decides first,
 // whatever words the driver used; classifyCause maps the rest.
 func classify(ctx context.Context, op string, err error) error {
-	return lockstore.MapError(ctx, op, err, func(err error) *lockstore.Error {
+	return backend.MapError(ctx, op, err, func(err error) *lockstore.Error {
 		code, msg := classifyCause(err)
 		return &lockstore.Error{Code: code, Msg: msg, Err: err}
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 var _ lockstore.LockLister = (*Store)(nil)
@@ -23,7 +24,7 @@ func (s *Store) listSQL() string {
 // ListHeld lists live locks in one statement, with PostgreSQL's clock.
 func (s *Store) ListHeld(ctx context.Context, limit int) (lockstore.LockList, error) {
 	const op = "list"
-	limit = lockstore.ListLimit(limit)
+	limit = backend.ListLimit(limit)
 	var out lockstore.LockList
 	if err := lockstore.ContextError(ctx, op); err != nil {
 		return out, err
@@ -44,14 +45,14 @@ func (s *Store) ListHeld(ctx context.Context, limit int) (lockstore.LockList, er
 		if err := rows.Scan(&out.NowMs, &key, &lockID, &fence, &exp, &acq); err != nil {
 			return out, classify(ctx, op, err)
 		}
-		if key == nil || lockID == nil || fence == nil || exp == nil || acq == nil || !lockstore.IsLive(*exp, out.NowMs) {
+		if key == nil || lockID == nil || fence == nil || exp == nil || acq == nil || !backend.IsLive(*exp, out.NowMs) {
 			continue
 		}
 		if len(out.Locks) == limit {
 			out.Partial = true
 			continue
 		}
-		out.Locks = append(out.Locks, lockstore.NewListedLock(*key, *lockID, *fence, *exp, *acq))
+		out.Locks = append(out.Locks, lockstore.Lock{Key: *key, LockID: *lockID, Fence: *fence, ExpiresAtMs: *exp, AcquiredAtMs: *acq}.Listed())
 	}
 	if err := rows.Err(); err != nil {
 		return out, classify(ctx, op, err)

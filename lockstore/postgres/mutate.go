@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // Release deletes the lock lockID holds if it is still live. One statement
@@ -12,7 +13,7 @@ import (
 // row lock (FOR UPDATE), checks ownership and liveness, and deletes.
 func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
 	const op = "release"
-	if err := lockstore.PrecheckLockID(ctx, op, lockID); err != nil {
+	if err := backend.PrecheckLockID(ctx, op, lockID); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
 	if err := s.checkOpen(op); err != nil {
@@ -44,7 +45,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 // replacing the old expiry, in one statement like Release.
 func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
 	const op = "extend"
-	ttlMs, err := lockstore.PrecheckExtend(ctx, lockID, ttl)
+	ttlMs, err := backend.PrecheckExtend(ctx, lockID, ttl)
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}
@@ -73,13 +74,13 @@ func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (l
 
 // failureDetail explains why a release or extend changed nothing: the row
 // was absent (or, defensively, not ours) or expired. A live row of ours that
-// the statement still did not change means the SQL and lockstore.IsLive
+// the statement still did not change means the SQL and backend.IsLive
 // disagree, which is a bug, not an outcome.
 func failureDetail(op, lockID string, heldID *string, heldExp *int64, nowMs int64) (string, error) {
 	switch {
 	case heldID == nil || *heldID != lockID || heldExp == nil:
 		return lockstore.DetailNotFound, nil
-	case !lockstore.IsLive(*heldExp, nowMs):
+	case !backend.IsLive(*heldExp, nowMs):
 		return lockstore.DetailExpired, nil
 	}
 	return "", &lockstore.Error{Code: lockstore.Internal, Op: op, LockID: lockID,

@@ -5,13 +5,14 @@ import (
 	"fmt"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // IsLocked reports whether key has a live lock. Read-only: expired rows are
 // left for the next acquire to overwrite. One round trip.
 func (s *Store) IsLocked(ctx context.Context, key string) (bool, error) {
 	const op = "isLocked"
-	nk, err := lockstore.PrecheckKey(ctx, op, key)
+	nk, err := backend.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return false, err
 	}
@@ -29,7 +30,7 @@ func (s *Store) IsLocked(ctx context.Context, key string) (bool, error) {
 	if err := s.pool.QueryRow(ctx, s.sql.isLocked, lockKey).Scan(&nowMs, &exp); err != nil {
 		return false, lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
-	return exp != nil && lockstore.IsLive(*exp, nowMs), nil
+	return exp != nil && backend.IsLive(*exp, nowMs), nil
 }
 
 // lockRow is a lock table row as the read statements return it (every
@@ -49,18 +50,18 @@ func (r *lockRow) dest() []any {
 
 func (r *lockRow) live() bool {
 	return r.lockID != nil && r.expiresAt != nil && r.acquiredAt != nil && r.fence != nil &&
-		lockstore.IsLive(*r.expiresAt, r.nowMs)
+		backend.IsLive(*r.expiresAt, r.nowMs)
 }
 
 // info is the sanitised view: hashes, never the raw key or lockId.
 func (r *lockRow) info(userKey string) *lockstore.LockInfo {
-	return lockstore.NewLockInfo(userKey, *r.lockID, *r.fence, *r.expiresAt, *r.acquiredAt)
+	return lockstore.Lock{Key: userKey, LockID: *r.lockID, Fence: *r.fence, ExpiresAtMs: *r.expiresAt, AcquiredAtMs: *r.acquiredAt}.Info()
 }
 
 // LookupKey returns the sanitised live lock on key, or nil. One round trip.
 func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
 	const op = "lookup"
-	nk, err := lockstore.PrecheckKey(ctx, op, key)
+	nk, err := backend.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +86,7 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 // round trip through the unique lock_id index.
 func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
 	const op = "lookup"
-	if err := lockstore.PrecheckLockID(ctx, op, lockID); err != nil {
+	if err := backend.PrecheckLockID(ctx, op, lockID); err != nil {
 		return nil, err
 	}
 	if err := s.checkOpen(op); err != nil {
@@ -106,7 +107,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 // in one statement: one snapshot, one server clock reading, one round trip.
 func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
 	const op = "inspect"
-	nk, err := lockstore.PrecheckKey(ctx, op, key)
+	nk, err := backend.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return lockstore.KeyState{}, err
 	}
@@ -127,7 +128,8 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 	}
 	ks := lockstore.KeyState{NowMs: r.nowMs}
 	if r.live() {
-		ks.Live = &lockstore.HeldLock{
+		ks.Live = &lockstore.Lock{
+			Key:          nk,
 			LockID:       *r.lockID,
 			Fence:        *r.fence,
 			ExpiresAtMs:  *r.expiresAt,

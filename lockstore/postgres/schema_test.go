@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // testNS returns a fresh namespace for this package's own tests.
@@ -203,7 +204,7 @@ func TestBatchIsOneTransaction(t *testing.T) {
 // TestOverflowWritesNothing: an acquire that would pass FenceMax fails with
 // Internal and leaves the counter and the lock table as they were.
 func TestOverflowWritesNothing(t *testing.T) {
-	s := openNS(t, testNS(t), func(c *Config) { c.FenceFloor = lockstore.FloorOff })
+	s := openNS(t, testNS(t), func(c *Config) { c.FenceFloor = backend.FloorOff })
 	defer s.Close()
 	setFence(t, s, "k", lockstore.FenceMax)
 	_, err := s.Acquire(tctx(t), "k", time.Minute)
@@ -292,7 +293,7 @@ func TestSyncGuardInterop(t *testing.T) {
 	}
 	before := time.Now().UnixMilli()
 	r, err := s.Acquire(tctx(t), key, time.Second)
-	if err != nil || !r.OK || r.Fence < fmt.Sprintf("%015d", lockstore.FenceFloorAt(before-1000)) {
+	if err != nil || !r.OK || r.Fence < fmt.Sprintf("%015d", backend.FenceFloorAt(before-1000)) {
 		t.Fatalf("fencegate Acquire after SyncGuard = %+v, %v; want the clock floor's fence", r, err)
 	}
 	if _, err := s.Release(tctx(t), r.LockID); err != nil {
@@ -348,7 +349,7 @@ func TestAuditRetention(t *testing.T) {
 	old := make([]lockstore.AuditEvent, 256)
 	for i := range old {
 		old[i] = lockstore.AuditEvent{TimeMs: now - 2*time.Hour.Milliseconds(),
-			KeyHash: lockstore.HashKey("old"), KeyDigest: lockstore.KeyDigest("old"), Reason: "stale"}
+			KeyHash: lockstore.HashKey("old"), KeyDigest: lockstore.DigestKey("old").String(), Reason: "stale"}
 	}
 	if err := s.AppendAudit(tctx(t), old); err != nil {
 		t.Fatal(err)

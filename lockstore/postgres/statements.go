@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // nowMsSQL is the server clock in Unix milliseconds, floored as SyncGuard
@@ -15,9 +15,9 @@ const nowMsSQL = `floor(extract(epoch FROM now()) * 1000)::bigint`
 // statements holds one store's SQL, built once with its table names quoted.
 //
 // Liveness in SQL is written "expires_at_ms > now_ms - 1000": the textual
-// twin of lockstore.IsLive with TimeToleranceMs. Release and extend must
+// twin of backend.IsLive with TimeToleranceMs. Release and extend must
 // decide inside the statement (that is what makes them atomic); reads fetch
-// the expiry and the clock and call lockstore.IsLive in Go.
+// the expiry and the clock and call backend.IsLive in Go.
 type statements struct {
 	acquireLock, acquireInit, acquire string
 	release, extend                   string
@@ -35,9 +35,9 @@ func buildStatements(cfg Config) statements {
 		"{fences}", ident(cfg.FenceTable),
 		"{audit}", ident(cfg.AuditTable),
 		"{now_ms}", nowMsSQL,
-		"{floor_epoch}", strconv.FormatInt(lockstore.FloorEpochMs, 10),
-		"{floor_per_ms}", strconv.FormatInt(lockstore.FloorPerMs, 10),
-		"{floor_lead}", strconv.FormatInt(lockstore.FloorLeadMax, 10),
+		"{floor_epoch}", strconv.FormatInt(backend.FloorEpochMs, 10),
+		"{floor_per_ms}", strconv.FormatInt(backend.FloorPerMs, 10),
+		"{floor_lead}", strconv.FormatInt(backend.FloorLeadMax, 10),
 	)
 	return statements{
 		// Serialises acquires of one storage key, SyncGuard's way
@@ -56,7 +56,7 @@ func buildStatements(cfg Config) statements {
 		//   holder  - the current row, locked (a concurrent release or
 		//             extend finishes first, and we re-read its result);
 		//   free    - the clock, present only if no live lock holds the key;
-		//   counter - the next fence (lockstore.NextFenceAt): counter+1,
+		//   counter - the next fence (backend.NextFenceAt): counter+1,
 		//             raised to the clock floor when $7 (FloorClock) is
 		//             true; written only when free, only when it stays <=
 		//             FenceMax ($6) and within the floor's lead cap, so an

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // Store is the PostgreSQL lock store. It implements lockstore.Store,
@@ -107,7 +108,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// checkOpen follows the lockstore precheck (lockstore.PrecheckKey and
+// checkOpen follows the lockstore precheck (backend.PrecheckKey and
 // friends) of every operation: a closed store fails before any I/O. It is
 // ServiceUnavailable, as on the other backends: during shutdown, callers
 // still in flight see the store as gone, which is what it is.
@@ -140,11 +141,11 @@ func storageKeys(normKey string) (lockKey, fenceKey string, err error) {
 	if strings.IndexByte(normKey, 0) >= 0 {
 		return "", "", lockstore.BadInputf("PostgreSQL keys cannot contain NUL bytes")
 	}
-	lockKey, err = lockstore.MakeStorageKey("", normKey, lockstore.PostgresKeyLimit, 0)
+	lockKey, err = backend.MakeStorageKey("", normKey, backend.PostgresKeyLimit, 0)
 	if err != nil {
 		return "", "", err
 	}
-	fenceKey, err = lockstore.FenceStorageKey("", lockKey, lockstore.PostgresKeyLimit, 0)
+	fenceKey, err = backend.FenceStorageKey("", lockKey, backend.PostgresKeyLimit, 0)
 	if err != nil {
 		return "", "", err
 	}

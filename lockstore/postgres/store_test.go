@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
 
@@ -47,9 +48,9 @@ func setFence(t testing.TB, s *Store, key string, n int64) {
 }
 
 // TestFenceWarning: an acquire that issues a fence past FenceWarn logs
-// lockstore.NoteFence's warning once, with the key's hash and never the key.
+// backend.NoteFence's warning once, with the key's hash and never the key.
 func TestFenceWarning(t *testing.T) {
-	s := openNS(t, testNS(t), func(c *Config) { c.FenceFloor = lockstore.FloorOff })
+	s := openNS(t, testNS(t), func(c *Config) { c.FenceFloor = backend.FloorOff })
 	defer s.Close()
 	var buf bytes.Buffer // only this goroutine's acquire logs to it
 	s.log = testutil.Logger(&buf, nil)

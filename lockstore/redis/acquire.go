@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // Acquire takes the lock on key for ttl, in one script: read the lock, read
-// the counter, pick the next fence (lockstore.NextFenceAt: past FenceMax or
+// the counter, pick the next fence (backend.NextFenceAt: past FenceMax or
 // too far ahead of the clock floor, refuse), write counter, lock and index.
 func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	const op = "acquire"
-	norm, ttlMs, err := lockstore.PrecheckAcquire(ctx, key, ttl)
+	norm, ttlMs, err := backend.PrecheckAcquire(ctx, key, ttl)
 	if err != nil {
 		return lockstore.AcquireResult{}, err
 	}
@@ -52,7 +53,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		case acquireLocked:
 			return lockstore.AcquireResult{Reason: lockstore.ReasonLocked}, nil
 		case acquireOverflow:
-			return lockstore.AcquireResult{}, lockstore.FenceOverflow(op, key)
+			return lockstore.AcquireResult{}, backend.FenceOverflow(op, key)
 		case acquireCorrupt:
 			return lockstore.AcquireResult{}, &lockstore.Error{Code: lockstore.Internal, Op: op, Key: key,
 				Msg: "the lock key holds a value that is not a lock; refusing to overwrite it"}
@@ -63,7 +64,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(badReply(op, fmt.Errorf("status %d", r)), key, "")
 	case []any:
 		if lead, ok := behind(r); ok {
-			return lockstore.AcquireResult{}, lockstore.FenceClockBehind(op, key, lead)
+			return lockstore.AcquireResult{}, backend.FenceClockBehind(op, key, lead)
 		}
 		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(badReply(op, fmt.Errorf("reply %v", r)), key, "")
 	default:
@@ -73,7 +74,7 @@ func (s *Store) Acquire(ctx context.Context, key string, ttl time.Duration) (loc
 	if err != nil {
 		return lockstore.AcquireResult{}, lockstore.WithKeyLockID(badReply(op, err), key, "")
 	}
-	lockstore.NoteFence(ctx, s.log, norm, n)
+	backend.NoteFence(ctx, s.log, norm, n)
 	return lockstore.AcquireResult{OK: true, LockID: lockID, Fence: fence, ExpiresAtMs: exp}, nil
 }
 

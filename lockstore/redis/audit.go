@@ -83,7 +83,7 @@ func (s *Store) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]locks
 	}
 	digest := ""
 	if q.Key != "" {
-		digest = lockstore.KeyDigest(q.Key)
+		digest = lockstore.DigestKey(q.Key).String()
 	}
 	var out []lockstore.AuditEvent
 	for _, shard := range s.audit {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // The write barrier's entries of a key live beside SyncGuard's keys, under
@@ -213,7 +214,7 @@ func (s *Store) barrierKeys(lockKey string) (legacy, deadlines, fences string) {
 // and the write registered at one server instant, by the server clock.
 func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmission) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
-	norm, maxMs, err := lockstore.PrecheckAdmit(ctx, key, a)
+	norm, maxMs, err := backend.PrecheckAdmit(ctx, key, a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -227,11 +228,11 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 	}
 	legacy, deadlines, fences := s.barrierKeys(lockKey)
 	reply, err := s.eval(ctx, admitScript, []string{lockKey, fenceKey, legacy, deadlines, fences},
-		a.Fence, requireLive, a.WriteID, maxMs, a.InFlightCap(), lockstore.BarrierPruneBatch).Slice()
+		a.Fence, requireLive, a.WriteID, maxMs, a.InFlightCap(), backend.BarrierPruneBatch).Slice()
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(classify(ctx, op, err), key, "")
 	}
-	res, err := admitReply(a, reply)
+	res, err := admitReply(norm, a, reply)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, lockstore.WithKeyLockID(err, key, "")
 	}
@@ -240,7 +241,7 @@ func (s *Store) Admit(ctx context.Context, key string, a lockstore.WriteAdmissio
 
 // admitReply turns admitScript's reply into the result, deriving the state
 // exactly as Inspect does.
-func admitReply(a lockstore.WriteAdmission, reply []any) (lockstore.WriteAdmitResult, error) {
+func admitReply(nk string, a lockstore.WriteAdmission, reply []any) (lockstore.WriteAdmitResult, error) {
 	const op = "admit"
 	if len(reply) != 6 {
 		return lockstore.WriteAdmitResult{}, badReply(op, fmt.Errorf("reply has %d fields, want 6", len(reply)))
@@ -274,7 +275,7 @@ func admitReply(a lockstore.WriteAdmission, reply []any) (lockstore.WriteAdmitRe
 		}
 	}
 	if held != nil {
-		ks.Live = &lockstore.HeldLock{LockID: held.LockID, Fence: held.Fence,
+		ks.Live = &lockstore.Lock{Key: nk, LockID: held.LockID, Fence: held.Fence,
 			ExpiresAtMs: held.ExpiresAtMs, AcquiredAtMs: held.AcquiredAtMs}
 		if lockstore.ValidFence(held.Fence) && ks.LatestFence < held.Fence {
 			ks.LatestFence = held.Fence
@@ -299,7 +300,7 @@ func admitReply(a lockstore.WriteAdmission, reply []any) (lockstore.WriteAdmitRe
 	}
 	// The script and Go must agree on the match; if they ever do not, the
 	// decision cannot be trusted (an admitted write is left to expire).
-	if matched := status != admitNoMatch; matched != a.Matches(ks) {
+	if matched := status != admitNoMatch; matched != backend.AdmissionMatches(a, ks) {
 		return lockstore.WriteAdmitResult{}, lockstore.Errorf(lockstore.Internal, op,
 			"script and store disagree whether fence %s matches (script %v)", a.Fence, matched)
 	}
@@ -311,7 +312,7 @@ func admitReply(a lockstore.WriteAdmission, reply []any) (lockstore.WriteAdmitRe
 // own expiry.
 func (s *Store) Finish(ctx context.Context, key, writeID string) error {
 	const op = "finish"
-	norm, err := lockstore.PrecheckFinish(ctx, key, writeID)
+	norm, err := backend.PrecheckFinish(ctx, key, writeID)
 	if err != nil {
 		return err
 	}
@@ -333,7 +334,7 @@ var _ lockstore.BarrierSweeper = (*Store)(nil)
 // a key's entries once they have all expired. It exists so that callers
 // can treat every backend alike.
 func (s *Store) SweepBarrier(ctx context.Context, limit int) (int, error) {
-	if err := lockstore.ValidateSweepLimit(limit); err != nil {
+	if err := backend.ValidateSweepLimit(limit); err != nil {
 		return 0, err
 	}
 	if err := lockstore.ContextError(ctx, "sweep"); err != nil {

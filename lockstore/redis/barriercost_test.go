@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // legacyAdmitScript is the admit script of the versions that kept every
@@ -118,7 +119,7 @@ func admitID(t *testing.T, s *Store, key, fence, id string, maxWrite time.Durati
 // and older ones (which keep entries in the legacy hash and walk it) see
 // each other's writes in flight, in both directions.
 func TestBarrierMixedFleet(t *testing.T) {
-	s := openPrefix(t, "syncguard_test_barrier_mixed", func(c *Config) { c.FenceFloor = lockstore.FloorOff })
+	s := openPrefix(t, "syncguard_test_barrier_mixed", func(c *Config) { c.FenceFloor = backend.FloorOff })
 	t.Cleanup(func() { dropPrefix(t, s.Client(), s.Prefix()) })
 	ctx := context.Background()
 
@@ -158,7 +159,7 @@ func TestBarrierMixedFleet(t *testing.T) {
 	})
 
 	t.Run("a large legacy hash moves in batches, refusing meanwhile", func(t *testing.T) {
-		const n = 2*lockstore.BarrierPruneBatch + 100
+		const n = 2*backend.BarrierPruneBatch + 100
 		a := locktest.Acquire(t, s, "old-many", time.Minute)
 		for range n {
 			if st := legacyAdmit(t, s, "old-many", a.Fence, newID(t), time.Minute); st != admitAdmitted {
@@ -177,7 +178,7 @@ func TestBarrierMixedFleet(t *testing.T) {
 			}
 		}
 		if admitted != 3 {
-			t.Fatalf("Admit under the same fence was admitted at attempt %d, want 3 (after ceil(%d/%d) batches moved)", admitted, n, lockstore.BarrierPruneBatch)
+			t.Fatalf("Admit under the same fence was admitted at attempt %d, want 3 (after ceil(%d/%d) batches moved)", admitted, n, backend.BarrierPruneBatch)
 		}
 		locktest.Release(t, s, a.LockID)
 		b := locktest.Acquire(t, s, "old-many", time.Minute)
@@ -295,7 +296,7 @@ func pile(t *testing.T, s *Store, key, fence string, n int, layout string) {
 // FENCEGATE_BARRIER_COST_SIZES (e.g. "0,2000,50000") logs the figures for
 // those pile sizes, this version against the legacy walk.
 func TestBarrierAdmitCostFlat(t *testing.T) {
-	s := openPrefix(t, "syncguard_test_barrier_cost", func(c *Config) { c.FenceFloor = lockstore.FloorOff })
+	s := openPrefix(t, "syncguard_test_barrier_cost", func(c *Config) { c.FenceFloor = backend.FloorOff })
 	t.Cleanup(func() { dropPrefix(t, s.Client(), s.Prefix()) })
 	c := s.Client()
 	const reps = 200

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // Redis Cluster (redis+cluster://, rediss+cluster://).
@@ -151,7 +152,7 @@ func checkClusterPrefix(p string) error {
 	}
 	tp := p + ":{" + strings.Repeat("A", tagLen) + "}"
 	id := "id:" + strings.Repeat("A", lockstore.LockIDLength)
-	if k, err := lockstore.MakeStorageKey(tp, id, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve); err != nil || k != tp+":"+id {
+	if k, err := backend.MakeStorageKey(tp, id, backend.RedisKeyLimit, backend.RedisKeyReserve); err != nil || k != tp+":"+id {
 		return invalidConfig("prefix of %d bytes is too long for the cluster layout's keys", len(p))
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
 
@@ -177,7 +178,7 @@ func TestClusterAudit(t *testing.T) {
 	base := time.Now().UnixMilli() - 1000
 	for i := range 2 * auditShards {
 		ev := lockstore.AuditEvent{TimeMs: base + int64(i), DecisionID: fmt.Sprintf("d-%d", i), Source: "authz-grpc",
-			KeyHash: lockstore.HashKey("k"), KeyDigest: lockstore.KeyDigest("k"), Reason: "stale", Policy: "holder", Mode: "enforce"}
+			KeyHash: lockstore.HashKey("k"), KeyDigest: lockstore.DigestKey("k").String(), Reason: "stale", Policy: "holder", Mode: "enforce"}
 		if err := s.AppendAudit(ctx, []lockstore.AuditEvent{ev}); err != nil {
 			t.Fatalf("AppendAudit: %v", err)
 		}
@@ -209,7 +210,7 @@ func TestClusterURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Cluster == nil || strings.Join(cfg.Cluster.Addrs, ",") != "h1:7000,h2:7001,h3:6379" || cfg.Cluster.TLSConfig == nil ||
-		cfg.Cluster.Username != "u" || cfg.Cluster.Password != "p" || cfg.Prefix != "app" || cfg.AckReplicas != 1 || cfg.FenceFloor != lockstore.FloorOff {
+		cfg.Cluster.Username != "u" || cfg.Cluster.Password != "p" || cfg.Prefix != "app" || cfg.AckReplicas != 1 || cfg.FenceFloor != backend.FloorOff {
 		t.Errorf("ParseURL = %+v / %+v", cfg, cfg.Cluster)
 	}
 	if l, _ := cfg.effectiveLayout(); l != LayoutCluster {

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // DefaultPrefix is SyncGuard's default key prefix, so a fleet that already
@@ -69,9 +70,9 @@ type Config struct {
 	// FenceFloor picks the next fence: the zero value, FloorClock, keeps
 	// fences growing with Redis's clock so that a failover to a replica
 	// that lacked the latest writes, or a restart without persistence,
-	// cannot reissue one (lockstore.FloorLeadMax); FloorOff issues
+	// cannot reissue one (backend.FloorLeadMax); FloorOff issues
 	// consecutive fences and can.
-	FenceFloor lockstore.FenceFloor
+	FenceFloor backend.FenceFloor
 
 	// AckReplicas > 0 makes every acquire wait until that many replicas
 	// have its writes (WAIT), and fail closed otherwise (ack.go): fences
@@ -262,16 +263,16 @@ func takeOwnParams(cfg *Config, q url.Values) error {
 		cfg.AuditRetention.MaxAge = d
 	}
 	q.Del(queryAuditMaxAge)
-	if v, ok := q[lockstore.FenceFloorParam]; ok {
+	if v, ok := q[backend.FenceFloorParam]; ok {
 		if len(v) != 1 {
-			return invalidConfig("store URL: %s given %d times", lockstore.FenceFloorParam, len(v))
+			return invalidConfig("store URL: %s given %d times", backend.FenceFloorParam, len(v))
 		}
-		f, err := lockstore.ParseFenceFloor(v[0])
+		f, err := backend.ParseFenceFloor(v[0])
 		if err != nil {
 			return err
 		}
 		cfg.FenceFloor = f
-		q.Del(lockstore.FenceFloorParam)
+		q.Del(backend.FenceFloorParam)
 	}
 	if v, ok := q[queryLayout]; ok {
 		if len(v) != 1 {
@@ -390,8 +391,8 @@ func normalizePrefix(p string, layout Layout) (string, error) {
 		return "", invalidConfig("prefix must not end in %q: its keys would collide with fencegate's own keys of another prefix", strings.TrimSuffix(ownKeyInfix, ":"))
 	}
 	// The longest storage key we derive is a hashed one: prefix + ":" + 22.
-	if _, err := lockstore.MakeStorageKey(p, strings.Repeat("k", lockstore.MaxKeyLengthBytes),
-		lockstore.RedisKeyLimit, lockstore.RedisKeyReserve); err != nil {
+	if _, err := backend.MakeStorageKey(p, strings.Repeat("k", lockstore.MaxKeyLengthBytes),
+		backend.RedisKeyLimit, backend.RedisKeyReserve); err != nil {
 		return "", invalidConfig("prefix of %d bytes is too long for Redis keys", len(p))
 	}
 	if layout == LayoutCluster {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
 
@@ -155,7 +156,7 @@ func TestClientOptionsInvariants(t *testing.T) {
 
 // TestParseURLFenceFloor: the fenceFloor parameter every backend takes.
 func TestParseURLFenceFloor(t *testing.T) {
-	storetest.FenceFloorParam(t, func(q string) (lockstore.FenceFloor, error) {
+	storetest.FenceFloorParam(t, func(q string) (backend.FenceFloor, error) {
 		cfg, err := ParseURL("redis://127.0.0.1:6379/0?" + q)
 		return cfg.FenceFloor, err
 	})

@@ -16,8 +16,8 @@
 //	syncguard:id:<lockId>                    index: the full lock storage key (docs/design.md, "Storage keys"), same PX
 //	syncguard:fence:syncguard:resource:123   fence counter: only ever INCRed, never expired or deleted
 //
-// Each name is lockstore.MakeStorageKey(prefix, …, 1000, 26); the counter
-// is lockstore.FenceStorageKey of the lock key. Storage keys too long for
+// Each name is backend.MakeStorageKey(prefix, …, 1000, 26); the counter
+// is backend.FenceStorageKey of the lock key. Storage keys too long for
 // Redis's budget are hashed, and because the index stores the full lock key,
 // release and extend still find a hashed lock. The keys expire 1000 ms
 // (lockstore.TimeToleranceMs) after expiresAtMs, exactly when the liveness
@@ -61,7 +61,7 @@
 // A server that loses writes it acknowledged — a restart without AOF or RDB,
 // a crash past the last fsync or snapshot, a Sentinel failover to a replica
 // that had not yet received the latest acquires — loses fence counters. The
-// clock floor (Config.FenceFloor, the default; lockstore.NextFenceAt) keeps
+// clock floor (Config.FenceFloor, the default; backend.NextFenceAt) keeps
 // fences growing all the same: the acquire script issues
 // max(counter+1, floor(TIME)) and writes it back. With fenceFloor=off such a
 // loss reissues fences. ack=replicas (ack.go) makes every acquire wait for

@@ -14,14 +14,15 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // classify turns a go-redis failure into the contract's *Error through
-// lockstore.MapError: a done caller's context decides first, whatever the
+// backend.MapError: a done caller's context decides first, whatever the
 // driver made of it; codeFor maps the rest.
 func classify(ctx context.Context, op string, err error) *lockstore.Error {
 	var le *lockstore.Error
-	errors.As(lockstore.MapError(ctx, op, err, func(err error) *lockstore.Error {
+	errors.As(backend.MapError(ctx, op, err, func(err error) *lockstore.Error {
 		code, msg := codeFor(err)
 		return &lockstore.Error{Code: code, Msg: msg, Err: err}
 	}), &le)

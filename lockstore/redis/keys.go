@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // LockKey returns the storage key of user key's lock.
@@ -31,7 +32,7 @@ func (s *Store) IndexKey(lockID string) (string, error) {
 	if err := lockstore.ValidateLockID(lockID); err != nil {
 		return "", err
 	}
-	return lockstore.MakeStorageKey(s.keyPrefix(lockID[:tagLen]), "id:"+lockID, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
+	return backend.MakeStorageKey(s.keyPrefix(lockID[:tagLen]), "id:"+lockID, backend.RedisKeyLimit, backend.RedisKeyReserve)
 }
 
 // keyPrefix is the prefix of the keys of a lock whose hash tag is tag: the
@@ -90,7 +91,7 @@ func checkReserved(k string) error {
 	return nil
 }
 
-// keys checks a normalised user key (lockstore.PrecheckKey) against the
+// keys checks a normalised user key (backend.PrecheckKey) against the
 // reserved keys and derives its lock and fence storage keys.
 func (s *Store) keys(norm string) (lockKey, fenceKey string, err error) {
 	if err := checkReserved(norm); err != nil {
@@ -100,11 +101,11 @@ func (s *Store) keys(norm string) (lockKey, fenceKey string, err error) {
 	if s.layout == LayoutCluster {
 		p = s.taggedPrefix(keyTag(norm))
 	}
-	lockKey, err = lockstore.MakeStorageKey(p, norm, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
+	lockKey, err = backend.MakeStorageKey(p, norm, backend.RedisKeyLimit, backend.RedisKeyReserve)
 	if err != nil {
 		return "", "", err
 	}
-	fenceKey, err = lockstore.FenceStorageKey(p, lockKey, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve)
+	fenceKey, err = backend.FenceStorageKey(p, lockKey, backend.RedisKeyLimit, backend.RedisKeyReserve)
 	if err != nil {
 		return "", "", err
 	}

@@ -8,6 +8,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 var _ lockstore.LockLister = (*Store)(nil)
@@ -34,7 +35,7 @@ const (
 // hashed, it scans <prefix>:* and keeps the values that are locks.
 func (s *Store) ListHeld(ctx context.Context, limit int) (lockstore.LockList, error) {
 	const op = "list"
-	limit = lockstore.ListLimit(limit)
+	limit = backend.ListLimit(limit)
 	var out lockstore.LockList
 	if err := lockstore.ContextError(ctx, op); err != nil {
 		return out, err
@@ -137,13 +138,13 @@ func (s *Store) readListed(ctx context.Context, node *goredis.Client, keys []str
 			continue
 		}
 		l, err := decodeLock(str)
-		if err != nil || l.LockID == "" || !lockstore.IsLive(l.ExpiresAtMs, nowMs) {
+		if err != nil || l.LockID == "" || !backend.IsLive(l.ExpiresAtMs, nowMs) {
 			continue
 		}
 		if byIndex && l.LockID != wantIDs[i] {
 			continue // a stale index entry: the lock is someone else's now
 		}
-		out = append(out, lockstore.NewListedLock(l.Key, l.LockID, l.Fence, l.ExpiresAtMs, l.AcquiredAtMs))
+		out = append(out, lockstore.Lock{Key: l.Key, LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}.Listed())
 	}
 	return out, nil
 }

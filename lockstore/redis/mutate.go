@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // Release drops the lock lockID holds if it is still live. It is safe to
 // call without owning the lock: anything else is OK=false.
 func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
 	const op = "release"
-	if err := lockstore.PrecheckLockID(ctx, op, lockID); err != nil {
+	if err := backend.PrecheckLockID(ctx, op, lockID); err != nil {
 		return lockstore.ReleaseResult{}, err
 	}
 	idKey, err := s.IndexKey(lockID)
@@ -38,7 +39,7 @@ func (s *Store) Release(ctx context.Context, lockID string) (lockstore.ReleaseRe
 // returns it. It never revives an expired lock.
 func (s *Store) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
 	const op = "extend"
-	ttlMs, err := lockstore.PrecheckExtend(ctx, lockID, ttl)
+	ttlMs, err := backend.PrecheckExtend(ctx, lockID, ttl)
 	if err != nil {
 		return lockstore.ExtendResult{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // IsLocked reports whether key has a live lock. It is read-only unless
@@ -26,7 +27,7 @@ func (s *Store) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo,
 
 // readKey runs readKeyScript and returns the live lock, or nil.
 func (s *Store) readKey(ctx context.Context, op, key string, cleanup bool) (*storedLock, string, error) {
-	norm, err := lockstore.PrecheckKey(ctx, op, key)
+	norm, err := backend.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return nil, "", err
 	}
@@ -53,7 +54,7 @@ func (s *Store) readKey(ctx context.Context, op, key string, cleanup bool) (*sto
 // index and the lock are read in one script.
 func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
 	const op = "lookup"
-	if err := lockstore.PrecheckLockID(ctx, op, lockID); err != nil {
+	if err := backend.PrecheckLockID(ctx, op, lockID); err != nil {
 		return nil, err
 	}
 	idKey, err := s.IndexKey(lockID)
@@ -79,7 +80,7 @@ func (s *Store) LookupLockID(ctx context.Context, lockID string) (*lockstore.Loc
 // one script, at one server instant.
 func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, error) {
 	const op = "inspect"
-	norm, err := lockstore.PrecheckKey(ctx, op, key)
+	norm, err := backend.PrecheckKey(ctx, op, key)
 	if err != nil {
 		return lockstore.KeyState{}, err
 	}
@@ -108,7 +109,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (lockstore.KeyState, er
 		}
 	}
 	if held != nil {
-		ks.Live = &lockstore.HeldLock{LockID: held.LockID, Fence: held.Fence,
+		ks.Live = &lockstore.Lock{Key: norm, LockID: held.LockID, Fence: held.Fence,
 			ExpiresAtMs: held.ExpiresAtMs, AcquiredAtMs: held.AcquiredAtMs}
 		// A live lock's fence came from this counter; if the counter reads
 		// lower (it was reset by hand), report the lock's.

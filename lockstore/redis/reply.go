@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // storedLock is SyncGuard's lock value.
@@ -199,7 +200,7 @@ func liveLock(reply []any, vi, ni int) (*storedLock, int64, error) {
 	if err != nil {
 		return nil, now, err
 	}
-	if !lockstore.IsLive(l.ExpiresAtMs, now) {
+	if !backend.IsLive(l.ExpiresAtMs, now) {
 		return nil, now, nil
 	}
 	return l, now, nil
@@ -207,7 +208,7 @@ func liveLock(reply []any, vi, ni int) (*storedLock, int64, error) {
 
 // info is the sanitised view of l, the lock on normalised key.
 func info(key string, l *storedLock) *lockstore.LockInfo {
-	return lockstore.NewLockInfo(key, l.LockID, l.Fence, l.ExpiresAtMs, l.AcquiredAtMs)
+	return lockstore.Lock{Key: key, LockID: l.LockID, Fence: l.Fence, ExpiresAtMs: l.ExpiresAtMs, AcquiredAtMs: l.AcquiredAtMs}.Info()
 }
 
 // replyInt returns reply[i] as an integer.

@@ -6,6 +6,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // Every lock operation is one of these scripts, run with EVALSHA through
@@ -64,7 +65,7 @@ const (
 // ARGV: lockId, ttlMs, normalized user key, ttlMs+tolerance, floor
 // →     "<fence>:<expiresAtMs>" | 0 | negative status | {-4, lead}
 //
-// floor is "1" for the clock floor (lockstore.NextFenceAt) or "0" for
+// floor is "1" for the clock floor (backend.NextFenceAt) or "0" for
 // counter+1.
 //
 // The success reply is one string rather than a table: Redis builds an
@@ -113,7 +114,7 @@ redis.call('SET', KEYS[1], '{"lockId":"' .. ARGV[1] ..
   string.format(',"fence":"%%015d"}', fence), 'PX', ARGV[4])
 redis.call('SET', KEYS[2], KEYS[1], 'PX', ARGV[4])
 return string.format('%%d:%%d', fence, exp)
-`, lockstore.FenceMax, lockstore.FloorEpochMs, lockstore.FloorPerMs, lockstore.FloorLeadMax))
+`, lockstore.FenceMax, backend.FloorEpochMs, backend.FloorPerMs, backend.FloorLeadMax))
 
 // Release/extend status codes.
 const (

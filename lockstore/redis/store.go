@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // Store is a lockstore.Store and lockstore.AuditLog over one Redis database
@@ -105,7 +106,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	// hash them leaves their removal to their own TTL. (The cluster layout
 	// refuses such prefixes.)
 	probe := strings.Repeat("A", lockstore.LockIDLength)
-	if k, err := lockstore.MakeStorageKey(prefix, "id:"+probe, lockstore.RedisKeyLimit, lockstore.RedisKeyReserve); err == nil && k == prefix+":id:"+probe {
+	if k, err := backend.MakeStorageKey(prefix, "id:"+probe, backend.RedisKeyLimit, backend.RedisKeyReserve); err == nil && k == prefix+":id:"+probe {
 		s.idPrefix = prefix + ":id:"
 	}
 
@@ -288,8 +289,8 @@ func (s *Store) checkEvictionOn(ctx context.Context, c *goredis.Client) error {
 	}
 }
 
-func floorArg(f lockstore.FenceFloor) string {
-	if f == lockstore.FloorOff {
+func floorArg(f backend.FenceFloor) string {
+	if f == backend.FloorOff {
 		return "0"
 	}
 	return "1"

@@ -17,6 +17,7 @@ import (
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
 
@@ -218,7 +219,7 @@ func TestTruncation(t *testing.T) {
 	prefix := "syncguard_test_trunc_" + strings.Repeat("p", 480)
 	// Consecutive fences: two fresh keys' first fences are equal exactly
 	// when their counters are distinct.
-	s := openPrefix(t, prefix, func(c *Config) { c.FenceFloor = lockstore.FloorOff })
+	s := openPrefix(t, prefix, func(c *Config) { c.FenceFloor = backend.FloorOff })
 	t.Cleanup(func() { dropPrefix(t, s.Client(), prefix) })
 	ctx := context.Background()
 	c := s.Client()
@@ -424,7 +425,7 @@ func TestAudit(t *testing.T) {
 	for i := range 1000 {
 		k := fmt.Sprintf("k%d", i%2)
 		evs = append(evs, lockstore.AuditEvent{TimeMs: base + int64(i), DecisionID: fmt.Sprint(i), Source: "authz-grpc",
-			KeyHash: lockstore.HashKey(k), KeyDigest: lockstore.KeyDigest(k), Presented: "000000000000001", Current: "000000000000002", Reason: "stale", Policy: "holder", Mode: "enforce"})
+			KeyHash: lockstore.HashKey(k), KeyDigest: lockstore.DigestKey(k).String(), Presented: "000000000000001", Current: "000000000000002", Reason: "stale", Policy: "holder", Mode: "enforce"})
 	}
 	if err := s.AppendAudit(ctx, evs); err != nil {
 		t.Fatalf("AppendAudit: %v", err)
@@ -550,7 +551,7 @@ func TestFenceWarnLog(t *testing.T) {
 	var logs testutil.LogBuffer
 	s := openPrefix(t, "syncguard_test_warnlog", func(c *Config) {
 		c.Logger = testutil.Logger(&logs, slog.LevelDebug)
-		c.FenceFloor = lockstore.FloorOff // a counter at FenceWarn is far ahead of today's floor
+		c.FenceFloor = backend.FloorOff // a counter at FenceWarn is far ahead of today's floor
 	})
 	t.Cleanup(func() { dropPrefix(t, s.Client(), s.Prefix()) })
 	ctx := context.Background()
@@ -606,7 +607,7 @@ func TestAuditKeyCoexists(t *testing.T) {
 		t.Fatalf("Acquire(audit) = %+v, %v", r, err)
 	}
 	ev := lockstore.AuditEvent{TimeMs: time.Now().UnixMilli(), DecisionID: "d1", Source: "authz-http",
-		KeyHash: lockstore.HashKey("audit"), KeyDigest: lockstore.KeyDigest("audit"), Reason: "stale", Policy: "holder", Mode: "enforce"}
+		KeyHash: lockstore.HashKey("audit"), KeyDigest: lockstore.DigestKey("audit").String(), Reason: "stale", Policy: "holder", Mode: "enforce"}
 	if err := s.AppendAudit(ctx, []lockstore.AuditEvent{ev, {TimeMs: ev.TimeMs, DecisionID: "d2", Source: "authz-http",
 		KeyHash: ev.KeyHash, KeyDigest: ev.KeyDigest, Reason: "missing", Policy: "holder", Mode: "enforce"}}); err != nil {
 		t.Fatalf("AppendAudit with a lock on key audit: %v", err)

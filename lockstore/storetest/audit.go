@@ -32,7 +32,7 @@ func (s *suite) audit(t *caseT) {
 	}
 
 	ha, hb := lockstore.HashKey("audit-a"), lockstore.HashKey("audit-b")
-	da, db := lockstore.KeyDigest("audit-a"), lockstore.KeyDigest("audit-b")
+	da, db := lockstore.DigestKey("audit-a").String(), lockstore.DigestKey("audit-b").String()
 	base := t.nowMs() - 60_000 // recent, well inside any retention age
 	var all []lockstore.AuditEvent
 	for i := range 6 {
@@ -72,7 +72,7 @@ func (s *suite) audit(t *caseT) {
 		t.Fatalf("HashKeyCollision is not a collision: %s != %s", lockstore.HashKey(crafted), lockstore.HashKey(victim))
 	}
 	all = append(all, lockstore.AuditEvent{TimeMs: base + 6000, DecisionID: "dec-victim", Source: "authz-http",
-		KeyHash: lockstore.HashKey(victim), KeyDigest: lockstore.KeyDigest(victim), Reason: "stale", Policy: "holder", Mode: "enforce"})
+		KeyHash: lockstore.HashKey(victim), KeyDigest: lockstore.DigestKey(victim).String(), Reason: "stale", Policy: "holder", Mode: "enforce"})
 	// An input-class event (reason malformed), stored apart from the
 	// decision events by stores that split retention, comes back merged.
 	input := lockstore.AuditEvent{TimeMs: base + 2200, DecisionID: "dec-input", Source: "authz-http",
@@ -84,7 +84,7 @@ func (s *suite) audit(t *caseT) {
 		t.Fatalf("AppendAudit: %v", err)
 	}
 	all = append(all, lockstore.AuditEvent{TimeMs: base + 500, DecisionID: "dec-crafted", Source: "authz-http",
-		KeyHash: lockstore.HashKey(crafted), KeyDigest: lockstore.KeyDigest(crafted), Reason: "unknown", Policy: "holder", Mode: "enforce"})
+		KeyHash: lockstore.HashKey(crafted), KeyDigest: lockstore.DigestKey(crafted).String(), Reason: "unknown", Policy: "holder", Mode: "enforce"})
 	rest := []lockstore.AuditEvent{all[2], all[0], all[7], all[5], all[6], all[8], all[1], all[3]}
 	if err := al.AppendAudit(ctx(t), rest); err != nil {
 		t.Fatalf("AppendAudit: %v", err)
@@ -143,7 +143,7 @@ func (s *suite) auditRetention(t *caseT) {
 	}
 	base := t.nowMs() - 60_000
 	victim := lockstore.AuditEvent{TimeMs: base, DecisionID: "real-stale", Source: "authz-grpc",
-		KeyHash: lockstore.HashKey("orders/42"), KeyDigest: lockstore.KeyDigest("orders/42"),
+		KeyHash: lockstore.HashKey("orders/42"), KeyDigest: lockstore.DigestKey("orders/42").String(),
 		Presented: "000000000000003", Current: "000000000000004", Reason: "stale", Policy: "holder", Mode: "enforce"}
 	if err := al.AppendAudit(ctx(t), []lockstore.AuditEvent{victim}); err != nil {
 		t.Fatalf("AppendAudit: %v", err)
@@ -156,7 +156,7 @@ func (s *suite) auditRetention(t *caseT) {
 			// malformed one, a bad proof.
 			reason := []string{"missing", "malformed", "bad-proof"}[j%3]
 			evs = append(evs, lockstore.AuditEvent{TimeMs: base + 1 + int64(j), DecisionID: fmt.Sprintf("junk-%d", j),
-				Source: "authz-http", KeyHash: lockstore.HashKey("x"), KeyDigest: lockstore.KeyDigest("x"),
+				Source: "authz-http", KeyHash: lockstore.HashKey("x"), KeyDigest: lockstore.DigestKey("x").String(),
 				Reason: reason, Policy: "holder", Mode: "enforce"})
 		}
 		if err := al.AppendAudit(ctx(t), evs); err != nil {

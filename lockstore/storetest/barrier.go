@@ -50,7 +50,7 @@ func (s *suite) barrierCases() []testCase {
 // (by name, as they appear under "conformance/barrier_<name>") with what
 // they reported. A backend's test uses it to prove the cases catch a
 // deliberately broken store. The barrier cases count fences one by one, so
-// they open their stores with lockstore.FloorOff; h.Open gets t; the cases
+// they open their stores with backend.FloorOff; h.Open gets t; the cases
 // run in parallel, like in Run. A case the backend does not support
 // (ErrNotSupported) is logged and not reported.
 func BarrierFailures(t *testing.T, h Harness) map[string][]string {

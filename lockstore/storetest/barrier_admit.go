@@ -20,7 +20,7 @@ func (s *suite) barrierAdmitCurrent(t *caseT) {
 		r := admit(t, st, key, adm(t, a.Fence, live, time.Minute))
 		wantAdmitted(t, fmt.Sprintf("Admit(current fence, requireLive=%v)", live), r)
 		wantSameState(t, "Admit", r.State, inspect(t, st, key))
-		if r.State.Live == nil || r.State.Live.LockID != a.LockID || r.State.LatestFence != a.Fence {
+		if r.State.Live == nil || r.State.Live.LockID != a.LockID || r.State.Live.Key != key || r.State.LatestFence != a.Fence {
 			t.Errorf("Admit: State = live %v latest %q, want the lock just acquired with fence %s",
 				liveFence(r.State), r.State.LatestFence, a.Fence)
 		}

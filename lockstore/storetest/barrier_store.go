@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // barrierUntouched: Admit and Finish, whatever they decide, leave locks and
@@ -268,7 +269,7 @@ func (s *suite) barrierBounded(t *caseT) {
 // counts it, once. It needs SweepCounts: a store whose entries expire by
 // themselves (Redis) answers ErrNotSupported and the case is skipped.
 func (s *suite) barrierSweepCounts(t *caseT) {
-	st := s.openWith(t, newNS(t), Options{FenceFloor: lockstore.FloorOff, Need: []Feature{SweepCounts}})
+	st := s.openWith(t, newNS(t), Options{FenceFloor: backend.FloorOff, Need: []Feature{SweepCounts}})
 	sw, ok := st.(lockstore.BarrierSweeper)
 	if !ok {
 		t.Fatalf("the store (%T) does not implement lockstore.BarrierSweeper", st)

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // The reference store's write barrier: the rule applied under the store's
@@ -14,7 +15,7 @@ func (s *refStore) Admit(ctx context.Context, key string, a lockstore.WriteAdmis
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
-	ms, err := a.Validate()
+	ms, err := backend.ValidateAdmission(a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -25,14 +26,14 @@ func (s *refStore) Admit(ctx context.Context, key string, a lockstore.WriteAdmis
 	defer unlock()
 	ks := s.stateLocked(k)
 	if s.d.writes == nil {
-		s.d.writes = map[string]map[string]lockstore.WriteEntry{}
+		s.d.writes = map[string]map[string]backend.WriteEntry{}
 	}
 	entries := s.d.writes[k]
 	if entries == nil {
-		entries = map[string]lockstore.WriteEntry{}
+		entries = map[string]backend.WriteEntry{}
 		s.d.writes[k] = entries
 	}
-	res, _ := a.Apply(entries, ks, ms)
+	res, _ := backend.ApplyAdmission(a, entries, ks, ms)
 	return res, nil
 }
 
@@ -42,9 +43,9 @@ func (s *refStore) stateLocked(k string) lockstore.KeyState {
 	if n := s.d.fences[k]; n > 0 {
 		ks.LatestFence, _ = lockstore.FormatFence(n)
 	}
-	if l, ok := s.d.locks[k]; ok && lockstore.IsLive(l.exps, ks.NowMs) {
+	if l, ok := s.d.locks[k]; ok && backend.IsLive(l.exps, ks.NowMs) {
 		f, _ := lockstore.FormatFence(l.fence)
-		ks.Live = &lockstore.HeldLock{LockID: l.id, Fence: f, ExpiresAtMs: l.exps, AcquiredAtMs: l.acquired}
+		ks.Live = &lockstore.Lock{Key: k, LockID: l.id, Fence: f, ExpiresAtMs: l.exps, AcquiredAtMs: l.acquired}
 	}
 	return ks
 }
@@ -54,7 +55,7 @@ func (s *refStore) Finish(ctx context.Context, key, writeID string) error {
 	if err != nil {
 		return err
 	}
-	if err := lockstore.ValidateWriteID(writeID); err != nil {
+	if err := backend.ValidateWriteID(writeID); err != nil {
 		return err
 	}
 	unlock, err := s.start(ctx, "finish")
@@ -68,7 +69,7 @@ func (s *refStore) Finish(ctx context.Context, key, writeID string) error {
 
 // SweepBarrier removes up to limit entries whose deadline passed.
 func (s *refStore) SweepBarrier(ctx context.Context, limit int) (int, error) {
-	if err := lockstore.ValidateSweepLimit(limit); err != nil {
+	if err := backend.ValidateSweepLimit(limit); err != nil {
 		return 0, err
 	}
 	unlock, err := s.start(ctx, "sweep")

@@ -21,14 +21,14 @@ const (
 // fencing by recording each fence the moment its holder enters the
 // critical section: per key, the recorded sequence must be strictly
 // increasing, which also makes every fence unique. It runs on the default
-// store (the clock floor on), as gateways do; under lockstore.FloorOff the
+// store (the clock floor on), as gateways do; under backend.FloorOff the
 // sequence must also be dense, and stress/concurrency_floor_off checks that.
 func (s *suite) concurrency(t *caseT) {
 	st, _ := s.fresh(t)
 	s.stress(t, st, false)
 }
 
-// concurrencyFloorOff is concurrency under lockstore.FloorOff, where a
+// concurrencyFloorOff is concurrency under backend.FloorOff, where a
 // refused acquire that consumed a fence shows as a gap.
 func (s *suite) concurrencyFloorOff(t *caseT) {
 	st, _ := s.freshConsecutive(t)

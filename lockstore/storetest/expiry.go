@@ -46,7 +46,7 @@ func (s *suite) extendReplacesTTL(t *caseT) {
 
 // noResurrection: extending an expired lock fails and leaves the key free;
 // the next acquire continues the fence sequence (counted one by one, under
-// lockstore.FloorOff).
+// backend.FloorOff).
 func (s *suite) noResurrection(t *caseT) {
 	st, _ := s.freshConsecutive(t)
 	const key = "lazarus"

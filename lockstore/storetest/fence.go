@@ -7,7 +7,7 @@ import (
 	"github.com/fencegate/fencegate/lockstore"
 )
 
-// fenceSequence: under lockstore.FloorOff a key's fences are 15 digits,
+// fenceSequence: under backend.FloorOff a key's fences are 15 digits,
 // start at 1, grow by one per successful acquire, and string order equals numeric order; JSON round
 // trips them unchanged.
 func (s *suite) fenceSequence(t *caseT) {

@@ -4,9 +4,10 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
-// The clock floor (lockstore.FloorClock, every backend's default): an
+// The clock floor (backend.FloorClock, every backend's default): an
 // acquire issues max(counter+1, FenceFloorAt(store now)), at most
 // FloorLeadMax ahead of the floor. The suite's clock is this process's; the
 // stores' clocks are on this machine (or trail it by ExtraClockMargin).
@@ -15,7 +16,7 @@ import (
 // before and after may fall in under the floor, for a key whose counter
 // did not lead the floor.
 func (s *suite) floorBounds(before, after int64) (lo, hi int64) {
-	return lockstore.FenceFloorAt(before - s.margin), lockstore.FenceFloorAt(after+s.margin) + lockstore.FloorLeadMax
+	return backend.FenceFloorAt(before - s.margin), backend.FenceFloorAt(after+s.margin) + backend.FloorLeadMax
 }
 
 // fenceFloor: a fresh key's first fence, and an old counter's next one,
@@ -103,7 +104,7 @@ func (s *suite) fenceFloorSurvivesLostWrites(t *caseT) {
 func (s *suite) fenceFloorLeadCap(t *caseT) {
 	st, ns := s.fresh(t)
 	const key = "ahead"
-	ahead := lockstore.FenceFloorAt(t.nowMs()+s.margin) + 10*lockstore.FloorLeadMax
+	ahead := backend.FenceFloorAt(t.nowMs()+s.margin) + 10*backend.FloorLeadMax
 	s.setFence(t, st, ns, key, ahead)
 	r, err := st.Acquire(ctx(t), key, 10*time.Second)
 	wantCode(t, "Acquire of a counter 10 s ahead of the floor", err, lockstore.ServiceUnavailable)
@@ -117,7 +118,7 @@ func (s *suite) fenceFloorLeadCap(t *caseT) {
 
 	// Within the cap the acquire goes through, one above the counter.
 	const near = "near"
-	within := lockstore.FenceFloorAt(t.nowMs()) + lockstore.FloorLeadMax/2
+	within := backend.FenceFloorAt(t.nowMs()) + backend.FloorLeadMax/2
 	s.setFence(t, st, ns, near, within)
 	if got := acquire(t, st, near, time.Second); fenceNum(t, got.Fence) != within+1 {
 		t.Errorf("Acquire of a counter half the cap ahead issued %s, want %d", got.Fence, within+1)

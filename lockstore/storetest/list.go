@@ -39,10 +39,10 @@ func (s *suite) listHeld(t *caseT) {
 		t.Fatalf("ListHeld with one live lock (one released, one expired) = %+v, want exactly list-b", l)
 	}
 	got := l.Locks[0]
-	want := lockstore.ListedLock{
-		Key: "list-b", KeyHash: lockstore.HashKey("list-b"), LockIDHash: lockstore.HashKey(b.LockID),
+	want := lockstore.ListedLock{Key: "list-b", LockInfo: lockstore.LockInfo{
+		KeyHash: lockstore.HashKey("list-b"), LockIDHash: lockstore.HashKey(b.LockID),
 		Fence: b.Fence, ExpiresAtMs: b.ExpiresAtMs, AcquiredAtMs: got.AcquiredAtMs,
-	}
+	}}
 	if got != want {
 		t.Errorf("ListHeld entry = %+v, want %+v", got, want)
 	}

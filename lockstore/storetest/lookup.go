@@ -135,6 +135,9 @@ func (s *suite) inspect(t *caseT) {
 		t.Errorf("Inspect.Live = {fence %s exp %d, lockId match %v}, want the acquire's {fence %s exp %d}",
 			ks.Live.Fence, ks.Live.ExpiresAtMs, ks.Live.LockID == r1.LockID, r1.Fence, r1.ExpiresAtMs)
 	}
+	if ks.Live.Key != key {
+		t.Errorf("Inspect.Live.Key = %q, want the key %q", ks.Live.Key, key)
+	}
 	if ks.Live.AcquiredAtMs != r1.ExpiresAtMs-10_000 {
 		t.Errorf("Inspect.Live.AcquiredAtMs = %d, want %d", ks.Live.AcquiredAtMs, r1.ExpiresAtMs-10_000)
 	}

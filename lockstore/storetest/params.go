@@ -4,21 +4,21 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // FenceFloorParam checks a backend's store URL parser for the fenceFloor
 // parameter every backend takes: parse is given the query ("" or
 // "fenceFloor=…") and returns the Config's FenceFloor. clock and off reach
 // the config (clock when absent); anything else is refused naming both.
-func FenceFloorParam(t *testing.T, parse func(query string) (lockstore.FenceFloor, error)) {
+func FenceFloorParam(t *testing.T, parse func(query string) (backend.FenceFloor, error)) {
 	t.Helper()
 	for _, c := range []struct {
 		query string
-		want  lockstore.FenceFloor
+		want  backend.FenceFloor
 		err   bool
-	}{{"", lockstore.FloorClock, false}, {"fenceFloor=clock", lockstore.FloorClock, false},
-		{"fenceFloor=off", lockstore.FloorOff, false}, {"fenceFloor=sometimes", 0, true},
+	}{{"", backend.FloorClock, false}, {"fenceFloor=clock", backend.FloorClock, false},
+		{"fenceFloor=off", backend.FloorOff, false}, {"fenceFloor=sometimes", 0, true},
 		{"fenceFloor=off&fenceFloor=clock", 0, true}} {
 		got, err := parse(c.query)
 		if c.err {

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // Harness tells the suite how to reach one backend.
@@ -70,10 +71,10 @@ type Harness struct {
 
 // Options is how a case asks Harness.Open to configure a store.
 type Options struct {
-	// FenceFloor is lockstore.FloorClock (the zero value, every backend's
-	// default) or lockstore.FloorOff (consecutive fences, for the cases
+	// FenceFloor is backend.FloorClock (the zero value, every backend's
+	// default) or backend.FloorOff (consecutive fences, for the cases
 	// that count them).
-	FenceFloor lockstore.FenceFloor
+	FenceFloor backend.FenceFloor
 	// AuditRetention is the audit retention; the zero value is the
 	// backend's default.
 	AuditRetention lockstore.AuditRetention

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
 
@@ -68,13 +69,13 @@ type refData struct {
 	locks  map[string]refLock // by normalised key
 	fences map[string]int64
 	audit  []lockstore.AuditEvent
-	writes map[string]map[string]lockstore.WriteEntry // barrier entries by normalised key; see barrier_test.go
+	writes map[string]map[string]backend.WriteEntry // barrier entries by normalised key; see barrier_test.go
 }
 
 type refStore struct {
 	d         *refData
 	retention lockstore.AuditRetention
-	floor     lockstore.FenceFloor
+	floor     backend.FenceFloor
 	clock     func() time.Time // the suite's fake clock (Options.Now); nil: time.Now
 	broken    string           // a deliberate bug (brokenEnv), for TestSuiteCatches
 	closed    atomic.Bool
@@ -176,17 +177,17 @@ func (s *refStore) Acquire(ctx context.Context, key string, ttl time.Duration) (
 	}
 	defer unlock()
 	n := s.now()
-	if l, ok := s.d.locks[k]; ok && lockstore.IsLive(l.exps, n) {
+	if l, ok := s.d.locks[k]; ok && backend.IsLive(l.exps, n) {
 		return lockstore.AcquireResult{Reason: lockstore.ReasonLocked}, nil
 	}
 	if s.d.fences[k] >= lockstore.FenceMax {
 		return lockstore.AcquireResult{}, lockstore.Errorf(lockstore.Internal, "acquire", "fence overflow")
 	}
 	next := s.d.fences[k] + 1
-	if s.floor == lockstore.FloorClock && s.broken != "no-floor" {
+	if s.floor == backend.FloorClock && s.broken != "no-floor" {
 		// The floor, (now - epoch) * per-ms rate, and its lead cap.
-		floor := max(n-lockstore.FloorEpochMs, 0) * lockstore.FloorPerMs
-		if next-floor > lockstore.FloorLeadMax && s.broken != "no-lead-cap" {
+		floor := max(n-backend.FloorEpochMs, 0) * backend.FloorPerMs
+		if next-floor > backend.FloorLeadMax && s.broken != "no-lead-cap" {
 			return lockstore.AcquireResult{}, lockstore.Errorf(lockstore.ServiceUnavailable, "acquire", "clock behind the counter")
 		}
 		next = max(next, floor)
@@ -207,7 +208,7 @@ func (s *refStore) Acquire(ctx context.Context, key string, ttl time.Duration) (
 // byID finds the live lock lockID holds; the caller holds the mutex.
 func (s *refStore) byID(id string) (refLock, bool) {
 	for _, l := range s.d.locks {
-		if l.id == id && lockstore.IsLive(l.exps, s.now()) {
+		if l.id == id && backend.IsLive(l.exps, s.now()) {
 			return l, true
 		}
 	}
@@ -274,7 +275,7 @@ func (s *refStore) LookupKey(ctx context.Context, key string) (*lockstore.LockIn
 		return nil, err
 	}
 	defer unlock()
-	if l, ok := s.d.locks[k]; ok && lockstore.IsLive(l.exps, s.now()) {
+	if l, ok := s.d.locks[k]; ok && backend.IsLive(l.exps, s.now()) {
 		return info(l), nil
 	}
 	return nil, nil
@@ -309,9 +310,9 @@ func (s *refStore) Inspect(ctx context.Context, key string) (lockstore.KeyState,
 	if n := s.d.fences[k]; n > 0 {
 		ks.LatestFence, _ = lockstore.FormatFence(n)
 	}
-	if l, ok := s.d.locks[k]; ok && lockstore.IsLive(l.exps, ks.NowMs) {
+	if l, ok := s.d.locks[k]; ok && backend.IsLive(l.exps, ks.NowMs) {
 		f, _ := lockstore.FormatFence(l.fence)
-		ks.Live = &lockstore.HeldLock{LockID: l.id, Fence: f, ExpiresAtMs: l.exps, AcquiredAtMs: l.acquired}
+		ks.Live = &lockstore.Lock{Key: k, LockID: l.id, Fence: f, ExpiresAtMs: l.exps, AcquiredAtMs: l.acquired}
 	}
 	return ks, nil
 }
@@ -349,7 +350,7 @@ func (s *refStore) QueryAudit(ctx context.Context, q lockstore.AuditQuery) ([]lo
 	defer unlock()
 	var out []lockstore.AuditEvent
 	for _, e := range s.d.audit {
-		match := q.Key == "" || e.KeyDigest == lockstore.KeyDigest(q.Key)
+		match := q.Key == "" || e.KeyDigest == lockstore.DigestKey(q.Key).String()
 		if s.broken == "hash-filter" {
 			match = q.Key == "" || e.KeyHash == lockstore.HashKey(q.Key)
 		}
@@ -376,7 +377,7 @@ func (s *refStore) CountHeld(ctx context.Context) (int64, error) {
 	defer unlock()
 	var n int64
 	for _, l := range s.d.locks {
-		if lockstore.IsLive(l.exps, s.now()) {
+		if backend.IsLive(l.exps, s.now()) {
 			n++
 		}
 	}

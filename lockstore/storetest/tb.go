@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // TB is the part of *testing.T the cases use. *testing.T implements it, and
@@ -137,10 +138,10 @@ func (s *suite) open(t *caseT, ns string) lockstore.Store {
 	return s.openWith(t, ns, Options{})
 }
 
-// openConsecutive is open with lockstore.FloorOff.
+// openConsecutive is open with backend.FloorOff.
 func (s *suite) openConsecutive(t *caseT, ns string) lockstore.Store {
 	t.Helper()
-	return s.openWith(t, ns, Options{FenceFloor: lockstore.FloorOff})
+	return s.openWith(t, ns, Options{FenceFloor: backend.FloorOff})
 }
 
 // fresh opens a store over a new namespace.
@@ -150,7 +151,7 @@ func (s *suite) fresh(t *caseT) (lockstore.Store, string) {
 	return s.open(t, ns), ns
 }
 
-// freshConsecutive opens a store with lockstore.FloorOff over a new
+// freshConsecutive opens a store with backend.FloorOff over a new
 // namespace, for the cases that count fences one by one.
 func (s *suite) freshConsecutive(t *caseT) (lockstore.Store, string) {
 	t.Helper()

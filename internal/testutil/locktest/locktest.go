@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
 
@@ -41,7 +42,7 @@ func OpenBolt(tb testing.TB, edit ...func(*bolt.Config)) *bolt.Store {
 
 // FloorOff is an edit for OpenBolt: consecutive fences (1, 2, 3, ...), for
 // tests that count them.
-func FloorOff(c *bolt.Config) { c.FenceFloor = lockstore.FloorOff }
+func FloorOff(c *bolt.Config) { c.FenceFloor = backend.FloorOff }
 
 // opTimeout bounds each call of Acquire and Release.
 const opTimeout = 30 * time.Second

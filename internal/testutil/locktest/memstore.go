@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/lockstore/backend"
 )
 
 // MemStore is a small in-memory lockstore.Store for testing the helpers
@@ -20,7 +21,7 @@ type MemStore struct {
 	locks    map[string]memLock // by key
 	byID     map[string]string  // lockId -> key
 	fences   map[string]int64
-	writes   map[string]map[string]lockstore.WriteEntry // barrier entries by key
+	writes   map[string]map[string]backend.WriteEntry // barrier entries by key
 	closed   int
 	acquires []time.Time // when each Acquire was called
 	extends  []time.Time
@@ -78,7 +79,7 @@ func (m *MemStore) Acquire(ctx context.Context, key string, ttl time.Duration) (
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := nowMs()
-	if l, ok := m.locks[k]; ok && lockstore.IsLive(l.expiresAtMs, now) {
+	if l, ok := m.locks[k]; ok && backend.IsLive(l.expiresAtMs, now) {
 		return lockstore.AcquireResult{OK: false, Reason: lockstore.ReasonLocked}, nil
 	}
 	id, err := lockstore.NewLockID()
@@ -123,7 +124,7 @@ func (m *MemStore) Release(ctx context.Context, lockID string) (lockstore.Releas
 	l := m.locks[k]
 	delete(m.byID, lockID)
 	delete(m.locks, k)
-	if !lockstore.IsLive(l.expiresAtMs, nowMs()) {
+	if !backend.IsLive(l.expiresAtMs, nowMs()) {
 		return lockstore.ReleaseResult{Detail: lockstore.DetailExpired}, nil
 	}
 	return lockstore.ReleaseResult{OK: true}, nil
@@ -158,7 +159,7 @@ func (m *MemStore) Extend(ctx context.Context, lockID string, ttl time.Duration)
 	}
 	l := m.locks[k]
 	now := nowMs()
-	if !lockstore.IsLive(l.expiresAtMs, now) {
+	if !backend.IsLive(l.expiresAtMs, now) {
 		return lockstore.ExtendResult{Detail: lockstore.DetailExpired}, nil
 	}
 	l.expiresAtMs = now + ms
@@ -179,7 +180,7 @@ func (m *MemStore) LookupKey(ctx context.Context, key string) (*lockstore.LockIn
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.locks[k]
-	if !ok || !lockstore.IsLive(l.expiresAtMs, nowMs()) {
+	if !ok || !backend.IsLive(l.expiresAtMs, nowMs()) {
 		return nil, nil
 	}
 	return &lockstore.LockInfo{KeyHash: lockstore.HashKey(k), LockIDHash: lockstore.HashKey(l.lockID), Fence: l.fence, ExpiresAtMs: l.expiresAtMs}, nil
@@ -206,8 +207,8 @@ func (m *MemStore) Inspect(ctx context.Context, key string) (lockstore.KeyState,
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := lockstore.KeyState{NowMs: nowMs()}
-	if l, ok := m.locks[k]; ok && lockstore.IsLive(l.expiresAtMs, st.NowMs) {
-		st.Live = &lockstore.HeldLock{LockID: l.lockID, Fence: l.fence, ExpiresAtMs: l.expiresAtMs}
+	if l, ok := m.locks[k]; ok && backend.IsLive(l.expiresAtMs, st.NowMs) {
+		st.Live = &lockstore.Lock{Key: k, LockID: l.lockID, Fence: l.fence, ExpiresAtMs: l.expiresAtMs}
 	}
 	if n := m.fences[k]; n > 0 {
 		st.LatestFence, _ = lockstore.FormatFence(n)
@@ -220,7 +221,7 @@ func (m *MemStore) Admit(ctx context.Context, key string, a lockstore.WriteAdmis
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
-	ms, err := a.Validate()
+	ms, err := backend.ValidateAdmission(a)
 	if err != nil {
 		return lockstore.WriteAdmitResult{}, err
 	}
@@ -233,12 +234,12 @@ func (m *MemStore) Admit(ctx context.Context, key string, a lockstore.WriteAdmis
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.writes == nil {
-		m.writes = map[string]map[string]lockstore.WriteEntry{}
+		m.writes = map[string]map[string]backend.WriteEntry{}
 	}
 	if m.writes[k] == nil {
-		m.writes[k] = map[string]lockstore.WriteEntry{}
+		m.writes[k] = map[string]backend.WriteEntry{}
 	}
-	r, _ := a.Apply(m.writes[k], st, ms)
+	r, _ := backend.ApplyAdmission(a, m.writes[k], st, ms)
 	return r, nil
 }
 
@@ -247,7 +248,7 @@ func (m *MemStore) Finish(ctx context.Context, key, writeID string) error {
 	if err != nil {
 		return err
 	}
-	if err := lockstore.ValidateWriteID(writeID); err != nil {
+	if err := backend.ValidateWriteID(writeID); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -274,7 +275,7 @@ func (m *MemStore) Close() error {
 func (m *MemStore) Holder(key string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if l, ok := m.locks[key]; ok && lockstore.IsLive(l.expiresAtMs, nowMs()) {
+	if l, ok := m.locks[key]; ok && backend.IsLive(l.expiresAtMs, nowMs()) {
 		return l.lockID
 	}
 	return ""

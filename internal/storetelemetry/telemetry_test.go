@@ -1,4 +1,4 @@
-package lockstore_test
+package storetelemetry_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/storetelemetry"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -16,19 +17,19 @@ import (
 // eventSink collects events delivered by the decorator.
 type eventSink struct {
 	mu  sync.Mutex
-	evs []lockstore.LockEvent
+	evs []storetelemetry.LockEvent
 }
 
-func (s *eventSink) on(e lockstore.LockEvent) {
+func (s *eventSink) on(e storetelemetry.LockEvent) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.evs = append(s.evs, e)
 }
 
-func (s *eventSink) events() []lockstore.LockEvent {
+func (s *eventSink) events() []storetelemetry.LockEvent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]lockstore.LockEvent(nil), s.evs...)
+	return append([]storetelemetry.LockEvent(nil), s.evs...)
 }
 
 var discardLogger = slog.New(slog.DiscardHandler)
@@ -36,7 +37,7 @@ var discardLogger = slog.New(slog.DiscardHandler)
 func TestTelemetryEvents(t *testing.T) {
 	ctx := context.Background()
 	sink := &eventSink{}
-	s := lockstore.WithTelemetry(newMemStore(), lockstore.TelemetryOptions{OnEvent: sink.on, Logger: discardLogger})
+	s := storetelemetry.WithTelemetry(newMemStore(), storetelemetry.TelemetryOptions{OnEvent: sink.on, Logger: discardLogger})
 
 	const key = "resource:123"
 	a, _ := s.Acquire(ctx, key, time.Second)
@@ -56,19 +57,19 @@ func TestTelemetryEvents(t *testing.T) {
 	}
 
 	kh, lh := lockstore.HashKey(key), lockstore.HashKey(a.LockID)
-	want := []lockstore.LockEvent{
-		{Type: lockstore.EventAcquire, KeyHash: kh, LockIDHash: lh, Result: lockstore.ResultOK},
-		{Type: lockstore.EventAcquire, KeyHash: kh, Result: lockstore.ResultFail, Reason: lockstore.ReasonLocked},
-		{Type: lockstore.EventIsLocked, KeyHash: kh, Result: lockstore.ResultOK},
-		{Type: lockstore.EventLookup, KeyHash: kh, Result: lockstore.ResultOK},
-		{Type: lockstore.EventLookup, LockIDHash: lh, Result: lockstore.ResultOK},
-		{Type: lockstore.EventExtend, LockIDHash: lh, Result: lockstore.ResultOK},
-		{Type: lockstore.EventRelease, LockIDHash: lh, Result: lockstore.ResultOK},
-		{Type: lockstore.EventRelease, LockIDHash: lh, Result: lockstore.ResultFail, Reason: lockstore.DetailNotFound},
-		{Type: lockstore.EventExtend, LockIDHash: lh, Result: lockstore.ResultFail, Reason: lockstore.DetailNotFound},
-		{Type: lockstore.EventIsLocked, KeyHash: kh, Result: lockstore.ResultFail},
-		{Type: lockstore.EventLookup, KeyHash: kh, Result: lockstore.ResultFail},
-		{Type: lockstore.EventAcquire, Result: lockstore.ResultFail, Code: lockstore.InvalidArgument},
+	want := []storetelemetry.LockEvent{
+		{Type: storetelemetry.EventAcquire, KeyHash: kh, LockIDHash: lh, Result: storetelemetry.ResultOK},
+		{Type: storetelemetry.EventAcquire, KeyHash: kh, Result: storetelemetry.ResultFail, Reason: lockstore.ReasonLocked},
+		{Type: storetelemetry.EventIsLocked, KeyHash: kh, Result: storetelemetry.ResultOK},
+		{Type: storetelemetry.EventLookup, KeyHash: kh, Result: storetelemetry.ResultOK},
+		{Type: storetelemetry.EventLookup, LockIDHash: lh, Result: storetelemetry.ResultOK},
+		{Type: storetelemetry.EventExtend, LockIDHash: lh, Result: storetelemetry.ResultOK},
+		{Type: storetelemetry.EventRelease, LockIDHash: lh, Result: storetelemetry.ResultOK},
+		{Type: storetelemetry.EventRelease, LockIDHash: lh, Result: storetelemetry.ResultFail, Reason: lockstore.DetailNotFound},
+		{Type: storetelemetry.EventExtend, LockIDHash: lh, Result: storetelemetry.ResultFail, Reason: lockstore.DetailNotFound},
+		{Type: storetelemetry.EventIsLocked, KeyHash: kh, Result: storetelemetry.ResultFail},
+		{Type: storetelemetry.EventLookup, KeyHash: kh, Result: storetelemetry.ResultFail},
+		{Type: storetelemetry.EventAcquire, Result: storetelemetry.ResultFail, Code: lockstore.InvalidArgument},
 		// Inspect emits nothing.
 	}
 	got := sink.events()
@@ -91,12 +92,12 @@ func TestTelemetryIncludeRaw(t *testing.T) {
 	ctx := context.Background()
 	sink := &eventSink{}
 	var askedWithRaw bool
-	s := lockstore.WithTelemetry(newMemStore(), lockstore.TelemetryOptions{OnEvent: sink.on, Logger: discardLogger,
-		IncludeRaw: func(e lockstore.LockEvent) bool {
+	s := storetelemetry.WithTelemetry(newMemStore(), storetelemetry.TelemetryOptions{OnEvent: sink.on, Logger: discardLogger,
+		IncludeRaw: func(e storetelemetry.LockEvent) bool {
 			if e.Key != "" || e.LockID != "" {
 				askedWithRaw = true
 			}
-			return e.Type == lockstore.EventAcquire
+			return e.Type == storetelemetry.EventAcquire
 		}})
 	a, _ := s.Acquire(ctx, "orders/42", time.Second)
 	_, _ = s.Acquire(ctx, "svc/api-token", time.Second)
@@ -130,8 +131,8 @@ func TestTelemetrySlowAndPanickingCallbacks(t *testing.T) {
 		return func() bool { mu.Lock(); defer mu.Unlock(); return delivered == n }
 	}
 	inner := newMemStore()
-	s := lockstore.WithTelemetry(inner, lockstore.TelemetryOptions{QueueSize: 2, Logger: discardLogger, OnEvent: func(e lockstore.LockEvent) {
-		if e.Type == lockstore.EventIsLocked {
+	s := storetelemetry.WithTelemetry(inner, storetelemetry.TelemetryOptions{QueueSize: 2, Logger: discardLogger, OnEvent: func(e storetelemetry.LockEvent) {
+		if e.Type == storetelemetry.EventIsLocked {
 			select {
 			case entered <- struct{}{}:
 			default:
@@ -141,11 +142,11 @@ func TestTelemetrySlowAndPanickingCallbacks(t *testing.T) {
 		mu.Lock()
 		delivered++
 		mu.Unlock()
-		if e.Type == lockstore.EventLookup {
+		if e.Type == storetelemetry.EventLookup {
 			panic("callback bug")
 		}
 	}})
-	var stats lockstore.TelemetryStats = s
+	var stats storetelemetry.TelemetryStats = s
 
 	// The first event occupies the worker; the next two fill the queue
 	// and the other seven are dropped, while every operation returns at
@@ -208,7 +209,7 @@ func TestTelemetrySlowAndPanickingCallbacks(t *testing.T) {
 // and BarrierSweeper).
 func TestTelemetryKeepsOptionalInterfaces(t *testing.T) {
 	ctx := context.Background()
-	on := func(lockstore.LockEvent) {}
+	on := func(storetelemetry.LockEvent) {}
 	cases := []struct {
 		name           string
 		inner          lockstore.Store
@@ -220,7 +221,7 @@ func TestTelemetryKeepsOptionalInterfaces(t *testing.T) {
 		{"both", fullMemStore{&auditMemStore{memStore: newMemStore()}}, true, true},
 	}
 	for _, c := range cases {
-		s := lockstore.WithTelemetry(c.inner, lockstore.TelemetryOptions{OnEvent: on})
+		s := storetelemetry.WithTelemetry(c.inner, storetelemetry.TelemetryOptions{OnEvent: on})
 		al, isAudit := lockstore.As[lockstore.AuditLog](s)
 		hc, isCounter := lockstore.As[lockstore.HeldCounter](s)
 		if isAudit != c.audit || isCounter != c.counter {
@@ -256,7 +257,7 @@ func TestTelemetryKeepsOptionalInterfaces(t *testing.T) {
 	}
 	// Without a callback the decorator passes calls through.
 	inner := newMemStore()
-	s := lockstore.WithTelemetry(inner, lockstore.TelemetryOptions{})
+	s := storetelemetry.WithTelemetry(inner, storetelemetry.TelemetryOptions{})
 	if r, err := s.Acquire(ctx, "k", time.Second); err != nil || !r.OK {
 		t.Errorf("nil OnEvent: Acquire = %+v, %v", r, err)
 	}
@@ -272,14 +273,14 @@ func TestTelemetryErrorEvents(t *testing.T) {
 		return lockstore.ExtendResult{}, &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: "extend"}, true
 	}
 	sink := &eventSink{}
-	s := lockstore.WithTelemetry(inner, lockstore.TelemetryOptions{OnEvent: sink.on})
+	s := storetelemetry.WithTelemetry(inner, storetelemetry.TelemetryOptions{OnEvent: sink.on})
 	id := "AAAAAAAAAAAAAAAAAAAAAA"
 	if _, err := s.Extend(ctx, id, time.Second); lockstore.CodeOf(err) != lockstore.ServiceUnavailable {
 		t.Fatalf("error not passed through: %v", err)
 	}
 	_ = s.Close()
 	ev := sink.events()
-	if len(ev) != 1 || ev[0].Result != lockstore.ResultFail || ev[0].Code != lockstore.ServiceUnavailable || ev[0].Reason != "" ||
+	if len(ev) != 1 || ev[0].Result != storetelemetry.ResultFail || ev[0].Code != lockstore.ServiceUnavailable || ev[0].Reason != "" ||
 		ev[0].LockIDHash != lockstore.HashKey(id) {
 		t.Errorf("events %+v", ev)
 	}
@@ -295,7 +296,7 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 		closeS := func() {}
 		if decorated {
 			name = "telemetry"
-			d := lockstore.WithTelemetry(s, lockstore.TelemetryOptions{OnEvent: func(lockstore.LockEvent) {}, QueueSize: 1 << 16})
+			d := storetelemetry.WithTelemetry(s, storetelemetry.TelemetryOptions{OnEvent: func(storetelemetry.LockEvent) {}, QueueSize: 1 << 16})
 			s, closeS = d, func() { _ = d.Close() }
 		}
 		b.Run(name, func(b *testing.B) {
@@ -313,7 +314,7 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 func ExampleWithTelemetry() {
 	var mu sync.Mutex
 	failed := map[string]int{}
-	s := lockstore.WithTelemetry(newMemStore(), lockstore.TelemetryOptions{OnEvent: func(e lockstore.LockEvent) {
+	s := storetelemetry.WithTelemetry(newMemStore(), storetelemetry.TelemetryOptions{OnEvent: func(e storetelemetry.LockEvent) {
 		if e.Type == "release" && e.Result == "fail" {
 			mu.Lock()
 			failed[e.Reason]++

@@ -1,10 +1,11 @@
-package lockstore
+package backend
 
 import (
 	"crypto/sha256"
 	"encoding/base64"
 	"strings"
 
+	"github.com/fencegate/fencegate/lockstore"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -38,7 +39,7 @@ func MakeStorageKey(prefix, key string, limit, reserve int) (string, error) {
 		sep = 1
 	}
 	if len(prefix)+sep+reserve > limit {
-		return "", Errorf(InvalidArgument, "storage-key",
+		return "", lockstore.Errorf(lockstore.InvalidArgument, "storage-key",
 			"prefix of %d bytes leaves no room under the backend limit of %d bytes", len(prefix), limit)
 	}
 	prefixed := key
@@ -52,12 +53,12 @@ func MakeStorageKey(prefix, key string, limit, reserve int) (string, error) {
 	hashed := base64.RawURLEncoding.EncodeToString(sum[:16])
 	if prefix == "" {
 		if hashedKeyLen+reserve > limit {
-			return "", Errorf(InvalidArgument, "storage-key", "backend limit %d too small for a hashed key", limit)
+			return "", lockstore.Errorf(lockstore.InvalidArgument, "storage-key", "backend limit %d too small for a hashed key", limit)
 		}
 		return hashed, nil
 	}
 	if len(prefix)+1+hashedKeyLen+reserve > limit {
-		return "", Errorf(InvalidArgument, "storage-key",
+		return "", lockstore.Errorf(lockstore.InvalidArgument, "storage-key",
 			"prefix of %d bytes is too long for the backend limit of %d bytes even after hashing", len(prefix), limit)
 	}
 	return prefix + ":" + hashed, nil

@@ -1,8 +1,10 @@
-package lockstore
+package backend
 
 import (
 	"context"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // The prechecks every Store operation runs before any I/O (the Store
@@ -15,11 +17,11 @@ import (
 // PrecheckKey is the precheck of operation op on a user key. It returns the
 // NFC-normalised key.
 func PrecheckKey(ctx context.Context, op, key string) (string, error) {
-	nk, err := NormalizeKey(key)
+	nk, err := lockstore.NormalizeKey(key)
 	if err != nil {
 		return "", err
 	}
-	if err := ContextError(ctx, op); err != nil {
+	if err := lockstore.ContextError(ctx, op); err != nil {
 		return "", err
 	}
 	return nk, nil
@@ -27,10 +29,10 @@ func PrecheckKey(ctx context.Context, op, key string) (string, error) {
 
 // PrecheckLockID is the precheck of operation op on a lockId.
 func PrecheckLockID(ctx context.Context, op, lockID string) error {
-	if err := ValidateLockID(lockID); err != nil {
+	if err := lockstore.ValidateLockID(lockID); err != nil {
 		return err
 	}
-	if err := ContextError(ctx, op); err != nil {
+	if err := lockstore.ContextError(ctx, op); err != nil {
 		return err
 	}
 	return nil
@@ -39,15 +41,15 @@ func PrecheckLockID(ctx context.Context, op, lockID string) error {
 // PrecheckAcquire is Acquire's precheck. It returns the NFC-normalised key and
 // the TTL in milliseconds.
 func PrecheckAcquire(ctx context.Context, key string, ttl time.Duration) (string, int64, error) {
-	nk, err := NormalizeKey(key)
+	nk, err := lockstore.NormalizeKey(key)
 	if err != nil {
 		return "", 0, err
 	}
-	ttlMs, err := ValidateTTL(ttl)
+	ttlMs, err := lockstore.ValidateTTL(ttl)
 	if err != nil {
 		return "", 0, err
 	}
-	if err := ContextError(ctx, "acquire"); err != nil {
+	if err := lockstore.ContextError(ctx, "acquire"); err != nil {
 		return "", 0, err
 	}
 	return nk, ttlMs, nil
@@ -55,14 +57,14 @@ func PrecheckAcquire(ctx context.Context, key string, ttl time.Duration) (string
 
 // PrecheckExtend is Extend's precheck. It returns the TTL in milliseconds.
 func PrecheckExtend(ctx context.Context, lockID string, ttl time.Duration) (int64, error) {
-	if err := ValidateLockID(lockID); err != nil {
+	if err := lockstore.ValidateLockID(lockID); err != nil {
 		return 0, err
 	}
-	ttlMs, err := ValidateTTL(ttl)
+	ttlMs, err := lockstore.ValidateTTL(ttl)
 	if err != nil {
 		return 0, err
 	}
-	if err := ContextError(ctx, "extend"); err != nil {
+	if err := lockstore.ContextError(ctx, "extend"); err != nil {
 		return 0, err
 	}
 	return ttlMs, nil
@@ -71,16 +73,16 @@ func PrecheckExtend(ctx context.Context, lockID string, ttl time.Duration) (int6
 // PrecheckAdmit starts a write-barrier Admit: the key and the admission
 // (fence, write id, maxWrite) are validated, then ctx, before any I/O. It
 // returns the normalised key and MaxWrite in milliseconds.
-func PrecheckAdmit(ctx context.Context, key string, a WriteAdmission) (string, int64, error) {
-	nk, err := NormalizeKey(key)
+func PrecheckAdmit(ctx context.Context, key string, a lockstore.WriteAdmission) (string, int64, error) {
+	nk, err := lockstore.NormalizeKey(key)
 	if err != nil {
 		return "", 0, err
 	}
-	maxMs, err := a.Validate()
+	maxMs, err := ValidateAdmission(a)
 	if err != nil {
 		return "", 0, err
 	}
-	if err := ContextError(ctx, "admit"); err != nil {
+	if err := lockstore.ContextError(ctx, "admit"); err != nil {
 		return "", 0, err
 	}
 	return nk, maxMs, nil
@@ -89,14 +91,14 @@ func PrecheckAdmit(ctx context.Context, key string, a WriteAdmission) (string, i
 // PrecheckFinish starts a write-barrier Finish: the key and write id are
 // validated, then ctx, before any I/O. It returns the normalised key.
 func PrecheckFinish(ctx context.Context, key, writeID string) (string, error) {
-	nk, err := NormalizeKey(key)
+	nk, err := lockstore.NormalizeKey(key)
 	if err != nil {
 		return "", err
 	}
 	if err := ValidateWriteID(writeID); err != nil {
 		return "", err
 	}
-	if err := ContextError(ctx, "finish"); err != nil {
+	if err := lockstore.ContextError(ctx, "finish"); err != nil {
 		return "", err
 	}
 	return nk, nil

@@ -1,10 +1,11 @@
-package lockstore
+package backend
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // TestPreambles: arguments are validated before the context is looked at
@@ -17,7 +18,7 @@ func TestPreambles(t *testing.T) {
 	cancel()
 	expired, cancel2 := context.WithDeadline(live, time.Now().Add(-time.Second))
 	defer cancel2()
-	id, err := NewLockID()
+	id, err := lockstore.NewLockID()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,28 +64,16 @@ func TestPreambles(t *testing.T) {
 		if err := c.good(live); err != nil {
 			t.Errorf("%s(live ctx, good args): %v", c.name, err)
 		}
-		if got := CodeOf(c.good(cancelled)); got != Aborted {
+		if got := lockstore.CodeOf(c.good(cancelled)); got != lockstore.Aborted {
 			t.Errorf("%s(cancelled ctx) = %s, want Aborted", c.name, got)
 		}
-		if got := CodeOf(c.good(expired)); got != NetworkTimeout {
+		if got := lockstore.CodeOf(c.good(expired)); got != lockstore.NetworkTimeout {
 			t.Errorf("%s(expired ctx) = %s, want NetworkTimeout", c.name, got)
 		}
 		for _, ctx := range []context.Context{live, cancelled} {
-			if got := CodeOf(c.bad(ctx)); got != InvalidArgument {
+			if got := lockstore.CodeOf(c.bad(ctx)); got != lockstore.InvalidArgument {
 				t.Errorf("%s(bad args) = %s, want InvalidArgument whatever the context", c.name, got)
 			}
 		}
-	}
-}
-
-func TestNewLockInfo(t *testing.T) {
-	li := NewLockInfo("resource:123", "AAAAAAAAAAAAAAAAAAAAAA", "000000000000007", 2000, 1000)
-	want := LockInfo{KeyHash: "e90a28c676a29a3291e2874a", LockIDHash: HashKey("AAAAAAAAAAAAAAAAAAAAAA"),
-		Fence: "000000000000007", ExpiresAtMs: 2000, AcquiredAtMs: 1000}
-	if *li != want {
-		t.Fatalf("NewLockInfo = %+v, want %+v", *li, want)
-	}
-	if strings.Contains(li.KeyHash+li.LockIDHash, "resource") {
-		t.Fatalf("NewLockInfo leaks the raw key: %+v", *li)
 	}
 }

@@ -1,8 +1,10 @@
-package lockstore
+package backend
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // The clock floor keeps a key's fences growing when its store loses writes
@@ -41,7 +43,7 @@ const (
 	// FloorLeadMax bounds how far a key's counter may be ahead of the floor
 	// after an acquire: one TimeToleranceMs of floor, the clock disagreement
 	// the lock contract already tolerates between clients sharing a store.
-	FloorLeadMax int64 = TimeToleranceMs * FloorPerMs
+	FloorLeadMax int64 = lockstore.TimeToleranceMs * FloorPerMs
 )
 
 // FenceFloorAt is the clock floor at store time nowMs (Unix milliseconds):
@@ -89,7 +91,7 @@ func ParseFenceFloor(s string) (FenceFloor, error) {
 	case "off":
 		return FloorOff, nil
 	}
-	return 0, Errorf(InvalidArgument, "config", "%s=%q: want clock (the default) or off", FenceFloorParam, s)
+	return 0, lockstore.Errorf(lockstore.InvalidArgument, "config", "%s=%q: want clock (the default) or off", FenceFloorParam, s)
 }
 
 // NextFenceAt is the fence an acquire of key issues after a counter at last,
@@ -100,7 +102,7 @@ func ParseFenceFloor(s string) (FenceFloor, error) {
 // Redis script and the PostgreSQL statement compute the same thing, and the
 // conformance suite holds all of them to it.
 func NextFenceAt(op, key string, last, nowMs int64, floor FenceFloor) (int64, string, error) {
-	if last >= FenceMax {
+	if last >= lockstore.FenceMax {
 		return 0, "", FenceOverflow(op, key)
 	}
 	next := last + 1
@@ -109,12 +111,12 @@ func NextFenceAt(op, key string, last, nowMs int64, floor FenceFloor) (int64, st
 		if next-fl > FloorLeadMax {
 			return 0, "", FenceClockBehind(op, key, next-fl)
 		}
-		if fl > FenceMax {
+		if fl > lockstore.FenceMax {
 			return 0, "", FenceOverflow(op, key)
 		}
 		next = max(next, fl)
 	}
-	f, err := FormatFence(next)
+	f, err := lockstore.FormatFence(next)
 	if err != nil {
 		return 0, "", err
 	}
@@ -126,8 +128,8 @@ func NextFenceAt(op, key string, last, nowMs int64, floor FenceFloor) (int64, st
 // key's counter (it stepped back, or a failover promoted a server whose
 // clock is behind the old one's). ServiceUnavailable, because it passes
 // when the clock catches up; nothing was written.
-func FenceClockBehind(op, key string, lead int64) *Error {
-	return &Error{Code: ServiceUnavailable, Op: op, Key: key,
+func FenceClockBehind(op, key string, lead int64) *lockstore.Error {
+	return &lockstore.Error{Code: lockstore.ServiceUnavailable, Op: op, Key: key,
 		Msg: fmt.Sprintf("this key's fence counter is %d ms ahead of the store clock's floor, more than the %d ms allowed (the clock stepped back, or a failover promoted a server whose clock is behind); nothing was written, and acquires of this key succeed again once the clock catches up",
 			(lead+FloorPerMs-1)/FloorPerMs, FloorLeadMax/FloorPerMs)}
 }

@@ -1,4 +1,4 @@
-package lockstore
+package storetelemetry
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // LockEvent is one observed lock operation (docs/design.md, "Telemetry is opt-in"). It identifies the key
@@ -17,14 +19,14 @@ type LockEvent struct {
 	KeyHash    string `json:"keyHash,omitempty"`
 	LockIDHash string `json:"lockIdHash,omitempty"`
 	Result     string `json:"result"`           // ResultOK or ResultFail
-	Reason     string `json:"reason,omitempty"` // "locked", DetailExpired, DetailNotFound, best effort
+	Reason     string `json:"reason,omitempty"` // "locked", lockstore.DetailExpired, lockstore.DetailNotFound, best effort
 	// Code is the error code when the operation failed with an error
 	// rather than a domain outcome (a fencegate addition; SyncGuard emits
 	// nothing for errors).
-	Code     Code          `json:"code,omitempty"`
-	Duration time.Duration `json:"durationNs"`       // how long the backend call took
-	Key      string        `json:"key,omitempty"`    // raw, only with IncludeRaw
-	LockID   string        `json:"lockId,omitempty"` // raw, only with IncludeRaw
+	Code     lockstore.Code `json:"code,omitempty"`
+	Duration time.Duration  `json:"durationNs"`       // how long the backend call took
+	Key      string         `json:"key,omitempty"`    // raw, only with IncludeRaw
+	LockID   string         `json:"lockId,omitempty"` // raw, only with IncludeRaw
 }
 
 // LockEvent types and results. The types are SyncGuard's operation names.
@@ -79,7 +81,7 @@ var rawDenylist = []string{"token", "secret", "password", "credential", "apikey"
 // drops the event and counts it, see TelemetryStats). With a nil OnEvent
 // the decorator passes every call through and emits nothing.
 //
-// It wraps only the role it changes (Locks); what l wraps stays reachable
+// It wraps only the role it changes (lockstore.Locks); what l wraps stays reachable
 // through Unwrap and As (the store's AuditLog, HeldCounter, Pinger, ...).
 // Close stops the worker after it has delivered the events already queued;
 // it does not close what l wraps (its owner does).
@@ -89,7 +91,7 @@ var rawDenylist = []string{"token", "secret", "password", "credential", "apikey"
 // call per backend (api.StoreMetrics); the lock API's own metrics count
 // requests, which include refusals no store call sees (401, 403, 400) and
 // waits that span many store calls (waitMs).
-func WithTelemetry(l Locks, opts TelemetryOptions) *Telemetry {
+func WithTelemetry(l lockstore.Locks, opts TelemetryOptions) *Telemetry {
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = DefaultTelemetryQueue
 	}
@@ -109,9 +111,9 @@ func WithTelemetry(l Locks, opts TelemetryOptions) *Telemetry {
 
 // Interface guards.
 var (
-	_ Locks          = (*Telemetry)(nil)
-	_ TelemetryStats = (*Telemetry)(nil)
-	_ Unwrapper      = (*Telemetry)(nil)
+	_ lockstore.Locks     = (*Telemetry)(nil)
+	_ TelemetryStats      = (*Telemetry)(nil)
+	_ lockstore.Unwrapper = (*Telemetry)(nil)
 )
 
 // pendingEvent is what the operation path enqueues: raw inputs, no hashing.
@@ -125,9 +127,9 @@ type pendingEvent struct {
 	duration time.Duration
 }
 
-// Telemetry is the telemetry decorator of a Locks (WithTelemetry).
+// Telemetry is the telemetry decorator of a lockstore.Locks (WithTelemetry).
 type Telemetry struct {
-	inner   Locks
+	inner   lockstore.Locks
 	opts    TelemetryOptions
 	mu      sync.RWMutex // guards sends against Close closing the queue
 	closed  bool
@@ -178,13 +180,13 @@ func (t *Telemetry) deliver(p pendingEvent) {
 		e.Result = ResultOK
 	}
 	if p.err != nil {
-		e.Code = CodeOf(p.err)
+		e.Code = lockstore.CodeOf(p.err)
 	}
 	if p.key != "" {
-		e.KeyHash = HashKey(p.key)
+		e.KeyHash = lockstore.HashKey(p.key)
 	}
 	if p.lockID != "" {
-		e.LockIDHash = HashKey(p.lockID)
+		e.LockIDHash = lockstore.HashKey(p.lockID)
 	}
 	if t.opts.IncludeRaw != nil && t.includeRaw(e) {
 		if !secretLooking(p.key) {
@@ -215,7 +217,7 @@ func secretLooking(key string) bool {
 	return false
 }
 
-func (t *Telemetry) Acquire(ctx context.Context, key string, ttl time.Duration) (AcquireResult, error) {
+func (t *Telemetry) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	start := time.Now()
 	r, err := t.inner.Acquire(ctx, key, ttl)
 	reason := ""
@@ -227,7 +229,7 @@ func (t *Telemetry) Acquire(ctx context.Context, key string, ttl time.Duration) 
 	return r, err
 }
 
-func (t *Telemetry) Release(ctx context.Context, lockID string) (ReleaseResult, error) {
+func (t *Telemetry) Release(ctx context.Context, lockID string) (lockstore.ReleaseResult, error) {
 	start := time.Now()
 	r, err := t.inner.Release(ctx, lockID)
 	t.emit(pendingEvent{typ: EventRelease, lockID: lockID, ok: err == nil && r.OK,
@@ -235,7 +237,7 @@ func (t *Telemetry) Release(ctx context.Context, lockID string) (ReleaseResult, 
 	return r, err
 }
 
-func (t *Telemetry) Extend(ctx context.Context, lockID string, ttl time.Duration) (ExtendResult, error) {
+func (t *Telemetry) Extend(ctx context.Context, lockID string, ttl time.Duration) (lockstore.ExtendResult, error) {
 	start := time.Now()
 	r, err := t.inner.Extend(ctx, lockID, ttl)
 	t.emit(pendingEvent{typ: EventExtend, lockID: lockID, ok: err == nil && r.OK,
@@ -250,14 +252,14 @@ func (t *Telemetry) IsLocked(ctx context.Context, key string) (bool, error) {
 	return locked, err
 }
 
-func (t *Telemetry) LookupKey(ctx context.Context, key string) (*LockInfo, error) {
+func (t *Telemetry) LookupKey(ctx context.Context, key string) (*lockstore.LockInfo, error) {
 	start := time.Now()
 	info, err := t.inner.LookupKey(ctx, key)
 	t.emit(pendingEvent{typ: EventLookup, key: key, ok: err == nil && info != nil, err: err, duration: time.Since(start)})
 	return info, err
 }
 
-func (t *Telemetry) LookupLockID(ctx context.Context, lockID string) (*LockInfo, error) {
+func (t *Telemetry) LookupLockID(ctx context.Context, lockID string) (*lockstore.LockInfo, error) {
 	start := time.Now()
 	info, err := t.inner.LookupLockID(ctx, lockID)
 	t.emit(pendingEvent{typ: EventLookup, lockID: lockID, ok: err == nil && info != nil, err: err, duration: time.Since(start)})
