@@ -21,6 +21,7 @@ import (
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -76,14 +77,17 @@ func docItems(t *testing.T) []docItem {
 	add("annotation", false, admission.DefaultKeyAnnotation, admission.DefaultFenceAnnotation)
 
 	// Route options and headers: every exported string constant named
-	// Ext* or Header* in authz and fencecheck, read from the source so a
-	// new one cannot be missed.
-	for _, c := range stringConsts(t, "../authz", "Ext") {
+	// Ext* or Header* in fencewire (and authz's HeaderCredential), read
+	// from the source so a new one cannot be missed (HeaderPrefix is a
+	// prefix, not a header).
+	for _, c := range stringConsts(t, "../fencewire", "Ext") {
 		add("route option", false, c)
 	}
-	for _, dir := range []string{"../authz", "../fencecheck"} {
+	for _, dir := range []string{"../fencewire", "../authz"} {
 		for _, c := range stringConsts(t, dir, "Header") {
-			add("header", true, c)
+			if c != fencewire.HeaderPrefix {
+				add("header", true, c)
+			}
 		}
 	}
 	for _, m := range metricNames(t) {

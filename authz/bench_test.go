@@ -9,6 +9,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/code"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
@@ -22,7 +23,7 @@ func BenchmarkGRPCCheckBolt(b *testing.B) {
 	}
 	conn := serveGRPC(b, fencecheck.New(s, fencecheck.Options{}))
 	client := authv3.NewAuthorizationClient(conn)
-	req := envoyRequest("PUT", "/orders/42", map[string]string{HeaderToken: r.Fence}, map[string]string{ExtKey: "orders/{2}"})
+	req := envoyRequest("PUT", "/orders/42", map[string]string{fencewire.HeaderToken: r.Fence}, map[string]string{fencewire.ExtKey: "orders/{2}"})
 	b.ResetTimer()
 	for b.Loop() {
 		resp, err := client.Check(context.Background(), req)

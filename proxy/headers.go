@@ -3,7 +3,7 @@ package proxy
 import (
 	"net/http"
 
-	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 )
 
 // Request headers a client must not be able to hand an upstream. The rules
@@ -100,7 +100,7 @@ type headerPolicy struct {
 func newHeaderPolicy(r Route) headerPolicy {
 	fence := r.FenceHeader
 	if fence == "" {
-		fence = fencecheck.HeaderToken
+		fence = fencewire.HeaderToken
 	}
 	hp := headerPolicy{pass: map[string]bool{}}
 	add := func(name string) {
@@ -108,11 +108,11 @@ func newHeaderPolicy(r Route) headerPolicy {
 		hp.inputs = append(hp.inputs, foldHeader(name))
 	}
 	add(fence)
-	add(fencecheck.HeaderProof)
+	add(fencewire.HeaderProof)
 	if r.Key == "" {
 		key := r.KeyHeader
 		if key == "" {
-			key = fencecheck.HeaderKey
+			key = fencewire.HeaderKey
 		}
 		add(key)
 	}
@@ -147,7 +147,7 @@ func (hp headerPolicy) strip(h http.Header) {
 }
 
 func (hp headerPolicy) drops(name string) bool {
-	if foldHasPrefix(name, "x-fence-") || foldHasPrefix(name, "x-forwarded-") || foldEqual(name, "forwarded") {
+	if foldHasPrefix(name, fencewire.HeaderPrefix) || foldHasPrefix(name, "x-forwarded-") || foldEqual(name, "forwarded") {
 		return true
 	}
 	for _, f := range hp.inputs {

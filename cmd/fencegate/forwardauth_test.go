@@ -17,6 +17,7 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/console"
 )
 
@@ -160,9 +161,9 @@ func TestForwardAuthCredential(t *testing.T) {
 				switch {
 				case st == http.StatusOK:
 					found = true
-				case h.Get(authz.HeaderReason) == "stale": // below the hidden current fence
+				case h.Get(fencewire.HeaderReason) == "stale": // below the hidden current fence
 					lo = mid + 1
-				case h.Get(authz.HeaderReason) == "unknown": // above it
+				case h.Get(fencewire.HeaderReason) == "unknown": // above it
 					hi = mid - 1
 				default: // refused: nothing to learn
 					lo, hi = 1, 0
@@ -199,8 +200,8 @@ func TestForwardAuthCredential(t *testing.T) {
 					t.Errorf("%s: status %d, want %d", tc.name, st, tc.status)
 				}
 				decided := decisions(t, gw.reg) > n
-				if want := tc.status == 200 || tc.status == 409; decided != want || (h.Get(authz.HeaderDecisionID) != "") != want {
-					t.Errorf("%s: decided %v (decision id %q), want %v", tc.name, decided, h.Get(authz.HeaderDecisionID), want)
+				if want := tc.status == 200 || tc.status == 409; decided != want || (h.Get(fencewire.HeaderDecisionID) != "") != want {
+					t.Errorf("%s: decided %v (decision id %q), want %v", tc.name, decided, h.Get(fencewire.HeaderDecisionID), want)
 				}
 				if tc.status == 401 && !strings.HasPrefix(h.Get("WWW-Authenticate"), "Bearer") {
 					t.Errorf("%s: WWW-Authenticate %q", tc.name, h.Get("WWW-Authenticate"))
