@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/lockstore"
 	"gopkg.in/yaml.v3"
 )
 
@@ -25,8 +26,10 @@ import (
 //
 // Everything else defaults to zero, which means "the default of the package
 // the setting is for" (fencecheck.DefaultTimeout, api.DefaultMaxWait, …):
-// config is data and restates no package's defaults or enums. Values are
-// parsed where cmd/fencegate turns the Config into those packages' options.
+// config is data and restates no package's defaults or enums; where it needs
+// a default to validate (a barrier route's maxWait within the cap) it reads
+// the owning package's constant. Values are parsed where cmd/fencegate turns
+// the Config into those packages' options.
 const (
 	DefaultStore         = "bolt://./fencegate.db"
 	DefaultHTTPAddr      = "127.0.0.1:8080"
@@ -417,7 +420,7 @@ func (c *Config) Validate() error {
 		add("check.timeout: must not be negative")
 	}
 	if c.Check.BarrierMaxInFlight < 0 || c.Check.BarrierMaxInFlight > maxBarrierInFlight {
-		add("check.barrierMaxInFlight: must be between 1 and %d (0: the default, 1024)", maxBarrierInFlight)
+		add("check.barrierMaxInFlight: must be between 1 and %d (0: the default, %d)", maxBarrierInFlight, lockstore.DefaultMaxInFlight)
 	}
 	if c.Locks.MaxWait < 0 {
 		add("locks.maxWait: must not be negative")

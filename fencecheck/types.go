@@ -159,7 +159,7 @@ type Request struct {
 	// "draining", counted from the first answer that found it blocked;
 	// 0 is the Checker's Timeout (what an edge whose caller allows one
 	// message timeout, such as Envoy ext_proc, can afford; `fencegate
-	// proxy` passes its own default, proxy.DefaultMaxWait). Above the
+	// proxy` passes its own default, DefaultMaxWait). Above the
 	// Checker's MaxWaitCap the write fails closed (ErrMaxWaitOverCap).
 	// Each store call of the wait keeps its own Timeout; the caller's
 	// context still ends the wait (a client that left).

@@ -7,22 +7,14 @@ import (
 	"github.com/fencegate/fencegate/fencecheck"
 )
 
-// DefaultMaxWait is a barrier route's MaxWait when unset: how long a write
-// under a current fence waits at the barrier for older writes of its key to
-// finish. Long enough for a typical API write (the older holder's writes in
-// flight at a handover), since the proxy holds the client's connection
-// anyway; a write that finishes here wakes its key's waiters at once.
-// Every route's MaxWait is bounded by the gateway's check.maxWaitCap.
-const DefaultMaxWait = 5 * time.Second
-
-// effectiveMaxWait is a barrier route's MaxWait with its default (0
-// without the barrier, where nothing waits).
+// effectiveMaxWait is a barrier route's MaxWait with its default
+// (fencecheck.DefaultMaxWait; 0 without the barrier, where nothing waits).
 func (r Route) effectiveMaxWait() time.Duration {
 	switch {
 	case !r.Barrier:
 		return 0
 	case r.MaxWait <= 0:
-		return DefaultMaxWait
+		return fencecheck.DefaultMaxWait
 	}
 	return r.MaxWait
 }

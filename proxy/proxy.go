@@ -81,7 +81,7 @@ type Route struct {
 	MaxWrite time.Duration
 	// MaxWait bounds how long a barrier write under a current fence waits
 	// for older writes of its key to finish before it is refused 429
-	// draining (fencecheck.Request.MaxWait); 0 is DefaultMaxWait. Ignored
+	// draining (fencecheck.Request.MaxWait); 0 is fencecheck.DefaultMaxWait. Ignored
 	// without Barrier.
 	MaxWait time.Duration
 	// PreserveHost sends the client's Host header upstream instead of the

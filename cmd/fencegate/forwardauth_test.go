@@ -16,7 +16,6 @@ import (
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
-	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/console"
 )
@@ -208,13 +207,6 @@ func TestForwardAuthCredential(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestMaxWriteCapDefaultsAgree: config restates fencecheck's default cap.
-func TestMaxWriteCapDefaultsAgree(t *testing.T) {
-	if config.DefaultMaxWriteCap != fencecheck.DefaultMaxWriteCap {
-		t.Fatalf("config.DefaultMaxWriteCap %s, fencecheck.DefaultMaxWriteCap %s", config.DefaultMaxWriteCap, fencecheck.DefaultMaxWriteCap)
 	}
 }
 
