@@ -12,12 +12,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/console"
+	"github.com/fencegate/fencegate/lockserver"
 )
 
 // forwardAuthGateway runs the lock API's HTTP listener as serve builds it
@@ -37,7 +37,7 @@ func forwardAuthGatewayTB(t testing.TB, cfg config.Config, set serveSettings, ao
 		t.Fatal(err)
 	}
 	ui := console.New(ctx, console.Options{Store: gw.store, Audit: gw.auditLog, Auth: set.auth, Logger: log})
-	srv, err := api.New(api.Options{Store: gw.locks, Audit: gw.auditLog, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: log})
+	srv, err := lockserver.New(lockserver.Options{Store: gw.locks, Audit: gw.auditLog, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestForwardAuthOwnListener(t *testing.T) {
 		return authzOptions(a, false, authz.Options{Logger: discardLogger()})
 	}
 	base, gw := forwardAuthGateway(t, cfg, set, opts)
-	srv, err := api.New(api.Options{Store: gw.locks, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: discardLogger()})
+	srv, err := lockserver.New(lockserver.Options{Store: gw.locks, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/health"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -42,7 +42,7 @@ func TestGRPCHealthStartsNotServing(t *testing.T) {
 	s := locktest.OpenBolt(t)
 	store := gatedStore{Store: s, gate: make(chan struct{})}
 	log := discardLogger()
-	srv, err := api.New(api.Options{Store: store, Logger: log})
+	srv, err := lockserver.New(lockserver.Options{Store: store, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestGRPCHealthStartsNotServing(t *testing.T) {
 		return res.GetStatus()
 	}
 	targets := []struct{ addr, svc string }{
-		{locks.addr(), ""}, {locks.addr(), api.LocksServiceName},
+		{locks.addr(), ""}, {locks.addr(), lockserver.LocksServiceName},
 		{az.addr(), ""}, {az.addr(), authz.ServiceName},
 	}
 	for _, tg := range targets {

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fencegate/fencegate/admission"
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
@@ -27,6 +26,7 @@ import (
 	"github.com/fencegate/fencegate/internal/console"
 	"github.com/fencegate/fencegate/internal/health"
 	"github.com/fencegate/fencegate/internal/tracing/otelenv"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/routes"
 	"github.com/fencegate/fencegate/writeproof"
@@ -92,7 +92,7 @@ type serveSettings struct {
 	verifier *writeproof.Verifier
 	tracing  otelenv.Config // from the OTEL_* variables
 	// accessLog is log.access, parsed by the api package.
-	accessLog api.AccessLog
+	accessLog lockserver.AccessLog
 	// table is the route table the authz edges serve (nil: none);
 	// configPath the file it is reloaded from ("": no reloads).
 	table      *routes.Table
@@ -123,7 +123,7 @@ func loadServeConfig(build func(func(string) string) (config.Config, error), get
 	if set.store, err = parseStoreURL(cfg.Store); err != nil {
 		add("store", err)
 	}
-	if set.accessLog, err = api.ParseAccessLog(cfg.Log.Access); err != nil {
+	if set.accessLog, err = lockserver.ParseAccessLog(cfg.Log.Access); err != nil {
 		add("log.access", err)
 	}
 	if len(cfg.Tokens) > 0 {
@@ -202,7 +202,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	// The console reads the store (lockstore.As finds its LockLister) and
 	// records the lock operations the API serves for its timeline.
 	ui := console.New(ctx, console.Options{Store: gw.store, Audit: auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
-	srv, err := api.New(api.Options{
+	srv, err := lockserver.New(lockserver.Options{
 		Store: ui.Record(gw.locks), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
 		Registerer: reg, Gatherer: reg, Logger: log, AccessLog: set.accessLog, Proofs: set.proofs,
 		Authenticated: markTrusted,
@@ -298,7 +298,7 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 
 // newMainHTTPRunner builds the HTTP listener: the lock API, forward-auth,
 // health (/healthz, /readyz: hs) and metrics.
-func newMainHTTPRunner(cfg config.Config, conns connLimits, srv *api.Server, ui *console.Console, hs *health.Readiness, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
+func newMainHTTPRunner(cfg config.Config, conns connLimits, srv *lockserver.Server, ui *console.Console, hs *health.Readiness, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
 	tc, _, err := serverTLS("http", cfg.HTTP.TLS, log, goBG)
 	if err != nil {
 		return nil, err
@@ -314,7 +314,7 @@ func newMainHTTPRunner(cfg config.Config, conns connLimits, srv *api.Server, ui 
 	// cancels a request whose connection passes ReadTimeout.
 	maxWait := cfg.Locks.MaxWait.Std()
 	if maxWait == 0 {
-		maxWait = api.DefaultMaxWait
+		maxWait = lockserver.DefaultMaxWait
 	}
 	return newHTTPRunner("http", cfg.HTTP.Addr, tc, mux, readTimeout+maxWait, conns, log)
 }
@@ -344,13 +344,13 @@ func connsOf(c config.Connections) connLimits {
 
 // newLocksGRPCRunner builds the gRPC lock API listener. A Locks call
 // without a valid token is refused before its message is read
-// (api.Server.GRPCTap).
-func newLocksGRPCRunner(l config.Listener, conns connLimits, srv *api.Server, hs *health.Readiness, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
+// (lockserver.Server.GRPCTap).
+func newLocksGRPCRunner(l config.Listener, conns connLimits, srv *lockserver.Server, hs *health.Readiness, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
 	limits := defaultGRPCLimits
 	limits.conns, limits.maxRecvMsg, limits.maxHeaderList, limits.tap = conns, locksMaxRecvMsg, locksMaxHeaderList, srv.GRPCTap
 	return newGRPCListener("grpc", l, limits, log, goBG, func(g *grpc.Server) {
 		srv.RegisterGRPC(g)
-		hs.GRPC(g, "", api.LocksServiceName)
+		hs.GRPC(g, "", lockserver.LocksServiceName)
 	})
 }
 

@@ -1,4 +1,4 @@
-package api_test
+package lockserver_test
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -35,14 +35,14 @@ func (cannedStore) Release(context.Context, string) (lockstore.ReleaseResult, er
 
 var infoDiscard = slog.New(slog.NewJSONHandler(io.Discard, nil))
 
-// BenchmarkHandlerCycle: acquire + release through api.Server's HTTP
+// BenchmarkHandlerCycle: acquire + release through lockserver.Server's HTTP
 // handler, in memory, auth on, logs off.
 //
 //	go test -run '^$' -bench HandlerCycle -benchmem -count 6 ./api/
 func BenchmarkHandlerCycle(b *testing.B) {
 	// JSON logs at info, as a deployment has them (the default access log
 	// writes no line for a successful request).
-	srv, err := api.New(api.Options{Store: cannedStore{}, Auth: testAuthenticator(b), Logger: infoDiscard})
+	srv, err := lockserver.New(lockserver.Options{Store: cannedStore{}, Auth: testAuthenticator(b), Logger: infoDiscard})
 	if err != nil {
 		b.Fatal(err)
 	}

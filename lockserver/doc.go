@@ -1,4 +1,4 @@
-// Package api serves fencegate's lock API over HTTP/JSON and gRPC
+// Package lockserver serves fencegate's lock API over HTTP/JSON and gRPC
 // (docs/api.md, "Lock API over HTTP/JSON", "Lock API over gRPC",
 // "Operations"), checking bearer tokens with package auth, and lock-op
 // metrics.
@@ -6,7 +6,7 @@
 // # Wiring
 //
 //	authn, err := auth.NewAuthenticator(tokens)     // or nil: auth off (loopback dev mode)
-//	srv, err := api.New(api.Options{
+//	srv, err := lockserver.New(lockserver.Options{
 //		Store: store, Audit: store, Auth: authn,
 //		MaxWait: 30 * time.Second,
 //		Registerer: reg, Gatherer: reg, Logger: logger,
@@ -90,4 +90,4 @@
 // a gRPC status other than OK, or slower than SlowRequest) carry method, the
 // matched route (never the path or query, which can hold a key), status,
 // duration and the token's name; never a key, lockId or token.
-package api
+package lockserver

@@ -1,4 +1,4 @@
-package api_test
+package lockserver_test
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,7 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// grpcEnv serves an api.Server's Locks service on a loopback listener.
+// grpcEnv serves an lockserver.Server's Locks service on a loopback listener.
 type grpcEnv struct {
 	*env
 	conn   *grpc.ClientConn
@@ -30,7 +30,7 @@ type grpcEnv struct {
 	outer  atomic.Int64 // calls seen by the server-wide interceptor
 }
 
-func newGRPCEnv(t testing.TB, store lockstore.Store, mutate func(*api.Options)) *grpcEnv {
+func newGRPCEnv(t testing.TB, store lockstore.Store, mutate func(*lockserver.Options)) *grpcEnv {
 	t.Helper()
 	g := &grpcEnv{env: newEnv(t, store, mutate)}
 	gs := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -73,7 +73,7 @@ func wantStatus(t *testing.T, err error, code codes.Code, lockCode lockstore.Cod
 	if st.Code() != code {
 		t.Errorf("status %s (%s), want %s", st.Code(), st.Message(), code)
 	}
-	if got := api.CodeFromStatus(st); got != lockCode {
+	if got := lockserver.CodeFromStatus(st); got != lockCode {
 		t.Errorf("ErrorInfo reason %q, want %q (details %v)", got, lockCode, st.Details())
 	}
 }

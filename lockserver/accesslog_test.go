@@ -1,4 +1,4 @@
-package api_test
+package lockserver_test
 
 import (
 	"context"
@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
 )
@@ -17,17 +17,17 @@ import (
 // TestParseAccessLog: the three names, "" as the default (errors), and an
 // error naming the choices for anything else.
 func TestParseAccessLog(t *testing.T) {
-	for in, want := range map[string]api.AccessLog{"": api.AccessErrors, "errors": api.AccessErrors, "off": api.AccessOff, "all": api.AccessAll} {
-		got, err := api.ParseAccessLog(in)
+	for in, want := range map[string]lockserver.AccessLog{"": lockserver.AccessErrors, "errors": lockserver.AccessErrors, "off": lockserver.AccessOff, "all": lockserver.AccessAll} {
+		got, err := lockserver.ParseAccessLog(in)
 		if err != nil || got != want {
 			t.Errorf("ParseAccessLog(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	if _, err := api.ParseAccessLog("some"); err == nil || !strings.Contains(err.Error(), "off, errors or all") {
+	if _, err := lockserver.ParseAccessLog("some"); err == nil || !strings.Contains(err.Error(), "off, errors or all") {
 		t.Errorf("ParseAccessLog(some): %v", err)
 	}
-	var zero api.Options
-	if zero.AccessLog != api.AccessErrors {
+	var zero lockserver.Options
+	if zero.AccessLog != lockserver.AccessErrors {
 		t.Errorf("zero Options.AccessLog is %v, want errors", zero.AccessLog)
 	}
 }
@@ -35,18 +35,18 @@ func TestParseAccessLog(t *testing.T) {
 // TestAccessLogModes: per mode, which of a success (200), a contended
 // acquire (409: an outcome, not a fault), an unauthenticated request (401),
 // an unknown path (404) and a slow success (an acquire whose store call
-// takes api.SlowRequest) get an access log line.
+// takes lockserver.SlowRequest) get an access log line.
 func TestAccessLogModes(t *testing.T) {
 	for _, c := range []struct {
-		mode                              api.AccessLog
+		mode                              lockserver.AccessLog
 		ok, contended, unauth, miss, slow bool
 	}{
-		{api.AccessOff, false, false, false, false, false},
-		{api.AccessErrors, false, false, true, true, true},
-		{api.AccessAll, true, true, true, true, true},
+		{lockserver.AccessOff, false, false, false, false, false},
+		{lockserver.AccessErrors, false, false, true, true, true},
+		{lockserver.AccessAll, true, true, true, true, true},
 	} {
 		t.Run(c.mode.String(), func(t *testing.T) {
-			e := newEnv(t, slowAcquire{locktest.OpenBolt(t)}, func(o *api.Options) { o.AccessLog = c.mode })
+			e := newEnv(t, slowAcquire{locktest.OpenBolt(t)}, func(o *lockserver.Options) { o.AccessLog = c.mode })
 			lines := func() []string {
 				var out []string
 				for _, l := range strings.Split(e.logs.String(), "\n") {
@@ -96,12 +96,12 @@ func TestAccessLogModes(t *testing.T) {
 }
 
 // slowAcquire is a store whose acquires of "slow/…" keys take
-// api.SlowRequest: a request that succeeds slowly.
+// lockserver.SlowRequest: a request that succeeds slowly.
 type slowAcquire struct{ *bolt.Store }
 
 func (s slowAcquire) Acquire(ctx context.Context, key string, ttl time.Duration) (lockstore.AcquireResult, error) {
 	if strings.HasPrefix(key, "slow/") {
-		time.Sleep(api.SlowRequest)
+		time.Sleep(lockserver.SlowRequest)
 	}
 	return s.Store.Acquire(ctx, key, ttl)
 }
@@ -111,15 +111,15 @@ func (s slowAcquire) Acquire(ctx context.Context, key string, ttl time.Duration)
 // success.
 func TestAccessLogModesGRPC(t *testing.T) {
 	for _, c := range []struct {
-		mode             api.AccessLog
+		mode             lockserver.AccessLog
 		ok, unauth, slow bool
 	}{
-		{api.AccessOff, false, false, false},
-		{api.AccessErrors, false, true, true},
-		{api.AccessAll, true, true, true},
+		{lockserver.AccessOff, false, false, false},
+		{lockserver.AccessErrors, false, true, true},
+		{lockserver.AccessAll, true, true, true},
 	} {
 		t.Run(c.mode.String(), func(t *testing.T) {
-			g := newGRPCEnv(t, slowAcquire{locktest.OpenBolt(t)}, func(o *api.Options) { o.AccessLog = c.mode })
+			g := newGRPCEnv(t, slowAcquire{locktest.OpenBolt(t)}, func(o *lockserver.Options) { o.AccessLog = c.mode })
 			count := func() int { return strings.Count(g.logs.String(), `"msg":"grpc request"`) }
 			step := func(what string, want bool, call func() error) {
 				t.Helper()

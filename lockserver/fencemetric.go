@@ -1,4 +1,4 @@
-package api
+package lockserver
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

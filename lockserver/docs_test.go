@@ -1,4 +1,4 @@
-package api_test
+package lockserver_test
 
 import (
 	"go/ast"
@@ -16,13 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/admission"
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/api/wire"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -72,7 +72,7 @@ func docItems(t *testing.T) []docItem {
 		string(auth.OpLookup), string(auth.OpStatus), string(auth.OpAudit), string(auth.OpUI))
 	add("path", true, wire.PathAcquire, wire.PathRelease, wire.PathExtend, wire.PathLookup,
 		wire.PathStatus, wire.PathAudit, wire.PathProofKeys, authz.HTTPPath, admission.Path, "/healthz", "/readyz", "/metrics")
-	add("gRPC service", false, api.LocksServiceName, authz.ServiceName, authz.ExtProcServiceName)
+	add("gRPC service", false, lockserver.LocksServiceName, authz.ServiceName, authz.ExtProcServiceName)
 	add("audit source", false, authz.SourceGRPC, authz.SourceHTTP, authz.SourceExtProc, admission.Source, "proxy")
 	add("annotation", false, admission.DefaultKeyAnnotation, admission.DefaultFenceAnnotation)
 
@@ -319,7 +319,7 @@ func metricNames(t *testing.T) []string {
 	t.Helper()
 	rec := &recordingRegisterer{}
 	store := locktest.OpenBolt(t)
-	if _, err := api.New(api.Options{Store: store, Registerer: rec, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+	if _, err := lockserver.New(lockserver.Options{Store: store, Registerer: rec, Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatal(err)
 	}
 	checker := fencecheck.New(store, fencecheck.Options{Registerer: rec})

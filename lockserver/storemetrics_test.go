@@ -1,4 +1,4 @@
-package api_test
+package lockserver_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -18,7 +18,7 @@ import (
 // their LockError code.
 func TestStoreMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := api.NewStoreMetrics(reg, "bolt")
+	m, err := lockserver.NewStoreMetrics(reg, "bolt")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package api_test
+package lockserver_test
 
 import (
 	"context"
@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/storetest"
 )
@@ -500,7 +500,7 @@ func TestHTTPAudit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e2 := newEnv(t, store, func(o *api.Options) { o.Auth = a; o.Registerer = nil; o.Gatherer = nil })
+		e2 := newEnv(t, store, func(o *lockserver.Options) { o.Auth = a; o.Registerer = nil; o.Gatherer = nil })
 		if r := e2.do(t, context.Background(), http.MethodGet, "/v1/audit", "aud-secret", "", ""); r.status != 403 {
 			t.Errorf("without key: status %d, want 403: %s", r.status, r.raw)
 		}
@@ -513,7 +513,7 @@ func TestHTTPAudit(t *testing.T) {
 	})
 
 	t.Run("no audit log is 501", func(t *testing.T) {
-		e3 := newEnv(t, store, func(o *api.Options) { o.Audit = nil; o.Registerer = nil; o.Gatherer = nil })
+		e3 := newEnv(t, store, func(o *lockserver.Options) { o.Audit = nil; o.Registerer = nil; o.Gatherer = nil })
 		r := e3.do(t, context.Background(), http.MethodGet, "/v1/audit", adminToken, "", "")
 		if r.status != http.StatusNotImplemented || r.errCode() != "ServiceUnavailable" {
 			t.Errorf("status %d %s", r.status, r.raw)
@@ -550,7 +550,7 @@ func TestHTTPAuditHashCollision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, store, func(o *api.Options) { o.Auth = a })
+	e := newEnv(t, store, func(o *lockserver.Options) { o.Auth = a })
 	get := func(token, key string) reply {
 		return e.do(t, context.Background(), http.MethodGet, "/v1/audit?key="+url.QueryEscape(key), token, "", "")
 	}
@@ -587,7 +587,7 @@ func TestHTTPOperations(t *testing.T) {
 	})
 
 	t.Run("auth off", func(t *testing.T) {
-		e := newEnv(t, locktest.OpenBolt(t), func(o *api.Options) { o.Auth = nil })
+		e := newEnv(t, locktest.OpenBolt(t), func(o *lockserver.Options) { o.Auth = nil })
 		if r := e.post(t, "/v1/locks/acquire", "", map[string]any{"key": "any/key"}); r.status != 200 {
 			t.Errorf("status %d %s", r.status, r.raw)
 		}
@@ -597,10 +597,10 @@ func TestHTTPOperations(t *testing.T) {
 	})
 
 	t.Run("New validates options", func(t *testing.T) {
-		if _, err := api.New(api.Options{}); err == nil {
+		if _, err := lockserver.New(lockserver.Options{}); err == nil {
 			t.Error("New without a store succeeded")
 		}
-		if _, err := api.New(api.Options{Store: locktest.OpenBolt(t), MaxWait: -time.Second}); err == nil {
+		if _, err := lockserver.New(lockserver.Options{Store: locktest.OpenBolt(t), MaxWait: -time.Second}); err == nil {
 			t.Error("New with a negative MaxWait succeeded")
 		}
 	})
@@ -624,10 +624,10 @@ func TestStatusMapping(t *testing.T) {
 			t.Errorf("code %s has no expectation", c)
 			continue
 		}
-		if got := fmt.Sprint(api.HTTPStatus(c)); got != w[0] {
+		if got := fmt.Sprint(lockserver.HTTPStatus(c)); got != w[0] {
 			t.Errorf("HTTPStatus(%s) = %s, want %s", c, got, w[0])
 		}
-		if got := api.GRPCCode(c).String(); got != w[1] {
+		if got := lockserver.GRPCCode(c).String(); got != w[1] {
 			t.Errorf("GRPCCode(%s) = %s, want %s", c, got, w[1])
 		}
 	}

@@ -1,4 +1,4 @@
-package api_test
+package lockserver_test
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/internal/testutil"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -40,19 +40,19 @@ func testAuthenticator(t testing.TB) *auth.Authenticator {
 	return a
 }
 
-// env is one api.Server over a store, served over real HTTP.
+// env is one lockserver.Server over a store, served over real HTTP.
 type env struct {
-	srv  *api.Server
+	srv  *lockserver.Server
 	http *httptest.Server
 	reg  *prometheus.Registry
 	logs *testutil.LogBuffer
 }
 
 // newEnv builds a Server over store; mutate adjusts the options first.
-func newEnv(t testing.TB, store lockstore.Store, mutate func(*api.Options)) *env {
+func newEnv(t testing.TB, store lockstore.Store, mutate func(*lockserver.Options)) *env {
 	t.Helper()
 	e := &env{reg: prometheus.NewRegistry(), logs: &testutil.LogBuffer{}}
-	o := api.Options{
+	o := lockserver.Options{
 		Store:      store,
 		Auth:       testAuthenticator(t),
 		MaxWait:    5 * time.Second,
@@ -60,7 +60,7 @@ func newEnv(t testing.TB, store lockstore.Store, mutate func(*api.Options)) *env
 		Gatherer:   e.reg,
 		Logger:     slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		// Every request logged, so the tests that scan logs for secrets see every line.
-		AccessLog: api.AccessAll,
+		AccessLog: lockserver.AccessAll,
 	}
 	if al, ok := store.(lockstore.AuditLog); ok {
 		o.Audit = al
@@ -68,9 +68,9 @@ func newEnv(t testing.TB, store lockstore.Store, mutate func(*api.Options)) *env
 	if mutate != nil {
 		mutate(&o)
 	}
-	srv, err := api.New(o)
+	srv, err := lockserver.New(o)
 	if err != nil {
-		t.Fatalf("api.New: %v", err)
+		t.Fatalf("lockserver.New: %v", err)
 	}
 	e.srv = srv
 	e.http = httptest.NewServer(srv.Handler())

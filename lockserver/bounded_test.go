@@ -1,4 +1,4 @@
-package api_test
+package lockserver_test
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -31,7 +31,7 @@ func (h hangingStore) Release(ctx context.Context, _ string) (lockstore.ReleaseR
 // OpTimeout, then 504 NetworkTimeout, instead of holding it forever.
 func TestStoreCallsAreBounded(t *testing.T) {
 	const bound = 300 * time.Millisecond
-	e := newEnv(t, hangingStore{locktest.OpenBolt(t)}, func(o *api.Options) { o.OpTimeout = bound })
+	e := newEnv(t, hangingStore{locktest.OpenBolt(t)}, func(o *lockserver.Options) { o.OpTimeout = bound })
 	for _, tc := range []struct {
 		path string
 		body any
@@ -79,7 +79,7 @@ func TestStoreCapabilitiesThroughWrappers(t *testing.T) {
 		{"opaque (broken)", opaqueLocks{tel}, false},
 	} {
 		reg := prometheus.NewRegistry()
-		if _, err := api.New(api.Options{Store: tc.locks, Registerer: reg}); err != nil {
+		if _, err := lockserver.New(lockserver.Options{Store: tc.locks, Registerer: reg}); err != nil {
 			t.Fatalf("%s: New: %v", tc.name, err)
 		}
 		mfs, err := reg.Gather()

@@ -1,4 +1,4 @@
-package api_test
+package lockserver_test
 
 import (
 	"context"
@@ -6,10 +6,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -46,7 +46,7 @@ func TestGRPCTapRefusesBeforeReading(t *testing.T) {
 	}{{"tap", true}, {"interceptor only (broken variant)", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var authenticated atomic.Int64
-			e := newEnv(t, locktest.OpenBolt(t), func(o *api.Options) {
+			e := newEnv(t, locktest.OpenBolt(t), func(o *lockserver.Options) {
 				o.Authenticated = func(context.Context) { authenticated.Add(1) }
 			})
 			read := &payloads{}

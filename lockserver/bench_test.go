@@ -1,4 +1,4 @@
-package api_test
+package lockserver_test
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/lockserver"
 )
 
 // The lock API's cost over the store it fronts: one acquire+release cycle
@@ -33,7 +33,7 @@ func BenchmarkCycleStore(b *testing.B) {
 }
 
 func BenchmarkCycleHTTP(b *testing.B) {
-	e := newEnv(b, locktest.OpenBolt(b), func(o *api.Options) { o.Logger = quiet })
+	e := newEnv(b, locktest.OpenBolt(b), func(o *lockserver.Options) { o.Logger = quiet })
 	client := e.http.Client()
 	send := func(path, body string) *http.Response {
 		req, _ := http.NewRequest(http.MethodPost, e.http.URL+path, strings.NewReader(body))
@@ -59,7 +59,7 @@ func BenchmarkCycleHTTP(b *testing.B) {
 }
 
 func BenchmarkCycleGRPC(b *testing.B) {
-	g := newGRPCEnv(b, locktest.OpenBolt(b), func(o *api.Options) { o.Logger = quiet })
+	g := newGRPCEnv(b, locktest.OpenBolt(b), func(o *lockserver.Options) { o.Logger = quiet })
 	ctx := bearer(adminToken)
 	for b.Loop() {
 		r, err := g.client.Acquire(ctx, &fencegatev1.AcquireRequest{Key: "bench/k"})
