@@ -25,7 +25,7 @@ import (
 // default: exposing fencegate is a decision an operator makes explicitly.
 //
 // Everything else defaults to zero, which means "the default of the package
-// the setting is for" (fencecheck.DefaultTimeout, api.DefaultMaxWait, …):
+// the setting is for" (fencecheck.DefaultTimeout, lockserver.DefaultMaxWait, …):
 // config is data and restates no package's defaults or enums; where it needs
 // a default to validate (a barrier route's maxWait within the cap) it reads
 // the owning package's constant. Values are parsed where cmd/fencegate turns
@@ -254,10 +254,10 @@ type Audit struct {
 
 // Locks configures the lock API.
 type Locks struct {
-	// MaxWait caps a request's waitMs; zero is api.DefaultMaxWait.
+	// MaxWait caps a request's waitMs; zero is lockserver.DefaultMaxWait.
 	MaxWait Duration `yaml:"maxWait"`
 	// OpTimeout bounds each store call a lock request makes (504 past it);
-	// zero is api.DefaultOpTimeout.
+	// zero is lockserver.DefaultOpTimeout.
 	OpTimeout Duration `yaml:"opTimeout"`
 }
 

@@ -38,7 +38,7 @@ var infoDiscard = slog.New(slog.NewJSONHandler(io.Discard, nil))
 // BenchmarkHandlerCycle: acquire + release through lockserver.Server's HTTP
 // handler, in memory, auth on, logs off.
 //
-//	go test -run '^$' -bench HandlerCycle -benchmem -count 6 ./api/
+//	go test -run '^$' -bench HandlerCycle -benchmem -count 6 ./lockserver/
 func BenchmarkHandlerCycle(b *testing.B) {
 	// JSON logs at info, as a deployment has them (the default access log
 	// writes no line for a successful request).
