@@ -37,8 +37,9 @@ type Options struct {
 	// over a table, or ask for the write barrier.
 	TrustLoopback bool
 	// Routes, when it holds a table (config routes:), governs requests as
-	// resolve says; the owner swaps the table on reload. nil or empty:
-	// every request takes its caller's options.
+	// resolve says; the owner swaps the table on reload. nil, empty or
+	// proxy-only (routes.Table.ProxyOnly: proxy.routes alone, the proxy's
+	// table): every request takes its caller's options.
 	Routes *routes.Holder
 
 	// exactMethod: the decider's; trustSidecar trusts 127.0.0.6 like any
@@ -113,7 +114,7 @@ func newDecider(c *fencecheck.Checker, o Options) decider {
 // route (not canonical, a raw '#', or a path or method that selects
 // another entry when read another way).
 func (d decider) resolve(tbl *routes.Table, v requestView, ro routeOptions) (rt *fencecheck.Route, refuse error) {
-	if tbl == nil {
+	if tbl == nil || tbl.ProxyOnly() { // proxy.routes alone: the proxy's table, not ours
 		return d.inline.get(ro), nil
 	}
 	if v.caller.trusted {

@@ -225,3 +225,28 @@ func TestTableBarrierOnExtProc(t *testing.T) {
 		t.Fatal("an untrusted caller's barrier was admitted")
 	}
 }
+
+// TestProxyOnlyTableLeavesCallersOptions: a table of proxy.routes alone
+// (routes.Options.ProxyOnly: the proxy's) governs no authz request: a
+// write no entry matches is checked with the caller's options, as without
+// a table, where the same entries as routes: fail it closed (503). The
+// broken variant is that routes: table, which the test tells apart.
+func TestProxyOnlyTableLeavesCallersOptions(t *testing.T) {
+	s := locktest.OpenBolt(t, locktest.FloorOff)
+	c := fencecheck.New(s, fencecheck.Options{Timeout: time.Second})
+	other := locktest.Acquire(t, s, "other", time.Minute).Fence
+	entries := []config.Route{{Name: "proxy:/p", Upstream: "http://127.0.0.1:1", Match: config.RouteMatch{Path: config.RoutePath{Value: "/p"}}}}
+	for _, tc := range []struct {
+		proxyOnly bool
+		want      int
+	}{{true, 200}, {false, 503}} {
+		tbl, err := routes.Compile(entries, routes.Options{ProxyOnly: tc.proxyOnly})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl := serveGRPCWith(t, c, Options{Routes: routes.NewHolder(tbl)})
+		if got := edgeStatus(t, cl, envoyRequest("POST", "/elsewhere", map[string]string{fencewire.HeaderKey: "other", fencewire.HeaderToken: other}, nil)); got != tc.want {
+			t.Errorf("proxyOnly=%v: %d, want %d", tc.proxyOnly, got, tc.want)
+		}
+	}
+}

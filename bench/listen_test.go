@@ -23,8 +23,8 @@ import (
 // child: the floors' and fencegate's alike, so a floor differs from its
 // subject only in what answers the request.
 //
-// They mirror cmd/fencegate/listen.go, whose settings are unexported
-// (package main): maxConnsPerListener, the HTTP timeouts of
+// They mirror internal/serving (cmd/fencegate/listen.go until #27 moved it;
+// its settings were unexported in package main): maxConnsPerListener, the HTTP timeouts of
 // newMainHTTPRunner, defaultGRPCLimits.serverOptions and the panic-recovery
 // interceptors of newGRPCRunner. A change there must be copied here, or the
 // floors stop being the stack fencegate really runs on. Not mirrored: the

@@ -3,6 +3,7 @@ package config
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -107,6 +108,28 @@ func EnvName(flagName string) string {
 // FENCEGATE_CONFIG), then FENCEGATE_* variables, then the flags that were set.
 // The returned error lists every problem.
 func Flags(fs *flag.FlagSet) func(getenv func(string) string) (Config, error) {
+	load := FlagsFile(fs)
+	return func(getenv func(string) string) (Config, error) {
+		c, _, err := load(getenv)
+		return c, err
+	}
+}
+
+// File is the config file as a loader read it, once: what a command that
+// reloads it later compares with, without reading it a second time.
+type File struct {
+	// Path is the file read ("": no config file).
+	Path string
+	// Content is its content as read and applied.
+	Content []byte
+	// Config is the file alone over the defaults (no FENCEGATE_* variable,
+	// no flag), its routesFile included: what a reload of the same file
+	// loads.
+	Config Config
+}
+
+// FlagsFile is Flags whose loader also returns the config file it read.
+func FlagsFile(fs *flag.FlagSet) func(getenv func(string) string) (Config, File, error) {
 	configPath := fs.String("config", "", "YAML config file (env FENCEGATE_CONFIG)")
 	values := make(map[string]string, len(settings))
 	for _, s := range settings {
@@ -118,17 +141,23 @@ func Flags(fs *flag.FlagSet) func(getenv func(string) string) (Config, error) {
 			fs.Func(s.name, usage, record)
 		}
 	}
-	return func(getenv func(string) string) (Config, error) {
+	return func(getenv func(string) string) (Config, File, error) {
 		c := Default()
-		path := *configPath
-		if path == "" {
-			path = getenv("FENCEGATE_CONFIG")
+		f := File{Path: *configPath}
+		if f.Path == "" {
+			f.Path = getenv("FENCEGATE_CONFIG")
 		}
-		if path != "" {
-			if err := c.LoadFile(path); err != nil {
-				return c, Problems{err.Error()}
+		if f.Path != "" {
+			b, err := ReadFile(f.Path)
+			if err != nil {
+				return c, f, Problems{fmt.Errorf("config: %w", err).Error()}
 			}
+			if err := c.LoadBytes(f.Path, b); err != nil {
+				return c, f, Problems{err.Error()}
+			}
+			f.Content = b
 		}
+		f.Config = c
 		var p Problems
 		for _, s := range settings {
 			if v := getenv(EnvName(s.name)); v != "" {
@@ -147,12 +176,15 @@ func Flags(fs *flag.FlagSet) func(getenv func(string) string) (Config, error) {
 		if err := c.IncludeRoutesFile(); err != nil {
 			p = append(p, err.Error())
 		}
+		// The file alone has the same table: no variable or flag sets
+		// routes: or routesFile.
+		f.Config.Routes, f.Config.RoutesFileSum = slices.Clone(c.Routes), c.RoutesFileSum
 		if err := c.Validate(); err != nil {
 			p = append(p, err.(Problems)...)
 		}
 		if len(p) > 0 {
-			return c, p
+			return c, f, p
 		}
-		return c, nil
+		return c, f, nil
 	}
 }

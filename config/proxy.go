@@ -35,8 +35,10 @@ type Proxy struct {
 	// ShutdownTimeout bounds the drain on SIGTERM (default 20 s, raised to
 	// the longest maxWait + maxWrite + 5 s).
 	ShutdownTimeout Duration `yaml:"shutdownTimeout"`
-	// Routes map path prefixes to upstreams. `fencegate serve` runs the
-	// proxy listener only when there are routes.
+	// Routes map path prefixes to upstreams: the older spelling of
+	// routes: entries with an upstream, each of which becomes one at load
+	// (Config.RouteTable). `fencegate serve` runs the proxy listener only
+	// when the table has entries with an upstream.
 	Routes []ProxyRoute `yaml:"routes"`
 }
 

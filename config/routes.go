@@ -21,7 +21,8 @@ import (
 // and the proxy listener of `fencegate serve`. A request is governed by the
 // entry its trusted caller names (`fence_route`), else by the entry its host,
 // path and method match (precedence as in the Gateway API). An entry with an
-// Upstream is also served by the fencing reverse proxy.
+// Upstream is also served by the fencing reverse proxy, matched the same
+// way; the proxy refuses a request whose entry has none.
 //
 // This type is plain data; the table is compiled (options parsed, matches
 // checked for overlap) by the package that serves it.
@@ -133,8 +134,10 @@ func (c *Config) ProxyEntries() []Route {
 }
 
 // routeProblems checks what config owns of the routes: entries (names,
-// the upstream's URL, the proxy-only options only with an upstream, the
-// match an upstream entry may use) and check.unmatchedWrites. The options
+// the upstream's URL, the proxy-only options only with an upstream) and
+// check.unmatchedWrites. An entry with an upstream may match as any entry
+// does (hosts, path types, methods): the proxy matches with the table's
+// own matcher (#27). The options
 // (policy, templates, matches' shapes, overlaps) are routes.Compile's to
 // check; cmd reports them with these.
 func (c *Config) routeProblems() []string {
@@ -177,9 +180,6 @@ func (c *Config) routeProblems() []string {
 		upstreams = true
 		if u, err := url.Parse(r.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			add("%s.upstream: %q must be an http:// or https:// URL with a host", where, r.Upstream)
-		}
-		if (r.Match.Path.Type != "" && r.Match.Path.Type != RoutePathPrefix) || len(r.Match.Hosts) > 0 || len(r.Match.Methods) > 0 {
-			add("%s.match: an entry with an upstream is served by path prefix alone (match.path type PathPrefix, no hosts, no methods)", where)
 		}
 		for _, d := range []struct {
 			name string

@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/routes"
 )
 
 // Defaults of a route's request body bounds (Route.BodyIdleTimeout,
@@ -90,17 +93,21 @@ func isTimeout(err error) bool {
 	return errors.Is(err, errBodyTimeout) || (errors.As(err, &ne) && ne.Timeout())
 }
 
-// bodyBounds returns a route's idle and total body bounds: the total is its
-// BodyTimeout, never beyond MaxWrite on a barrier route (the exchange is cut
-// there anyway).
-func (r *route) bodyBounds() (idle, total time.Duration) {
-	idle, total = r.BodyIdleTimeout, r.BodyTimeout
+// bodyBounds returns an upstream entry's idle and total body bounds
+// (bodyIdleTimeout, bodyTimeout) with their defaults: the total never
+// beyond maxWrite on a barrier entry (the exchange is cut there anyway).
+func bodyBounds(e *routes.Entry) (idle, total time.Duration) {
+	idle, total = e.Config.BodyIdleTimeout.Std(), e.Config.BodyTimeout.Std()
 	if idle <= 0 {
 		idle = DefaultBodyIdleTimeout
 	}
-	if r.Barrier {
-		if total <= 0 || total > r.maxWrite() {
-			total = r.maxWrite()
+	if rt := e.Route; rt.Barrier {
+		maxWrite := rt.MaxWrite
+		if maxWrite <= 0 {
+			maxWrite = fencecheck.DefaultMaxWrite
+		}
+		if total <= 0 || total > maxWrite {
+			total = maxWrite
 		}
 	} else if total <= 0 {
 		total = DefaultBodyTimeout

@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/routes"
 )
 
 // TestProxyBodyBounds: a client that stalls mid-body, or trickles its body
@@ -52,11 +54,11 @@ func TestProxyBodyBounds(t *testing.T) {
 				upErr <- err
 			}))
 			t.Cleanup(up.Close)
-			rt := Route{Name: "r", Prefix: "/", Upstream: mustURL(t, up.URL), Key: "k", BodyIdleTimeout: idle, BodyTimeout: total}
+			rt := config.Route{Name: "r", Match: prefix("/"), Upstream: up.URL, Key: "k", BodyIdleTimeout: dur(idle), BodyTimeout: dur(total)}
 			if tc.barrier {
-				rt.BodyTimeout, rt.Barrier, rt.MaxWrite = 0, true, total // the total is maxWrite
+				rt.BodyTimeout, rt.Barrier, rt.MaxWrite = 0, true, dur(total) // the total is maxWrite
 			}
-			p, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []Route{rt}, Options{skipBodyBounds: tc.broken})
+			p, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []config.Route{rt}, Options{skipBodyBounds: tc.broken})
 			conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
 			if err != nil {
 				t.Fatal(err)
@@ -138,11 +140,11 @@ func TestProxyBodyWithinBounds(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	for _, barrier := range []bool{false, true} {
-		rt := Route{Prefix: "/", Upstream: mustURL(t, up.URL), Key: "k", BodyIdleTimeout: 500 * time.Millisecond}
+		rt := config.Route{Match: prefix("/"), Upstream: up.URL, Key: "k", BodyIdleTimeout: dur(500 * time.Millisecond)}
 		if barrier {
-			rt.Barrier, rt.MaxWrite = true, time.Minute
+			rt.Barrier, rt.MaxWrite = true, dur(time.Minute)
 		}
-		_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []Route{rt}, Options{})
+		_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []config.Route{rt}, Options{})
 		pr, pw := io.Pipe()
 		go func() {
 			for i := range 3 {
@@ -176,7 +178,7 @@ func TestProxyBodyBoundsHTTP2(t *testing.T) {
 			l := locktest.Acquire(t, s, "k", time.Minute)
 			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.ReadAll(r.Body) }))
 			t.Cleanup(up.Close)
-			p, err := New(fencecheck.New(s, fencecheck.Options{}), []Route{{Prefix: "/", Upstream: mustURL(t, up.URL), Key: "k", BodyIdleTimeout: idle, Barrier: true, MaxWrite: time.Minute}},
+			p, err := New(fencecheck.New(s, fencecheck.Options{}), routes.NewHolder(table(t, []config.Route{{Match: prefix("/"), Upstream: up.URL, Key: "k", BodyIdleTimeout: dur(idle), Barrier: true, MaxWrite: dur(time.Minute)}})),
 				Options{skipBodyBounds: broken})
 			if err != nil {
 				t.Fatal(err)
@@ -221,10 +223,10 @@ func TestProxyBodyBoundedWhenRefused(t *testing.T) {
 	const idle = 500 * time.Millisecond
 	s := locktest.OpenBolt(t, locktest.FloorOff)
 	up, _ := recorder(t)
-	u := mustURL(t, up.URL)
-	routes := []Route{
-		{Name: "orders", Prefix: "/orders", Upstream: u, Key: "orders/{2}", BodyIdleTimeout: idle},
-		{Name: "other", Prefix: "/other", Upstream: u, BodyIdleTimeout: time.Hour},
+	u := up.URL
+	entries := []config.Route{
+		{Name: "orders", Match: prefix("/orders"), Upstream: u, Key: "orders/{2}", BodyIdleTimeout: dur(idle)},
+		{Name: "other", Match: prefix("/other"), Upstream: u, BodyIdleTimeout: dur(time.Hour)},
 	}
 	cases := []struct {
 		name, line, headers string
@@ -238,7 +240,7 @@ func TestProxyBodyBoundedWhenRefused(t *testing.T) {
 		{"denial", "PUT /orders/1", "", 428},
 	}
 	for _, broken := range []bool{false, true} {
-		_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), routes, Options{skipBodyBounds: broken})
+		_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), entries, Options{skipBodyBounds: broken})
 		for _, tc := range cases {
 			t.Run(fmt.Sprintf("%s/broken=%v", tc.name, broken), func(t *testing.T) {
 				t.Parallel()

@@ -1,13 +1,16 @@
 // Package proxy is `fencegate proxy`: a fencing reverse proxy on
-// net/http/httputil, to run as a sidecar or a front proxy. Each route (a
-// path prefix) has an upstream and fencing options; every request is
-// checked with fencecheck exactly as the other edges check it, with the same
+// net/http/httputil, to run as a sidecar or a front proxy. It serves the
+// route table's entries that have an upstream (routes.Entry.Upstream),
+// matched by the table's own matcher (routes.Table.MatchRequest) on the
+// table a routes.Holder holds, so a reload applies without a restart and
+// the proxy governs a request by the entry every other edge would; every
+// request is checked with fencecheck exactly as the other edges check it, with the same
 // headers (x-fence-verified set towards upstream for a checked current
 // fence, x-fence-lock-id always stripped), the same denial statuses and
 // bodies, audit events and metrics.
 //
 // Because the proxy sees the upstream's response, it can keep the write
-// barrier (Route.Barrier; see fencecheck): a write admitted under the
+// barrier (the entry's barrier; see fencecheck): a write admitted under the
 // barrier is finished when its upstream response body has been read to the
 // end without error, and abandoned otherwise (the store then lets newer
 // fences in MaxWrite after its admission). To keep that promise:
@@ -27,12 +30,12 @@
 //
 // Paths: a request path that a normaliser would change ("//", dot
 // segments, an encoded "/") is refused 400 before routing, since the
-// upstream could resolve it under another route than the prefix matched.
-// Routes match on the decoded path, longest prefix first, at segment
-// boundaries; a path that an upstream reading it another way
-// (case-insensitively, trailing dots and spaces trimmed, decoded twice,
-// NFKC) would route under another route is refused 400 malformed, audited
-// (routematch.go). No route: 404.
+// upstream could resolve it under another entry than the one matched. A
+// request the table finds no one entry for (a path or method an upstream
+// reading it another way would route elsewhere, a malformed Host where
+// entries name hosts) is refused 400 malformed, audited
+// (routes.Table.Refuse), reads too: the proxy has no one entry to send it
+// to. No entry, or an entry without an upstream: 404, for every method.
 //
 // Headers: hop-by-hop headers (and any named in Connection) are removed
 // both ways by httputil.ReverseProxy; X-Forwarded-For/-Host/-Proto are set
@@ -44,7 +47,7 @@
 //
 // Timeouts: the upstream transport's (Default* constants, Options.Transport
 // to replace them); the check's own (fencecheck.Options.Timeout); the
-// request body's (Route.BodyIdleTimeout, Route.BodyTimeout: the
+// request body's (the entry's bodyIdleTimeout and bodyTimeout: the
 // connection's read deadline, bodydeadline.go); MaxWrite for barrier
 // writes. Warn lines clients can cause are throttled (logthrottle.go). The listener's (header read, idle, shutdown) belong to
 // the http.Server the proxy is mounted on: `fencegate proxy` sets them.

@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 
+	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/fencewire"
 )
 
@@ -97,11 +98,10 @@ type headerPolicy struct {
 	inputs []string
 }
 
-func newHeaderPolicy(r Route) headerPolicy {
+// newHeaderPolicy is the policy of an entry's compiled options (its header
+// names are lower case, with their defaults).
+func newHeaderPolicy(r *fencecheck.Route) headerPolicy {
 	fence := r.FenceHeader
-	if fence == "" {
-		fence = fencewire.HeaderToken
-	}
 	hp := headerPolicy{pass: map[string]bool{}}
 	add := func(name string) {
 		hp.pass[http.CanonicalHeaderKey(name)] = true
@@ -109,12 +109,8 @@ func newHeaderPolicy(r Route) headerPolicy {
 	}
 	add(fence)
 	add(fencewire.HeaderProof)
-	if r.Key == "" {
-		key := r.KeyHeader
-		if key == "" {
-			key = fencewire.HeaderKey
-		}
-		add(key)
+	if r.Key == nil {
+		add(r.KeyHeader)
 	}
 	return hp
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"time"
@@ -52,11 +53,11 @@ func TestProxyHeadersAsCGISeesThem(t *testing.T) {
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
 			up, envs := wsgiUpstream(t)
-			u := mustURL(t, up.URL)
-			_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []Route{
-				{Name: "tpl", Prefix: "/orders", Upstream: u, Key: "orders/{2}"},
-				{Name: "hdr", Prefix: "/", Upstream: u},
-				{Name: "custom", Prefix: "/custom", Upstream: u, Key: "orders/42", FenceHeader: "If-Fence"},
+			u := up.URL
+			_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []config.Route{
+				{Name: "tpl", Match: prefix("/orders"), Upstream: u, Key: "orders/{2}"},
+				{Name: "hdr", Match: prefix("/"), Upstream: u},
+				{Name: "custom", Match: prefix("/custom"), Upstream: u, Key: "orders/42", FenceHeader: "If-Fence"},
 			}, Options{skipHeaders: broken})
 
 			forged := map[string]string{

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/testutil"
 )
@@ -35,7 +36,7 @@ func TestProxyLogFlood(t *testing.T) {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
 			var sink testutil.LogBuffer
 			logger := testutil.Logger(&sink, slog.LevelDebug)
-			_, srv := serveProxy(t, fencecheck.New(nil, fencecheck.Options{}), []Route{{Name: "r", Prefix: "/", Upstream: mustURL(t, up.URL)}},
+			_, srv := serveProxy(t, fencecheck.New(nil, fencecheck.Options{}), []config.Route{{Name: "r", Match: prefix("/"), Upstream: up.URL}},
 				Options{Logger: logger, skipLogBounds: broken, logWindow: window})
 			start := time.Now()
 			for range n {

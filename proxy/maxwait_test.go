@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
-// TestProxyBarrierMaxWait: the route's maxWait is the barrier's wait (a
-// write behind one in flight is refused 429 draining just after it, with a
+// TestProxyBarrierMaxWait: dur(the route's maxWait is the barrier's wait (a
+// write behind one in flight is refused 429 draining just after it), with a
 // Retry-After from the time it waited), and by default a write waits for
 // the older one and is admitted once it finishes.
 func TestProxyBarrierMaxWait(t *testing.T) {
@@ -22,7 +23,7 @@ func TestProxyBarrierMaxWait(t *testing.T) {
 		h := newHeldUpstream(t)
 		c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
 		const maxWait = 300 * time.Millisecond
-		url, w1, l2 := behindHeldWrite(t, s, c, h, Route{Barrier: true, MaxWrite: time.Minute, MaxWait: maxWait})
+		url, w1, l2 := behindHeldWrite(t, s, c, h, config.Route{Barrier: true, MaxWrite: dur(time.Minute), MaxWait: dur(maxWait)})
 		start := time.Now()
 		res, body, err := post(t.Context(), t, url+"/w", l2.Fence, false)
 		took := time.Since(start)
@@ -42,7 +43,7 @@ func TestProxyBarrierMaxWait(t *testing.T) {
 		s := locktest.OpenBolt(t, locktest.FloorOff)
 		h := newHeldUpstream(t)
 		c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
-		url, w1, l2 := behindHeldWrite(t, s, c, h, Route{Barrier: true})
+		url, w1, l2 := behindHeldWrite(t, s, c, h, config.Route{Barrier: true})
 		w2 := sendWrite(t, url+"/w", l2.Fence, false)
 		time.Sleep(500 * time.Millisecond) // five times the old budget (check.timeout here: 50 ms)
 		select {
@@ -84,7 +85,7 @@ func TestProxyBarrierMaxWriteFromAdmission(t *testing.T) {
 			}))
 			t.Cleanup(up.Close)
 			c := fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond})
-			_, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, up.URL), Key: "acct", Barrier: true, MaxWrite: time.Second, MaxWait: 3 * time.Second}},
+			_, srv := serveProxy(t, c, []config.Route{{Match: prefix("/"), Upstream: up.URL, Key: "acct", Barrier: true, MaxWrite: dur(time.Second), MaxWait: dur(3 * time.Second)}},
 				Options{maxWriteFromArrival: tc.fromArrival})
 			send := func(fence, sleep string) chan int {
 				ch := make(chan int, 1)

@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -11,9 +10,9 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/tracing"
+	"github.com/fencegate/fencegate/routes"
 )
 
 // Source names the proxy in audit events.
@@ -40,111 +40,6 @@ const (
 	// response complete and finish the write.
 	DefaultDrainLimit = 1 << 20
 )
-
-// Route is one path prefix served by an upstream, with its fencing options.
-type Route struct {
-	// Name labels the route in audit events and logs.
-	Name string
-	// Prefix is the path prefix the route serves: "/orders" serves
-	// "/orders" and everything under "/orders/", not "/ordersX". "/" serves
-	// everything. The longest matching prefix wins.
-	Prefix string
-	// Upstream is where the route's requests go; its path is prepended to
-	// the request's path (httputil.ProxyRequest.SetURL).
-	Upstream *url.URL
-	// Key is the lock key: a literal, or a template over path segments
-	// ("orders/{2}", fencecheck.ExpandKey). Empty: the key comes from the
-	// KeyHeader.
-	Key string
-	// KeyHeader carries the key when Key is empty (default x-fence-key).
-	KeyHeader string
-	// FenceHeader carries the presented fence (default x-fence-token).
-	FenceHeader string
-	// Policy, Mode: "" is holder, enforce.
-	Policy fencecheck.Policy
-	Mode   fencecheck.Mode
-	// Methods are the write methods, as fencecheck.WriteMethods reads them
-	// ("POST,PUT" or "*"); "" is everything but GET, HEAD and OPTIONS.
-	Methods string
-	// Proof is what a write must carry besides its fence (x-fence-lock-id
-	// for lockId, x-fence-proof for signed); "" is none.
-	Proof fencecheck.ProofMode
-	// Barrier turns the write barrier on: a write under a newer fence of a
-	// key is admitted only once every write under an older fence has
-	// finished (this proxy has its complete response) or MaxWrite has
-	// passed since its admission.
-	Barrier bool
-	// MaxWrite bounds a barrier write: its upstream exchange is cancelled
-	// when MaxWrite has passed since its check began, so that it can never
-	// still be running when the store lets a newer fence in. 0 is
-	// fencecheck.DefaultMaxWrite. Ignored without Barrier.
-	MaxWrite time.Duration
-	// MaxWait bounds how long a barrier write under a current fence waits
-	// for older writes of its key to finish before it is refused 429
-	// draining (fencecheck.Request.MaxWait); 0 is fencecheck.DefaultMaxWait. Ignored
-	// without Barrier.
-	MaxWait time.Duration
-	// PreserveHost sends the client's Host header upstream instead of the
-	// upstream URL's host.
-	PreserveHost bool
-	// Upgrade lets the route's reads switch protocols (Connection:
-	// Upgrade: WebSocket, h2c; CONNECT). Off (the default) every upgrade
-	// request is refused 400: after a 101 the client and the upstream talk
-	// directly, and a write sent down the tunnel is never checked. A
-	// fenced write may never upgrade.
-	Upgrade bool
-	// BodyIdleTimeout cuts a request whose client sends no body byte for
-	// this long (408, connection closed); 0 is DefaultBodyIdleTimeout.
-	BodyIdleTimeout time.Duration
-	// BodyTimeout bounds the whole request body, counted from the
-	// request's arrival at the proxy; 0 is DefaultBodyTimeout, or MaxWrite
-	// on a barrier route (where it is never longer than MaxWrite).
-	BodyTimeout time.Duration
-}
-
-// Validate lists every problem of the route.
-func (r Route) Validate() error {
-	var errs []error
-	if !strings.HasPrefix(r.Prefix, "/") {
-		errs = append(errs, fmt.Errorf("prefix %q must start with '/'", r.Prefix))
-	} else if err := fencecheck.CheckPath(r.Prefix); err != nil {
-		errs = append(errs, fmt.Errorf("prefix %q: %w", r.Prefix, err))
-	}
-	if r.Upstream == nil || r.Upstream.Host == "" || (r.Upstream.Scheme != "http" && r.Upstream.Scheme != "https") {
-		errs = append(errs, errors.New("upstream must be an http:// or https:// URL with a host"))
-	}
-	if _, err := fencecheck.CompileRoute(r.spec()); err != nil {
-		// Every option parsed once; a key template's syntax without
-		// expanding it against a made-up path.
-		errs = append(errs, err)
-	}
-	if r.MaxWrite < 0 {
-		errs = append(errs, errors.New("maxWrite must not be negative"))
-	}
-	if err := r.validateMaxWait(); err != nil {
-		errs = append(errs, err)
-	}
-	if r.BodyIdleTimeout < 0 || r.BodyTimeout < 0 {
-		errs = append(errs, errors.New("bodyIdleTimeout and bodyTimeout must not be negative"))
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	name := r.Name
-	if name == "" {
-		name = r.Prefix
-	}
-	return fmt.Errorf("route %q: %w", name, errors.Join(errs...))
-}
-
-// spec is the route's fencing options as fencecheck compiles them.
-func (r Route) spec() fencecheck.RouteSpec {
-	return fencecheck.RouteSpec{
-		Name: r.Name, Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader, Policy: string(r.Policy),
-		Mode: string(r.Mode), Methods: r.Methods, Proof: string(r.Proof), Barrier: r.Barrier, MaxWrite: r.MaxWrite,
-		MaxWait: r.effectiveMaxWait(),
-	}
-}
 
 // Options configure the proxy. The zero value is usable.
 type Options struct {
@@ -169,11 +64,16 @@ type Options struct {
 	// leaves the write abandoned (it expires at MaxWrite).
 	DrainLimit int64
 
-	// skipBodyBounds leaves request bodies unbounded, skipHeaders lets
-	// every client header through as httputil.ReverseProxy alone would,
-	// and skipRouteFolds routes by the exact match alone, only so the
-	// tests can show what each prevents; production code never sets them.
-	skipBodyBounds, skipHeaders, skipRouteFolds bool
+	// skipBodyBounds leaves request bodies unbounded and skipHeaders lets
+	// every client header through as httputil.ReverseProxy alone would;
+	// match replaces the table's matcher (the broken variants: the
+	// proxy's own prefix matcher before #27): only so the tests can show
+	// what each prevents; production code never sets them.
+	skipBodyBounds, skipHeaders bool
+	match                       func(t *routes.Table, host string, in fencecheck.Input) (*routes.Entry, error)
+	// pinTable serves the first table for ever, as the proxy's routes
+	// were before #27 (tests only: the reload's broken variant).
+	pinTable bool
 	// skipTarget lets a request target with a raw '#' through (tests
 	// only: the broken variant of #26 item 3).
 	skipTarget bool
@@ -200,25 +100,28 @@ func NewTransport() *http.Transport {
 	return t
 }
 
-// Proxy is the fencing reverse proxy: every request is matched to a route,
-// a write is checked (and, on a barrier route, admitted) before it goes
-// upstream, and a barrier write is finished when its response is complete.
+// Proxy is the fencing reverse proxy: every request is matched to an entry
+// of the route table (routes.Table.MatchRequest, the matcher every edge
+// uses), a write is checked (and, on a barrier entry, admitted) before it
+// goes to the entry's upstream, and a barrier write is finished when its
+// response is complete. The table is read from a routes.Holder on every
+// request, so a reload that swaps it applies to the next request; a request
+// already matched finishes on the entry it matched.
 type Proxy struct {
 	checker *fencecheck.Checker
-	routes  []*route // longest prefix first
+	holder  *routes.Holder
+	o       Options
 	log     *slog.Logger
 	trust   bool
 	drain   int64
-	// skipBodyBounds, skipHeaders, skipRouteFolds, skipLogBounds: Options'.
-	skipBodyBounds, skipHeaders, skipRouteFolds, skipLogBounds, skipTarget bool
+	// skipBodyBounds, skipHeaders, skipLogBounds, skipTarget: Options'.
+	skipBodyBounds, skipHeaders, skipLogBounds, skipTarget bool
 	// warn throttles the warn and error lines clients can cause.
 	warn *logThrottle
-	// preIdle, preTotal bound a request body until its route is known:
-	// the strictest route's bounds.
-	preIdle, preTotal time.Duration
-	// foldInvariant: no reading of paths changes any route's prefix
-	// (routematch.go), so a plain path needs no second match.
-	foldInvariant bool
+	// cur is the table being served with what the proxy built for it;
+	// mu serialises building it for a table a reload swapped in.
+	cur atomic.Pointer[served]
+	mu  sync.Mutex
 	// inflight counts barrier writes between admission and Finish/Abandon.
 	inflight atomic.Int64
 	// maxWriteFromArrival: Options'.
@@ -227,32 +130,53 @@ type Proxy struct {
 
 var _ http.Handler = (*Proxy)(nil)
 
-type route struct {
-	Route
-	// compiled is the route's options, parsed once: what every request's
-	// check is built from (fencecheck.Route.Request).
-	compiled *fencecheck.Route
-	methods  fencecheck.MethodSet
-	rp       *httputil.ReverseProxy
-	headers  headerPolicy
-	// path is the prefix decoded, without a trailing "/" ("" for "/"):
-	// what a request's decoded path is matched against. folded[i] is path
-	// under reading i (routematch.go; the last: all readings).
-	path   string
-	folded []string
+// served is one route table as the proxy serves it: a reverse proxy for
+// each entry with an upstream, built once per table (not per request).
+type served struct {
+	table *routes.Table
+	up    map[*routes.Entry]*upstream
+	// preIdle, preTotal bound a request body until its entry is known:
+	// the strictest upstream entry's bounds.
+	preIdle, preTotal time.Duration
 }
 
-// maxWrite is the route's MaxWrite with its default.
-func (r *route) maxWrite() time.Duration {
-	if r.MaxWrite <= 0 {
+// upstream is what the proxy serves one table entry with: the entry's
+// compiled options (Entry.Route, the check's) and the proxy's own
+// (Entry.Upstream and the entry's preserveHost, upgrade and body bounds).
+type upstream struct {
+	entry    *routes.Entry
+	compiled *fencecheck.Route
+	url      *url.URL
+	// preserveHost, upgrade: the entry's (config.Route).
+	preserveHost, upgrade bool
+	// bodyIdle, bodyTotal: the entry's body bounds with their defaults
+	// (bodyBounds).
+	bodyIdle, bodyTotal time.Duration
+	headers             headerPolicy
+	rp                  *httputil.ReverseProxy
+}
+
+// name is the entry's name, for logs.
+func (u *upstream) name() string { return u.entry.Name }
+
+// maxWrite is the entry's MaxWrite with its default.
+func (u *upstream) maxWrite() time.Duration {
+	if u.compiled.MaxWrite <= 0 {
 		return fencecheck.DefaultMaxWrite
 	}
-	return r.MaxWrite
+	return u.compiled.MaxWrite
 }
 
-// New returns a proxy serving routes, deciding with c. Every route must be
-// valid (Route.Validate); the problems of all routes are returned at once.
-func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
+// ErrNoUpstream: the route table has no entry with an upstream, so the
+// proxy would serve nothing.
+var ErrNoUpstream = errors.New("proxy: no route table entry has an upstream")
+
+// New returns a proxy serving the entries with an upstream of the table h
+// holds, deciding with c. The table must have at least one such entry
+// (ErrNoUpstream). The owner of h may swap the table at any time (a
+// reload); the proxy builds what it serves a new table with at its first
+// request.
+func New(c *fencecheck.Checker, h *routes.Holder, o Options) (*Proxy, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -262,7 +186,13 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 	if o.DrainLimit <= 0 {
 		o.DrainLimit = DefaultDrainLimit
 	}
-	p := &Proxy{checker: c, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit, skipBodyBounds: o.skipBodyBounds, skipHeaders: o.skipHeaders, skipRouteFolds: o.skipRouteFolds,
+	if o.match == nil {
+		o.match = (*routes.Table).MatchRequest
+	}
+	if !HasUpstream(h.Load()) {
+		return nil, ErrNoUpstream
+	}
+	p := &Proxy{checker: c, holder: h, o: o, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit, skipBodyBounds: o.skipBodyBounds, skipHeaders: o.skipHeaders,
 		skipLogBounds: o.skipLogBounds, skipTarget: o.skipTarget, maxWriteFromArrival: o.maxWriteFromArrival}
 	window := o.logWindow
 	if window <= 0 {
@@ -270,105 +200,93 @@ func New(c *fencecheck.Checker, routes []Route, o Options) (*Proxy, error) {
 	}
 	p.warn = newLogThrottle(DefaultLogBurst, window)
 	p.warn.off = o.skipLogBounds
-	var errs []error
-	seen := map[string]bool{}
-	for _, r := range routes {
-		if err := r.Validate(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		pfx := strings.TrimSuffix(r.Prefix, "/")
-		if seen[pfx] {
-			errs = append(errs, fmt.Errorf("route %q: prefix %q is served by another route", r.Name, r.Prefix))
-			continue
-		}
-		seen[pfx] = true
-		r.Prefix = pfx
-		compiled, _ := fencecheck.CompileRoute(r.spec()) // Validate passed
-		rt := &route{Route: r, compiled: compiled, methods: compiled.Methods, headers: newHeaderPolicy(r)}
-		rt.path, _ = url.PathUnescape(pfx) // CheckPath passed: valid escapes, no %2F
-		for i := 0; i < readings; i++ {
-			rt.folded = append(rt.folded, folded(i, rt.path))
-		}
-		rt.rp = &httputil.ReverseProxy{
-			Rewrite:        p.rewrite(rt),
-			Transport:      o.Transport,
-			FlushInterval:  o.FlushInterval,
-			ModifyResponse: p.modifyResponse,
-			ErrorHandler:   p.errorHandler(rt),
-			ErrorLog:       log.New(throttledWriter{t: p.warn, log: o.Logger, bound: !o.skipLogBounds}, "", 0),
-		}
-		p.routes = append(p.routes, rt)
-	}
-	for i := 0; i < readings && len(errs) == 0; i++ {
-		// Under a reading that makes two prefixes one, no request could be
-		// told apart: an upstream reading it so could serve either.
-		byFold := map[string]*route{}
-		for _, r := range p.routes {
-			if o := byFold[r.folded[i]]; o != nil {
-				errs = append(errs, fmt.Errorf("route %q: prefix %q is prefix %q of route %q to an upstream that reads paths %s", r.Name, r.Prefix, o.Prefix, o.Name, foldName(i)))
-				continue
-			}
-			byFold[r.folded[i]] = r
-		}
-	}
-	p.foldInvariant = true
-	for _, r := range p.routes {
-		idle, total := r.bodyBounds()
-		if p.preIdle == 0 || idle < p.preIdle {
-			p.preIdle = idle
-		}
-		if p.preTotal == 0 || total < p.preTotal {
-			p.preTotal = total
-		}
-		for _, f := range r.folded {
-			p.foldInvariant = p.foldInvariant && f == r.path
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	if len(p.routes) == 0 {
-		return nil, errors.New("proxy: no routes")
-	}
-	sort.SliceStable(p.routes, func(i, j int) bool { return len(p.routes[i].path) > len(p.routes[j].path) })
+	p.load()
 	return p, nil
 }
 
-// ValidateRoutes lists every problem of a set of routes, as New would
-// report them: each route's own (Route.Validate), two routes with one
-// prefix, and prefixes an upstream's reading of paths makes one.
-func ValidateRoutes(routes []Route) error {
-	_, err := New(fencecheck.New(nil, fencecheck.Options{}), routes, Options{Transport: http.DefaultTransport})
-	return err
+// HasUpstream reports whether some entry of t has an upstream: what a
+// table must have for the proxy to serve it.
+func HasUpstream(t *routes.Table) bool {
+	for _, e := range t.Entries() {
+		if e.Upstream != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// load returns what the proxy serves the holder's table with, building it
+// once per table.
+func (p *Proxy) load() *served {
+	t := p.holder.Load()
+	if s := p.cur.Load(); s != nil && (s.table == t || p.o.pinTable) {
+		return s
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.cur.Load(); s != nil && s.table == t {
+		return s
+	}
+	s := p.build(t)
+	p.cur.Store(s)
+	return s
+}
+
+// build makes a reverse proxy for each entry of t with an upstream. The
+// upstream transport (its connection pools) is shared by every table.
+func (p *Proxy) build(t *routes.Table) *served {
+	s := &served{table: t, up: map[*routes.Entry]*upstream{}}
+	for _, e := range t.Entries() {
+		if e.Upstream == nil {
+			continue
+		}
+		u := &upstream{entry: e, compiled: e.Route, url: e.Upstream, preserveHost: e.Config.PreserveHost, upgrade: e.Config.Upgrade,
+			headers: newHeaderPolicy(e.Route)}
+		u.bodyIdle, u.bodyTotal = bodyBounds(e)
+		u.rp = &httputil.ReverseProxy{
+			Rewrite:        p.rewrite(u),
+			Transport:      p.o.Transport,
+			FlushInterval:  p.o.FlushInterval,
+			ModifyResponse: p.modifyResponse,
+			ErrorHandler:   p.errorHandler(u),
+			ErrorLog:       log.New(throttledWriter{t: p.warn, log: p.log, bound: !p.skipLogBounds}, "", 0),
+		}
+		s.up[e] = u
+		if s.preIdle == 0 || u.bodyIdle < s.preIdle {
+			s.preIdle = u.bodyIdle
+		}
+		if s.preTotal == 0 || u.bodyTotal < s.preTotal {
+			s.preTotal = u.bodyTotal
+		}
+	}
+	if len(s.up) == 0 {
+		// A reload left no upstream entry (cmd refuses such a table while
+		// the proxy serves): every request is refused 404, its body
+		// bounded by the defaults.
+		s.preIdle, s.preTotal = DefaultBodyIdleTimeout, DefaultBodyTimeout
+	}
+	return s
 }
 
 // InFlight is how many barrier writes this proxy has admitted and not yet
 // finished or abandoned.
 func (p *Proxy) InFlight() int64 { return p.inflight.Load() }
 
-// match returns the route of a (canonical, decoded) path, or nil.
-func (p *Proxy) match(path string) *route {
-	for _, r := range p.routes {
-		if r.path == "" || path == r.path || strings.HasPrefix(path, r.path+"/") {
-			return r
-		}
-	}
-	return nil
-}
-
 // ctxKey carries a request's barrier write from ServeHTTP to ModifyResponse.
 type ctxKey struct{}
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	// One table for the whole request: a reload swaps the holder, never
+	// the entry a request already matched.
+	s := p.load()
 	// Bound the body before anything can answer without reading it:
 	// net/http then reads the rest (up to 256 KiB) itself, under the
 	// connection's read deadline, which without this is none. Until the
-	// route is known the strictest route's bounds apply.
+	// entry is known the strictest entry's bounds apply.
 	var body *deadlineBody
 	if r.Body != nil && r.Body != http.NoBody && !p.skipBodyBounds {
-		body = newDeadlineBody(w, r.Body, p.preIdle, start.Add(p.preTotal))
+		body = newDeadlineBody(w, r.Body, s.preIdle, start.Add(s.preTotal))
 		if err := body.arm(); err != nil {
 			// A body read nothing bounds could hold the connection for
 			// ever: fail closed.
@@ -379,7 +297,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = body
 	}
 	// A path the upstream would normalise into another one may land under
-	// another route than the prefix we match: refuse it before routing.
+	// another entry than the one matched: refuse it before routing.
 	if err := fencecheck.CheckPath(r.URL.EscapedPath()); err != nil {
 		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: non-canonical path refused", errAttr(err))
 		http.Error(w, "non-canonical request path", http.StatusBadRequest)
@@ -394,42 +312,58 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "request target holds a byte no client sends", http.StatusBadRequest)
 		return
 	}
-	rt := p.match(r.URL.Path)
-	if how := p.ambiguousRoute(r.URL.Path, rt); how != "" && !p.skipRouteFolds {
-		p.refuseAmbiguousPath(w, r, rt, how)
+	in := p.input(r)
+	// The table's own matcher, as every edge matches: host (canonical),
+	// path (and every reading of it an upstream may apply), method (and
+	// every reading of it: case, override headers, _method).
+	e, err := p.o.match(s.table, r.Host, in)
+	if err != nil {
+		p.refuseUnroutable(w, r, s.table, in, err)
 		return
 	}
+	rt := s.up[e]
 	if rt == nil {
+		// No entry, or one without an upstream (an authz edge's entry, or
+		// one this proxy does not serve): the proxy has nowhere to send
+		// it, and no other entry may take it under weaker options.
+		name := ""
+		if e != nil {
+			name = e.Name
+		}
+		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: no upstream for the request's route table entry", slog.String("route", name))
 		http.Error(w, "no route", http.StatusNotFound)
 		return
 	}
 	if body != nil {
-		idle, total := rt.bodyBounds()
-		body.idle, body.end = idle, start.Add(total)
+		body.idle, body.end = rt.bodyIdle, start.Add(rt.bodyTotal)
 		_ = body.arm() // it worked a moment ago on this connection
 	}
 
 	if name := methodOverride(r.Header); name != "" && !p.skipHeaders {
-		// The check decides on r.Method; an upstream that honours the
-		// override would run another one (a GET passed as a read, acting
-		// as a DELETE).
-		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: method override refused", slog.String("route", rt.Name))
+		// An upstream that honours the override would run another method
+		// than the request's; the check reads every override as a method
+		// too (fencecheck.Input.Methods), but the proxy forwards none.
+		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: method override refused", slog.String("route", rt.name()))
 		http.Error(w, "method override headers are not allowed", http.StatusBadRequest)
 		return
 	}
-	req := p.request(r, rt)
+	req, kerr := rt.compiled.Request(in)
+	if kerr != nil {
+		// An empty key is denied 400 malformed without a store read.
+		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: key template did not expand", slog.String("route", rt.name()), errAttr(kerr))
+	}
 	if wantsUpgrade(r) {
 		// After a 101 the client and the upstream talk directly, for as
 		// long as they like: writes sent down the tunnel are never
 		// checked, and a holder that lost its lock could go on writing
 		// under its old fence. A fenced write is one exchange.
 		switch {
-		case !rt.Upgrade:
-			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: protocol upgrade refused", slog.String("route", rt.Name))
+		case !rt.upgrade:
+			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: protocol upgrade refused", slog.String("route", rt.name()))
 			http.Error(w, "protocol upgrades are not allowed on this route", http.StatusBadRequest)
 			return
 		case req.Write && rt.compiled.Policy != fencecheck.PolicyOff:
-			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: protocol upgrade on a fenced write refused", slog.String("route", rt.Name))
+			p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: protocol upgrade on a fenced write refused", slog.String("route", rt.name()))
 			http.Error(w, "protocol upgrades are not allowed on fenced writes", http.StatusBadRequest)
 			return
 		}
@@ -462,8 +396,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if body != nil {
 		// The wait at the barrier read nothing: the body's bounds count
 		// from the admission, as the exchange's does.
-		idle, total := rt.bodyBounds()
-		body.idle, body.end = idle, admitted.Add(total)
+		body.idle, body.end = rt.bodyIdle, admitted.Add(rt.bodyTotal)
 		_ = body.arm()
 	}
 	bw := &barrierWrite{p: p, dec: dec}
@@ -485,22 +418,19 @@ func wantsUpgrade(r *http.Request) bool {
 		len(r.Header["Upgrade"]) > 0 || len(r.Header["Http2-Settings"]) > 0 || r.Method == http.MethodConnect
 }
 
-// refuseAmbiguousPath answers a path that an upstream reading it another
-// way (case-insensitively, say) would route elsewhere: 400 malformed, as
-// an input that cannot be read one way, with a decision id and an audit
-// event, whatever the route's method rules, policy or mode (no route's
-// rules apply to a path without one route).
-func (p *Proxy) refuseAmbiguousPath(w http.ResponseWriter, r *http.Request, rt *route, how string) {
-	name := ""
-	if rt != nil {
-		name = rt.Name
-	}
-	dec, _ := p.checker.Check(r.Context(), fencecheck.Request{
-		Write: true, Ambiguous: true, Policy: fencecheck.PolicyHolder, Mode: fencecheck.ModeEnforce,
-		Route: name, Source: Source, Peer: p.clientAddr(r), Method: r.Method, Path: r.URL.EscapedPath(),
-	})
-	p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: path routes elsewhere when read another way; refused",
-		slog.String("route", name), slog.String("reading", how), slog.String("decisionId", dec.DecisionID))
+// refuseUnroutable answers a request the table cannot route
+// (routes.Table.MatchRequest's error: a path or method that selects another
+// entry when read another way, a malformed Host where entries name hosts):
+// 400 malformed, with a decision id and an audit event, as every edge
+// refuses such a write (routes.Table.Refuse). A read is refused too: the
+// other edges let it pass to whatever the proxy in front picks, but here the
+// proxy is what picks, and it has no one entry to send it to.
+func (p *Proxy) refuseUnroutable(w http.ResponseWriter, r *http.Request, t *routes.Table, in fencecheck.Input, err error) {
+	req := t.Refuse(in)
+	req.Write = true
+	dec, _ := p.checker.Check(r.Context(), req)
+	p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: request has no one route table entry; refused",
+		errAttr(err), slog.String("decisionId", dec.DecisionID))
 	writeDenial(w, dec)
 }
 
@@ -515,25 +445,20 @@ type exchange struct {
 	body *deadlineBody // nil for a request without a body
 }
 
-// request turns r into the check's request, as every edge does
-// (fencecheck.Route.Request). net/http keeps every copy of a header, so a
-// comma in a key is the key's own.
-func (p *Proxy) request(r *http.Request, rt *route) fencecheck.Request {
+// input is r as every edge hands a request to the table and the check
+// (routes.Table.MatchRequest, fencecheck.Route.Request). net/http keeps
+// every copy of a header, so a comma in a key is the key's own.
+func (p *Proxy) input(r *http.Request) fencecheck.Input {
 	h := r.Header
 	path := r.URL.EscapedPath()
 	if r.URL.RawQuery != "" {
 		path += "?" + r.URL.RawQuery // for the _method parameter (fencecheck.Input.Overrides)
 	}
-	req, err := rt.compiled.Request(fencecheck.Input{
+	return fencecheck.Input{
 		Method: r.Method, Path: path,
 		Header: h.Get, Count: func(lc string) int { return len(h.Values(lc)) },
 		Peer: p.clientAddr(r), Source: Source, CanFinish: true, Trusted: true,
-	})
-	if err != nil {
-		// An empty key is denied 400 malformed without a store read.
-		p.log.LogAttrs(r.Context(), slog.LevelDebug, "proxy: key template did not expand", slog.String("route", rt.Name), errAttr(err))
 	}
-	return req
 }
 
 // clientAddr is the client: the audit's peer and the barrier's per-client
@@ -571,9 +496,9 @@ func writeDenial(w http.ResponseWriter, dec fencecheck.Decision) {
 	_, _ = w.Write(body)
 }
 
-// rewrite builds the upstream request: the route's upstream URL,
+// rewrite builds the upstream request: the entry's upstream URL,
 // X-Forwarded-*, and the fence headers the upstream may rely on.
-func (p *Proxy) rewrite(rt *route) func(*httputil.ProxyRequest) {
+func (p *Proxy) rewrite(rt *upstream) func(*httputil.ProxyRequest) {
 	return func(pr *httputil.ProxyRequest) {
 		if !p.skipHeaders {
 			rt.headers.strip(pr.Out.Header)
@@ -585,7 +510,7 @@ func (p *Proxy) rewrite(rt *route) func(*httputil.ProxyRequest) {
 				pr.Out.Header["X-Forwarded-For"] = append([]string(nil), prior...)
 			}
 		}
-		pr.SetURL(rt.Upstream)
+		pr.SetURL(rt.url)
 		pr.SetXForwarded()
 		if p.trust {
 			for _, h := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
@@ -594,7 +519,7 @@ func (p *Proxy) rewrite(rt *route) func(*httputil.ProxyRequest) {
 				}
 			}
 		}
-		if rt.PreserveHost {
+		if rt.preserveHost {
 			pr.Out.Host = pr.In.Host
 		}
 		ex, _ := pr.In.Context().Value(ctxKey{}).(*exchange)
@@ -640,7 +565,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 	return nil
 }
 
-func (p *Proxy) errorHandler(rt *route) func(http.ResponseWriter, *http.Request, error) {
+func (p *Proxy) errorHandler(rt *upstream) func(http.ResponseWriter, *http.Request, error) {
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		// The write (if it was one) is abandoned by ServeHTTP's defer: the
 		// upstream may or may not have committed it.
@@ -661,7 +586,7 @@ func (p *Proxy) errorHandler(rt *route) func(http.ResponseWriter, *http.Request,
 			ea = slog.Any("error", err)
 		}
 		p.warn.log(r.Context(), p.log, level, msg,
-			slog.String("route", rt.Name), slog.String("upstream", rt.Upstream.Redacted()), ea)
+			slog.String("route", rt.name()), slog.String("upstream", rt.url.Redacted()), ea)
 		w.WriteHeader(status)
 	}
 }

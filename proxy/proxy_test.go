@@ -3,20 +3,23 @@ package proxy
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
+	"github.com/fencegate/fencegate/routes"
 )
 
 // seen is what the upstream received.
@@ -42,25 +45,50 @@ func recorder(t *testing.T) (*httptest.Server, chan seen) {
 	return up, ch
 }
 
-func mustURL(t testing.TB, s string) *url.URL {
+// prefix is a table entry's match of the path prefix p.
+func prefix(p string) config.RouteMatch {
+	return config.RouteMatch{Path: config.RoutePath{Type: config.RoutePathPrefix, Value: p}}
+}
+
+// dur is d as the configuration spells a duration.
+func dur(d time.Duration) config.Duration { return config.Duration(d) }
+
+// table compiles entries (an entry without a name is named by its
+// position) into a route table, as cmd compiles the configuration's.
+func table(t testing.TB, entries []config.Route) *routes.Table {
 	t.Helper()
-	u, err := url.Parse(s)
+	entries = slices.Clone(entries)
+	for i := range entries {
+		if entries[i].Name == "" {
+			entries[i].Name = fmt.Sprintf("r%d", i)
+		}
+	}
+	tbl, err := routes.Compile(entries, routes.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return u
+	return tbl
 }
 
-// serveProxy runs the proxy on a real listener.
-func serveProxy(t *testing.T, c *fencecheck.Checker, routes []Route, o Options) (*Proxy, *httptest.Server) {
+// serveProxy runs the proxy on a real listener, serving entries.
+func serveProxy(t *testing.T, c *fencecheck.Checker, entries []config.Route, o Options) (*Proxy, *httptest.Server) {
 	t.Helper()
-	p, err := New(c, routes, o)
+	p, srv, _ := serveHolder(t, c, entries, o)
+	return p, srv
+}
+
+// serveHolder is serveProxy with the holder the proxy reads its table
+// from, for a test to swap (a reload).
+func serveHolder(t *testing.T, c *fencecheck.Checker, entries []config.Route, o Options) (*Proxy, *httptest.Server, *routes.Holder) {
+	t.Helper()
+	h := routes.NewHolder(table(t, entries))
+	p, err := New(c, h, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
-	return p, srv
+	return p, srv, h
 }
 
 func do(t *testing.T, method, url string, header map[string]string, body string) (*http.Response, string) {
@@ -104,16 +132,16 @@ func TestProxyDecisions(t *testing.T) {
 	otherID, _ := lockstore.NewLockID()
 
 	up, got := recorder(t)
-	u := mustURL(t, up.URL+"/base")
-	routes := []Route{
-		{Name: "orders", Prefix: "/orders", Upstream: u},
-		{Name: "tpl", Prefix: "/tpl", Upstream: u, Key: "orders/{2}", Barrier: true},
-		{Name: "latest", Prefix: "/latest", Upstream: u, Policy: fencecheck.PolicyLatest},
-		{Name: "dry", Prefix: "/dry", Upstream: u, Mode: fencecheck.ModeDryRun},
-		{Name: "off", Prefix: "/off", Upstream: u, Policy: fencecheck.PolicyOff},
-		{Name: "custom", Prefix: "/custom", Upstream: u, KeyHeader: "X-Resource", FenceHeader: "If-Fence", Methods: "POST"},
+	u := up.URL + "/base"
+	entries := []config.Route{
+		{Name: "orders", Match: prefix("/orders"), Upstream: u},
+		{Name: "tpl", Match: prefix("/tpl"), Upstream: u, Key: "orders/{2}", Barrier: true},
+		{Name: "latest", Match: prefix("/latest"), Upstream: u, Policy: string(fencecheck.PolicyLatest)},
+		{Name: "dry", Match: prefix("/dry"), Upstream: u, Mode: string(fencecheck.ModeDryRun)},
+		{Name: "off", Match: prefix("/off"), Upstream: u, Policy: string(fencecheck.PolicyOff)},
+		{Name: "custom", Match: prefix("/custom"), Upstream: u, KeyHeader: "X-Resource", FenceHeader: "If-Fence", Methods: "POST"},
 	}
-	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), routes, Options{})
+	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), entries, Options{})
 
 	H := func(kv ...string) map[string]string {
 		m := map[string]string{}
@@ -231,7 +259,7 @@ func TestProxyHopByHopAndForwarded(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	for _, trust := range []bool{false, true} {
-		_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []Route{{Prefix: "/", Upstream: mustURL(t, up.URL)}}, Options{TrustForwarded: trust})
+		_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []config.Route{{Match: prefix("/"), Upstream: up.URL}}, Options{TrustForwarded: trust})
 		res, _ := do(t, "GET", srv.URL+"/x", map[string]string{
 			"Connection": "X-Hop", "X-Hop": "1", "Te": "trailers, deflate", "X-Forwarded-For": "6.6.6.6", "X-Forwarded-Host": "evil", "X-Forwarded-Proto": "https",
 		}, "")
@@ -282,7 +310,7 @@ func TestProxyStreams(t *testing.T) {
 	t.Cleanup(up.Close)
 	reg := prometheus.NewRegistry()
 	c := fencecheck.New(s, fencecheck.Options{Registerer: reg})
-	p, srv := serveProxy(t, c, []Route{{Prefix: "/", Upstream: mustURL(t, up.URL), Key: "stream", Barrier: true}}, Options{})
+	p, srv := serveProxy(t, c, []config.Route{{Match: prefix("/"), Upstream: up.URL, Key: "stream", Barrier: true}}, Options{})
 
 	pr, pw := io.Pipe()
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/s", pr)
@@ -363,7 +391,7 @@ func TestProxyAudit(t *testing.T) {
 	cur := locktest.Acquire(t, s, "k", time.Minute)
 	up, _ := recorder(t)
 	a := fencecheck.NewAuditor(s, fencecheck.AuditorOptions{})
-	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{Audit: a}), []Route{{Name: "orders-write", Prefix: "/", Upstream: mustURL(t, up.URL), Key: "k"}}, Options{})
+	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{Audit: a}), []config.Route{{Name: "orders-write", Match: prefix("/"), Upstream: up.URL, Key: "k"}}, Options{})
 	res, _ := do(t, "PUT", srv.URL+"/k?q=1", map[string]string{"X-Fence-Token": old.Fence}, "x")
 	if res.StatusCode != 409 {
 		t.Fatalf("status %d", res.StatusCode)

@@ -8,14 +8,16 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"golang.org/x/text/unicode/norm"
 
+	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
-	"time"
+	"github.com/fencegate/fencegate/routes"
 )
 
 // frameworks are upstream routers with the habits of real ones, written
@@ -61,8 +63,9 @@ func segments(p string) []string {
 // request came through. For every spelling, no upstream framework habit
 // may serve with its /orders handler a request the proxy checked under the
 // catch-all route (the client's own key): such spellings are refused 400
-// malformed and audited; plain spellings pass. The broken variant (exact
-// matching alone, as before) lets them through, and the test catches it.
+// malformed and audited; plain spellings pass. The broken variant (the
+// proxy's own prefix matcher before #27, exact matching alone) lets them
+// through, and the test catches it.
 func TestProxyRouteReadings(t *testing.T) {
 	spellings := []struct {
 		path string
@@ -94,10 +97,10 @@ func TestProxyRouteReadings(t *testing.T) {
 			}))
 			t.Cleanup(up.Close)
 			a := fencecheck.NewAuditor(s, fencecheck.AuditorOptions{})
-			_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{Audit: a}), []Route{
-				{Name: "orders", Prefix: "/orders", Upstream: mustURL(t, up.URL+"/tpl"), Key: "orders/{2}"},
-				{Name: "any", Prefix: "/", Upstream: mustURL(t, up.URL+"/hdr")},
-			}, Options{skipRouteFolds: broken})
+			_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{Audit: a}), []config.Route{
+				{Name: "orders", Match: prefix("/orders"), Upstream: up.URL + "/tpl", Key: "orders/{2}"},
+				{Name: "any", Match: prefix("/"), Upstream: up.URL + "/hdr"},
+			}, brokenIf(broken))
 
 			var violations []string
 			refused := 0
@@ -143,7 +146,7 @@ func TestProxyRouteReadings(t *testing.T) {
 			}
 			if broken {
 				if len(violations) == 0 {
-					t.Fatal("exact matching alone passed: the test cannot fail")
+					t.Fatal("the prefix-only matcher passed: the test cannot fail")
 				}
 				t.Logf("broken proxy caught: %d violations, e.g. %s", len(violations), violations[0])
 				return
@@ -176,10 +179,10 @@ func TestProxyRouteReadings(t *testing.T) {
 func TestProxyPrefixNotFolded(t *testing.T) {
 	s := locktest.OpenBolt(t, locktest.FloorOff)
 	up, got := recorder(t)
-	u := mustURL(t, up.URL)
-	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []Route{
-		{Name: "orders", Prefix: "/Orders", Upstream: u, Key: "orders/{2}"},
-		{Name: "any", Prefix: "/", Upstream: u},
+	u := up.URL
+	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), []config.Route{
+		{Name: "orders", Match: prefix("/Orders"), Upstream: u, Key: "orders/{2}"},
+		{Name: "any", Match: prefix("/"), Upstream: u},
 	}, Options{})
 	for path, want := range map[string]int{"/orders/42": 400, "/Orders/42": 200, "/other/42": 200} {
 		if res, _ := do(t, "GET", srv.URL+path, nil, ""); res.StatusCode != want {
@@ -192,34 +195,32 @@ func TestProxyPrefixNotFolded(t *testing.T) {
 }
 
 // TestRouteReadingsCollide: prefixes that one upstream reading makes one
-// are refused at start.
+// are refused when the table is compiled.
 func TestRouteReadingsCollide(t *testing.T) {
-	u := mustURL(t, "http://up")
+	const u = "http://up"
 	for _, pair := range [][2]string{{"/Orders", "/orders"}, {"/a.", "/a"}, {"/%EF%BD%81", "/a"}, {"/a%2520b", "/a%20b"}} {
-		_, err := New(fencecheck.New(nil, fencecheck.Options{}), []Route{
-			{Name: "one", Prefix: pair[0], Upstream: u}, {Name: "two", Prefix: pair[1], Upstream: u},
-		}, Options{})
+		_, err := routes.Compile([]config.Route{
+			{Name: "one", Match: prefix(pair[0]), Upstream: u}, {Name: "two", Match: prefix(pair[1]), Upstream: u},
+		}, routes.Options{})
 		if err == nil || !strings.Contains(err.Error(), "reads paths") {
 			t.Errorf("%q and %q: %v, want refused", pair[0], pair[1], err)
 		}
 	}
-	if _, err := New(fencecheck.New(nil, fencecheck.Options{}), []Route{
-		{Name: "one", Prefix: "/orders", Upstream: u}, {Name: "two", Prefix: "/orders/x", Upstream: u}, {Name: "all", Prefix: "/", Upstream: u},
-	}, Options{}); err != nil {
-		t.Fatal(err)
-	}
+	table(t, []config.Route{
+		{Name: "one", Match: prefix("/orders"), Upstream: u}, {Name: "two", Match: prefix("/orders/x"), Upstream: u}, {Name: "all", Match: prefix("/"), Upstream: u},
+	})
 }
 
-// BenchmarkRequestHygiene measures what routing readings, the method
-// override check and header stripping add to one request (three routes, a
-// typical path and header set).
+// BenchmarkRequestHygiene measures what routing (the table's matcher, its
+// readings), the method override check and header stripping add to one
+// request (three entries, a typical path and header set).
 func BenchmarkRequestHygiene(b *testing.B) {
-	u := mustURL(b, "http://up")
-	p, err := New(fencecheck.New(nil, fencecheck.Options{}), []Route{
-		{Name: "orders", Prefix: "/orders", Upstream: u, Key: "orders/{2}"},
-		{Name: "users", Prefix: "/api/users", Upstream: u},
-		{Name: "any", Prefix: "/", Upstream: u},
-	}, Options{})
+	const u = "http://up"
+	p, err := New(fencecheck.New(nil, fencecheck.Options{}), routes.NewHolder(table(b, []config.Route{
+		{Name: "orders", Match: prefix("/orders"), Upstream: u, Key: "orders/{2}"},
+		{Name: "users", Match: prefix("/api/users"), Upstream: u},
+		{Name: "any", Match: prefix("/"), Upstream: u},
+	})), Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -227,13 +228,51 @@ func BenchmarkRequestHygiene(b *testing.B) {
 	for _, k := range []string{"Accept", "Content-Type", "User-Agent", "X-Fence-Token", "Traceparent", "Authorization", "Accept-Encoding", "X-Request-Id"} {
 		h.Set(k, "v")
 	}
+	r := httptest.NewRequest("PUT", "/orders/12345/items", nil)
+	r.Header = h
 	b.ReportAllocs()
 	for b.Loop() {
-		rt := p.match("/orders/12345/items")
-		if p.ambiguousRoute("/orders/12345/items", rt) != "" || methodOverride(h) != "" {
+		s := p.load()
+		e, err := s.table.MatchRequest(r.Host, p.input(r))
+		if err != nil || s.up[e] == nil || methodOverride(h) != "" {
 			b.Fatal("refused")
 		}
 		out := h.Clone()
-		rt.headers.strip(out)
+		s.up[e].headers.strip(out)
 	}
+}
+
+// prefixMatch is the proxy's own matcher before #27, kept as the broken
+// variant the tests must catch: the entries with an upstream alone, by the
+// longest path prefix of the decoded path, ignoring hosts, methods, path
+// types and every other reading of the path or method.
+func prefixMatch(t *routes.Table, _ string, in fencecheck.Input) (*routes.Entry, error) {
+	path, _, _ := strings.Cut(in.Path, "?")
+	decoded, err := url.PathUnescape(path)
+	if err != nil {
+		return nil, err
+	}
+	var best *routes.Entry
+	bestLen := -1
+	for _, e := range t.Entries() {
+		if e.Upstream == nil {
+			continue
+		}
+		pfx := strings.TrimSuffix(e.Config.Match.Path.Value, "/")
+		if d, err := url.PathUnescape(pfx); err == nil {
+			pfx = d
+		}
+		if (pfx == "" || decoded == pfx || strings.HasPrefix(decoded, pfx+"/")) && len(pfx) > bestLen {
+			best, bestLen = e, len(pfx)
+		}
+	}
+	return best, nil
+}
+
+// brokenIf is the options of the broken variant (prefixMatch) when broken.
+func brokenIf(broken bool) Options {
+	if broken {
+		return Options{match: prefixMatch}
+	}
+	return Options{}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
@@ -51,12 +52,12 @@ func TestProxyTargetAndMethodReadings(t *testing.T) {
 	locktest.Release(t, s, locktest.Acquire(t, s, "docs/a#b", time.Minute).LockID)
 	ab := locktest.Acquire(t, s, "docs/a#b", time.Minute).Fence // 2: docs/a's 1 is not current here
 	up, got := recorder(t)
-	u := mustURL(t, up.URL)
-	routes := []Route{
-		{Name: "docs", Prefix: "/docs", Upstream: u, Key: "docs/{2}", Methods: "DELETE"},
-		{Name: "rest", Prefix: "/", Upstream: u, Key: "docs/{2}"},
+	u := up.URL
+	entries := []config.Route{
+		{Name: "docs", Match: prefix("/docs"), Upstream: u, Key: "docs/{2}", Methods: "DELETE"},
+		{Name: "rest", Match: prefix("/"), Upstream: u, Key: "docs/{2}"},
 	}
-	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), routes, Options{})
+	_, srv := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), entries, Options{})
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	tok := func(f string) string { return "X-Fence-Token: " + f + "\r\n" }
 	for _, tc := range []struct {
@@ -87,7 +88,7 @@ func TestProxyTargetAndMethodReadings(t *testing.T) {
 		}
 	}
 	// The broken variant forwards a raw '#', checked under docs/a#b.
-	_, broken := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), routes, Options{skipTarget: true})
+	_, broken := serveProxy(t, fencecheck.New(s, fencecheck.Options{}), entries, Options{skipTarget: true})
 	if st := rawRequest(t, strings.TrimPrefix(broken.URL, "http://"), "DELETE /docs/a#b", tok(ab)); st != 200 {
 		t.Fatalf("skipTarget: %d, want 200 (forwarded)", st)
 	}

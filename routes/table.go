@@ -96,11 +96,18 @@ type Table struct {
 	// (canonHost: canonicalHost, but for the tests' broken variants).
 	hosted    bool
 	canonHost func(string) (string, bool)
+	proxyOnly bool // Options'
 }
 
 // Options are the table's gateway-wide settings.
 type Options struct {
 	Unmatched Unmatched
+	// ProxyOnly: the entries are proxy.routes alone (no routes:, no
+	// routesFile). The table routes the fencing reverse proxy; the authz
+	// edges take their callers' options, as before the table (#27 kept
+	// that: a gateway with proxy.routes and inline authz options behaves
+	// as it did).
+	ProxyOnly bool
 
 	// skipFolds matches on the exact reading alone, skipOverlap keeps
 	// entries no request can tell apart, allPairs compares every pair of
@@ -127,7 +134,7 @@ func Compile(entries []config.Route, o Options) (*Table, error) {
 		o.Unmatched = UnmatchedDeny
 	}
 	t := &Table{byName: make(map[string]*Entry, len(entries)), unmatched: o.Unmatched, skipFolds: o.skipFolds,
-		exactMethods: o.exactMethods, skipTarget: o.skipTarget, canonHost: o.hostCanon}
+		exactMethods: o.exactMethods, skipTarget: o.skipTarget, canonHost: o.hostCanon, proxyOnly: o.ProxyOnly}
 	if t.canonHost == nil {
 		t.canonHost = canonicalHost
 	}
@@ -186,7 +193,8 @@ func Compile(entries []config.Route, o Options) (*Table, error) {
 	_ = json.NewEncoder(sum).Encode(struct {
 		R []config.Route
 		U Unmatched
-	}{entries, o.Unmatched})
+		P bool `json:",omitempty"`
+	}{entries, o.Unmatched, o.ProxyOnly})
 	t.hash = hex.EncodeToString(sum.Sum(nil))[:16]
 	return t, nil
 }
@@ -258,6 +266,11 @@ func (t *Table) Hash() string {
 	}
 	return t.hash
 }
+
+// ProxyOnly reports whether the table is proxy.routes alone
+// (Options.ProxyOnly): it routes the fencing reverse proxy, and the authz
+// edges serve as without a table. A nil table is not.
+func (t *Table) ProxyOnly() bool { return t != nil && t.proxyOnly }
 
 // Unmatched is the table's unmatched-writes setting.
 func (t *Table) Unmatched() Unmatched { return t.unmatched }

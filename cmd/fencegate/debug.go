@@ -6,6 +6,8 @@ import (
 	"net/http/pprof"
 
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/internal/connlimit"
+	"github.com/fencegate/fencegate/internal/serving"
 )
 
 // newDebugRunner binds the opt-in profiling listener: net/http/pprof on a
@@ -14,7 +16,7 @@ import (
 // show request paths and memory, so the listener belongs on loopback. A
 // non-loopback address is served because the operator wrote it, with a
 // warning saying what it exposes.
-func newDebugRunner(d config.Debug, conns connLimits, log *slog.Logger) (*httpRunner, error) {
+func newDebugRunner(d config.Debug, conns connlimit.Limits, log *slog.Logger) (*serving.HTTPRunner, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index) // the named profiles: heap, allocs, goroutine, block, mutex, …
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -25,5 +27,5 @@ func newDebugRunner(d config.Debug, conns connLimits, log *slog.Logger) (*httpRu
 		log.Warn("the debug listener is not on loopback: anyone who reaches it can read profiles, goroutine stacks and the command line, unauthenticated",
 			"addr", d.Addr)
 	}
-	return newHTTPRunner("debug", d.Addr, nil, mux, readTimeout, conns, log)
+	return serving.NewHTTP("debug", d.Addr, nil, mux, serving.ReadTimeout, conns, log)
 }

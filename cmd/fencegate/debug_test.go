@@ -14,25 +14,26 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/internal/connlimit"
 	"github.com/fencegate/fencegate/internal/testutil"
 )
 
 // startDebug serves the debug listener on d.Addr and returns its address.
 func startDebug(t *testing.T, d config.Debug, log *slog.Logger) string {
 	t.Helper()
-	r, err := newDebugRunner(d, connLimits{}, log)
+	r, err := newDebugRunner(d, connlimit.Limits{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); _ = r.serve() }()
+	go func() { defer close(done); _ = r.Serve() }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		r.shutdown(ctx)
+		r.Shutdown(ctx)
 		<-done
 	})
-	return r.addr()
+	return r.Addr()
 }
 
 func get(t *testing.T, url string) (int, string) {

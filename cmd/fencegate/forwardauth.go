@@ -10,6 +10,8 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/connlimit"
+	"github.com/fencegate/fencegate/internal/serving"
 	"github.com/fencegate/fencegate/lockserver"
 )
 
@@ -46,7 +48,7 @@ func forwardAuthCredential(authn *auth.Authenticator) func(string) (authz.KeySco
 // mountForwardAuth serves forward-auth at authz.HTTPPath and below, behind
 // the access log, reading no request body.
 func mountForwardAuth(mux *http.ServeMux, srv *lockserver.Server, checker *fencecheck.Checker, ao authz.Options) {
-	fwd := bodiless(srv.Middleware(authz.NewHTTPHandler(checker, ao)))
+	fwd := serving.Bodiless(srv.Middleware(authz.NewHTTPHandler(checker, ao)))
 	mux.Handle(authz.HTTPPath, fwd)
 	mux.Handle(authz.HTTPPath+"/", fwd)
 }
@@ -55,12 +57,12 @@ func mountForwardAuth(mux *http.ServeMux, srv *lockserver.Server, checker *fence
 // /v1/authz/check and nothing else, so that the proxies' port can be told
 // apart from the lock clients' (a NetworkPolicy, a firewall) and the lock
 // API's port need not admit them.
-func newForwardAuthRunner(l config.Listener, conns connLimits, srv *lockserver.Server, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
-	tc, _, err := serverTLS("authz-http", l.TLS, log, goBG)
+func newForwardAuthRunner(l config.Listener, conns connlimit.Limits, srv *lockserver.Server, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*serving.HTTPRunner, error) {
+	tc, _, err := serving.ServerTLS("authz-http", l.TLS, log, goBG)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mountForwardAuth(mux, srv, checker, ao)
-	return newHTTPRunner("authz-http", l.Addr, tc, mux, readTimeout, conns, log)
+	return serving.NewHTTP("authz-http", l.Addr, tc, mux, serving.ReadTimeout, conns, log)
 }

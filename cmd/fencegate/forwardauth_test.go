@@ -16,7 +16,9 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencewire"
+	"github.com/fencegate/fencegate/internal/connlimit"
 	"github.com/fencegate/fencegate/internal/console"
+	"github.com/fencegate/fencegate/internal/serving"
 	"github.com/fencegate/fencegate/lockserver"
 )
 
@@ -41,20 +43,20 @@ func forwardAuthGatewayTB(t testing.TB, cfg config.Config, set serveSettings, ao
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := newMainHTTPRunner(cfg, connLimits{}, srv, ui, gw.health, gw.checker, ao(set.auth), log, gw.goBG)
+	r, err := newMainHTTPRunner(cfg, connlimit.Limits{}, srv, ui, gw.health, gw.checker, ao(set.auth), log, gw.goBG)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ls listeners
-	ls.add("http", r)
+	var ls serving.Group
+	ls.Add("http", r)
 	done := make(chan error, 1)
-	go func() { done <- ls.run(ctx, log) }()
+	go func() { done <- ls.Run(ctx, log) }()
 	t.Cleanup(func() {
 		stop()
 		<-done
 		gw.close()
 	})
-	return "http://" + r.addr(), gw
+	return "http://" + r.Addr(), gw
 }
 
 // decisions is how many checks the checker decided (any outcome).
@@ -235,15 +237,15 @@ func TestForwardAuthOwnListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := newForwardAuthRunner(cfg.Authz.HTTP, connLimits{}, srv, gw.checker, opts(set.auth), discardLogger(), gw.goBG)
+	r, err := newForwardAuthRunner(cfg.Authz.HTTP, connlimit.Limits{}, srv, gw.checker, opts(set.auth), discardLogger(), gw.goBG)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ls listeners
-	ls.add("authz-http", r)
+	var ls serving.Group
+	ls.Add("authz-http", r)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ls.run(ctx, discardLogger()) }()
+	go func() { done <- ls.Run(ctx, discardLogger()) }()
 	t.Cleanup(func() { stop(); <-done })
 
 	get := func(url, credential string) int {
@@ -261,7 +263,7 @@ func TestForwardAuthOwnListener(t *testing.T) {
 		_ = resp.Body.Close()
 		return resp.StatusCode
 	}
-	own := "http://" + r.addr()
+	own := "http://" + r.Addr()
 	for _, tc := range []struct {
 		name, url, credential string
 		want                  int

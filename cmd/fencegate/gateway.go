@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/connlimit"
 	"github.com/fencegate/fencegate/internal/health"
 	"github.com/fencegate/fencegate/internal/tracing/otelenv"
 	"github.com/fencegate/fencegate/lockserver"
@@ -45,7 +46,7 @@ type gateway struct {
 	health *health.Readiness
 	// conns are every listener's connection slots (connections.*), counted
 	// in fencegate_listener_connections*.
-	conns connLimits
+	conns connlimit.Limits
 	// goBG runs fn until close: every background goroutine has this owner.
 	goBG func(fn func(context.Context))
 
@@ -86,7 +87,7 @@ func startGateway(ctx context.Context, cfg config.Config, set gatewaySettings, l
 	gw.reg = prometheus.NewRegistry()
 	gw.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gw.conns = connsOf(cfg.Connections)
-	gw.conns.metrics = newConnMetrics(gw.reg)
+	gw.conns.Metrics = connlimit.NewMetrics(gw.reg)
 	// Every lock operation is also timed per store call, off the request
 	// path (the decorator's worker observes; a full queue drops and counts).
 	sm, err := lockserver.NewStoreMetrics(gw.reg, gw.caps.Backend)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,8 @@ import (
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/internal/connlimit"
+	"github.com/fencegate/fencegate/internal/serving"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockserver"
 )
@@ -34,7 +37,7 @@ func TestLocksGRPCListenerBoundsMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := lockserver.New(lockserver.Options{Store: s, Auth: authn, Logger: discardLogger(), Authenticated: markTrusted})
+	srv, err := lockserver.New(lockserver.Options{Store: s, Auth: authn, Logger: discardLogger(), Authenticated: connlimit.MarkTrusted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,14 +48,14 @@ func TestLocksGRPCListenerBoundsMessages(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name     string
-		build    func() (*grpcRunner, error)
+		build    func() (*serving.GRPCRunner, error)
 		oversize codes.Code
 	}{
-		{"as serve builds it", func() (*grpcRunner, error) {
-			return newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connLimits{}, srv, testHealth(t, s), discardLogger(), goBG)
+		{"as serve builds it", func() (*serving.GRPCRunner, error) {
+			return newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connlimit.Limits{}, srv, testHealth(t, s), discardLogger(), goBG)
 		}, codes.ResourceExhausted},
-		{"grpc-go defaults (broken variant)", func() (*grpcRunner, error) {
-			return newGRPCRunner("grpc", "127.0.0.1:0", nil, defaultGRPCLimits, discardLogger(), func(g *grpc.Server) {
+		{"grpc-go defaults (broken variant)", func() (*serving.GRPCRunner, error) {
+			return serving.NewGRPC("grpc", "127.0.0.1:0", nil, serving.DefaultGRPCLimits, discardLogger(), func(g *grpc.Server) {
 				srv.RegisterGRPC(g)
 			})
 		}, codes.InvalidArgument},
@@ -62,9 +65,9 @@ func TestLocksGRPCListenerBoundsMessages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			go func() { _ = r.serve() }()
-			t.Cleanup(r.srv.Stop)
-			conn, err := grpc.NewClient(r.addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			go func() { _ = r.Serve() }()
+			t.Cleanup(r.Close)
+			conn, err := grpc.NewClient(r.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +105,7 @@ func TestGRPCSlotsKeepAuthenticatedCallers(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		hook func(context.Context)
-	}{{"hooked", markTrusted}, {"no hook (broken variant)", nil}} {
+	}{{"hooked", connlimit.MarkTrusted}, {"no hook (broken variant)", nil}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := locktest.OpenBolt(t)
 			authn, err := auth.NewAuthenticator([]auth.Token{{Name: "t", SHA256: auth.HashToken(token), Prefixes: []string{"*"}}})
@@ -115,15 +118,15 @@ func TestGRPCSlotsKeepAuthenticatedCallers(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
-			r, err := newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connLimits{max: 2, perPeer: 2}, srv, testHealth(t, s), discardLogger(),
+			r, err := newLocksGRPCRunner(config.Listener{Addr: "127.0.0.1:0"}, connlimit.Limits{Max: 2, PerPeer: 2}, srv, testHealth(t, s), discardLogger(),
 				func(fn func(context.Context)) { go fn(ctx) })
 			if err != nil {
 				t.Fatal(err)
 			}
-			go func() { _ = r.serve() }()
-			t.Cleanup(r.srv.Stop)
+			go func() { _ = r.Serve() }()
+			t.Cleanup(r.Close)
 
-			conn, err := grpc.NewClient(r.addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			conn, err := grpc.NewClient(r.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,18 +137,13 @@ func TestGRPCSlotsKeepAuthenticatedCallers(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond) // the caller's connection is the longest idle
 			for _, ip := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"} {
-				c := dialFrom(t, ip, r.addr())
+				c := dialFrom(t, ip, r.Addr())
 				if _, err := c.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")); err != nil {
 					t.Fatal(err)
 				}
 			}
 			time.Sleep(300 * time.Millisecond)
-			r.ln.mu.Lock()
-			kept := false
-			for c := range r.ln.open {
-				kept = kept || c.peer.String() == "127.0.0.1"
-			}
-			r.ln.mu.Unlock()
+			kept := r.Listener().Open(netip.MustParseAddr("127.0.0.1")) > 0
 			if kept != (tc.hook != nil) {
 				t.Fatalf("authenticated caller's connection kept: %v, want %v", kept, tc.hook != nil)
 			}

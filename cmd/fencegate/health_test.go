@@ -13,7 +13,9 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/connlimit"
 	"github.com/fencegate/fencegate/internal/health"
+	"github.com/fencegate/fencegate/internal/serving"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
@@ -60,20 +62,20 @@ func TestGRPCHealthStartsNotServing(t *testing.T) {
 	}
 	goBG(hs.Run)
 	l := config.Listener{Addr: "127.0.0.1:0"}
-	locks, err := newLocksGRPCRunner(l, connLimits{}, srv, hs, log, goBG)
+	locks, err := newLocksGRPCRunner(l, connlimit.Limits{}, srv, hs, log, goBG)
 	if err != nil {
 		t.Fatal(err)
 	}
-	az, err := newAuthzRunner(l, connLimits{}, hs, checker, authz.Options{Logger: log}, log, goBG)
+	az, err := newAuthzRunner(l, connlimit.Limits{}, hs, checker, authz.Options{Logger: log}, log, goBG)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls := listeners{health: hs}
-	ls.add("grpc", locks)
-	ls.add("authz", az)
+	ls := serving.Group{Health: hs}
+	ls.Add("grpc", locks)
+	ls.Add("authz", az)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ls.run(ctx, log) }()
+	go func() { done <- ls.Run(ctx, log) }()
 	t.Cleanup(func() {
 		stop()
 		<-done
@@ -97,8 +99,8 @@ func TestGRPCHealthStartsNotServing(t *testing.T) {
 		return res.GetStatus()
 	}
 	targets := []struct{ addr, svc string }{
-		{locks.addr(), ""}, {locks.addr(), lockserver.LocksServiceName},
-		{az.addr(), ""}, {az.addr(), authz.ServiceName},
+		{locks.Addr(), ""}, {locks.Addr(), lockserver.LocksServiceName},
+		{az.Addr(), ""}, {az.Addr(), authz.ServiceName},
 	}
 	for _, tg := range targets {
 		if st := check(tg.addr, tg.svc); st != healthpb.HealthCheckResponse_NOT_SERVING {

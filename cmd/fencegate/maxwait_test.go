@@ -5,15 +5,17 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/internal/routereload"
 )
 
-// TestMaxWaitWiring: a proxy route's maxWait reaches proxy.Route.
+// TestMaxWaitWiring: a proxy route's maxWait reaches its table entry's
+// compiled route (what the proxy serves it with).
 func TestMaxWaitWiring(t *testing.T) {
 	cfg := config.Config{Proxy: config.Proxy{Routes: []config.ProxyRoute{{
 		Prefix: "/o", Upstream: "http://127.0.0.1:1", Barrier: true, MaxWait: config.Duration(1500 * time.Millisecond),
 	}}}}
-	routes, err := proxyRoutes(cfg.ProxyEntries())
-	if err != nil || len(routes) != 1 || routes[0].MaxWait != 1500*time.Millisecond {
-		t.Fatalf("proxyRoutes: %+v %v", routes, err)
+	tbl, err := routereload.Compile(&cfg)
+	if err != nil || tbl.Len() != 1 || tbl.Entries()[0].Route.MaxWait != 1500*time.Millisecond {
+		t.Fatalf("compileTable: %+v %v", tbl.Entries(), err)
 	}
 }

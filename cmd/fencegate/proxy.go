@@ -7,9 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -18,18 +18,33 @@ import (
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/connlimit"
+	"github.com/fencegate/fencegate/internal/routereload"
+	"github.com/fencegate/fencegate/internal/serving"
 	"github.com/fencegate/fencegate/internal/tracing/otelenv"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/routes"
 	"github.com/fencegate/fencegate/writeproof"
 )
+
+// proxyIgnoresHUP makes `fencegate proxy` ignore SIGHUP and never reload,
+// as before #27 (tests only: the broken variant of its reload test).
+var proxyIgnoresHUP = false
 
 // runProxy is `fencegate proxy`: the fencing reverse proxy on its own,
 // against a store URL (the gateway's Redis, PostgreSQL or Firestore, or a
 // local bolt file), with routes from the config file's proxy section.
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	// The proxy's routes apply at start; a SIGHUP (meant for a reload)
-	// must not stop it.
-	signal.Ignore(syscall.SIGHUP)
+	// SIGHUP reloads the route table (as serve does); caught from the
+	// start, so that one sent while the store opens neither kills the
+	// process nor is lost.
+	hup := make(chan os.Signal, 1)
+	if proxyIgnoresHUP {
+		signal.Ignore(syscall.SIGHUP)
+	} else {
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
 	fs := newFlagSet("proxy", "usage: fencegate proxy --config FILE [flags]\n\nA fencing reverse proxy: every write on a route is checked against the store\nbefore it reaches the upstream. Routes come from the config file's routes: entries that\nhave an upstream (or proxy.routes).")
 	configPath := fs.String("config", "", "YAML config file with the routes: entries that have an upstream, or proxy.routes (env FENCEGATE_CONFIG)")
 	listen := fs.String("listen", "", "proxy listener host:port (default proxy.addr, else "+config.DefaultProxyAddr+")")
@@ -69,6 +84,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "fencegate proxy: %v\n", err)
 		return exitUsage
 	}
+	set.hup = hup
 	log := newLogger(cfg.Log, stderr)
 	routeRedisLogs(log)
 	if err := serveProxy(ctx, cfg, set, log); err != nil {
@@ -79,8 +95,8 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // proxyConfig builds and validates the proxy's configuration: defaults, the
-// file, FENCEGATE_STORE, then the flags. Every problem is listed, the
-// routes' included.
+// file (read once, its routesFile included), FENCEGATE_STORE, then the
+// flags. Every problem is listed, the routes' included.
 func proxyConfig(path string, getenv func(string) string, flags func(*config.Config)) (config.Config, proxySettings, error) {
 	c := config.Default()
 	if path == "" {
@@ -89,9 +105,12 @@ func proxyConfig(path string, getenv func(string) string, flags func(*config.Con
 	if path == "" {
 		return c, proxySettings{}, errors.New("a config file with routes (routes: entries with an upstream, or proxy.routes) is required (--config or FENCEGATE_CONFIG)")
 	}
-	if err := c.LoadFile(path); err != nil {
+	f, err := routereload.ReadConfig(path)
+	if err != nil {
 		return c, proxySettings{}, err
 	}
+	c = f.Config
+	c.Routes, c.Proxy.Routes = slices.Clone(c.Routes), slices.Clone(c.Proxy.Routes) // f.Config stays the file as read
 	if v := getenv("FENCEGATE_STORE"); v != "" {
 		c.Store = v
 	}
@@ -100,16 +119,18 @@ func proxyConfig(path string, getenv func(string) string, flags func(*config.Con
 	if err := c.ValidateProxy(); err != nil {
 		p = append(p, err.(config.Problems)...)
 	}
-	var set proxySettings
-	var err error
+	set := proxySettings{configFile: f}
 	if set.store, err = parseStoreURL(c.Store); err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			p = append(p, "store: "+line)
 		}
 	}
-	if set.routes, err = proxyRoutes(c.ProxyEntries()); err != nil {
-		for _, e := range unjoin(err) {
-			p = append(p, "proxy.routes: "+strings.ReplaceAll(e.Error(), "\n", "; "))
+	// The table is compiled whatever config found: its problems (route
+	// options, matches, entries no request can tell apart) are listed
+	// with config's.
+	if set.table, err = routereload.Compile(&c); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			p = append(p, "routes: "+line)
 		}
 	}
 	// The proxy only verifies proofs: give it proof.verifyKeys (public
@@ -130,60 +151,15 @@ func proxyConfig(path string, getenv func(string) string, flags func(*config.Con
 // proxySettings is what `fencegate proxy` derives from its configuration
 // before it opens anything.
 type proxySettings struct {
-	store   storeURL
-	routes  []proxy.Route
-	proofs  *writeproof.Verifier // nil: no proof keys configured
-	tracing otelenv.Config       // from the OTEL_* variables
-}
-
-// unjoin flattens errors.Join trees into their leaves' parents, one per
-// route.
-func unjoin(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
-}
-
-// proxyRoutes turns the route table's entries with an upstream (routes:
-// or proxy.routes) into the proxy's, validating the fencing options
-// (policy, mode, methods, key templates).
-func proxyRoutes(entries []config.Route) ([]proxy.Route, error) {
-	var routes []proxy.Route
-	var errs []error
-	for _, r := range entries {
-		prefix := r.Match.Path.Value
-		if prefix == "" {
-			prefix = "/"
-		}
-		u, err := url.Parse(r.Upstream)
-		if err != nil {
-			u = nil // reported by config's validation
-		}
-		route := proxy.Route{
-			Name: r.Name, Prefix: prefix, Upstream: u, Key: r.Key, KeyHeader: r.KeyHeader, FenceHeader: r.FenceHeader,
-			Policy: fencecheck.Policy(r.Policy), Mode: fencecheck.Mode(r.Mode), Methods: r.Methods, Proof: fencecheck.ProofMode(r.Proof),
-			Barrier: r.Barrier, MaxWrite: r.MaxWrite.Std(), MaxWait: r.MaxWait.Std(), PreserveHost: r.PreserveHost,
-			BodyIdleTimeout: r.BodyIdleTimeout.Std(), BodyTimeout: r.BodyTimeout.Std(), Upgrade: r.Upgrade,
-		}
-		if err := route.Validate(); err != nil {
-			// config already named prefix and upstream problems; keep the
-			// fencing ones.
-			if u != nil && strings.HasPrefix(prefix, "/") {
-				errs = append(errs, err)
-			}
-			continue
-		}
-		routes = append(routes, route)
-	}
-	if len(errs) == 0 && len(routes) == len(entries) {
-		// Problems between routes: one prefix twice, or two that an
-		// upstream reading paths case-insensitively (say) cannot tell apart.
-		if err := proxy.ValidateRoutes(routes); err != nil {
-			errs = append(errs, unjoin(err)...)
-		}
-	}
-	return routes, errors.Join(errs...)
+	store storeURL
+	// table is the route table (routes: and proxy.routes): the proxy
+	// serves its entries with an upstream; configFile is the file as the
+	// start read it (a reload compares against it), hup delivers SIGHUP.
+	table      *routes.Table
+	configFile config.File
+	hup        <-chan os.Signal
+	proofs     *writeproof.Verifier // nil: no proof keys configured
+	tracing    otelenv.Config       // from the OTEL_* variables
 }
 
 // newProxyRunner builds the proxy listener. Its server bounds header reads
@@ -191,16 +167,16 @@ func proxyRoutes(entries []config.Route) ([]proxy.Route, error) {
 // itself (bodyIdleTimeout, bodyTimeout), the upstream's answer by the
 // transport's response-header timeout and a barrier write by its maxWrite,
 // so the server's own read timeout is zero.
-func newProxyRunner(c config.Proxy, conns connLimits, routes []proxy.Route, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *proxy.Proxy, error) {
-	p, err := proxy.New(checker, routes, proxy.Options{Logger: log, TrustForwarded: c.TrustForwarded})
+func newProxyRunner(c config.Proxy, conns connlimit.Limits, table *routes.Holder, checker *fencecheck.Checker, log *slog.Logger, goBG func(func(context.Context))) (*serving.HTTPRunner, *proxy.Proxy, error) {
+	p, err := proxy.New(checker, table, proxy.Options{Logger: log, TrustForwarded: c.TrustForwarded})
 	if err != nil {
 		return nil, nil, err
 	}
-	tc, _, err := serverTLS("proxy", c.TLS, log, goBG)
+	tc, _, err := serving.ServerTLS("proxy", c.TLS, log, goBG)
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := newHTTPRunner("proxy", c.ProxyAddr(), tc, p, 0, conns, log)
+	r, err := serving.NewHTTP("proxy", c.ProxyAddr(), tc, p, 0, conns, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -217,26 +193,45 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 	}
 	defer gw.close()
 	store, checker, reg, goBG := gw.store, gw.checker, gw.reg, gw.goBG
-	pr, p, err := newProxyRunner(cfg.Proxy, gw.conns, set.routes, checker, log, goBG)
+	// The route table, reloaded as serve reloads it (SIGHUP, a changed
+	// config file or routesFile); a table with no upstream entry is
+	// refused and the served one kept.
+	table := routes.NewHolder(set.table)
+	pr, p, err := newProxyRunner(cfg.Proxy, gw.conns, table, checker, log, goBG)
 	if err != nil {
 		return err
 	}
-	ls := &listeners{health: gw.health, delay: cfg.Shutdown.Delay.Std(), drain: cfg.Drain(), name: "fencegate proxy"}
-	defer ls.closeUnserved()
-	ls.add("proxy", pr)
+	rl := routereload.New(set.configFile, set.hup, table, reg, log)
+	rl.Accept = acceptProxyTable
+	if !proxyIgnoresHUP {
+		goBG(rl.Run)
+	}
+	log.Info("route table loaded", "routes", set.table.Len(), "hash", set.table.Hash())
+	ls := &serving.Group{Health: gw.health, Delay: cfg.Shutdown.Delay.Std(), Drain: cfg.Drain(), Name: "fencegate proxy"}
+	defer closeUnserved(ls)
+	ls.Add("proxy", pr)
 	if m := cfg.Proxy.MetricsAddr; m != "" && m != config.Off {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		gw.health.Register(mux, nil)
-		mr, err := newHTTPRunner("metrics", m, nil, mux, readTimeout, gw.conns, log)
+		mr, err := serving.NewHTTP("metrics", m, nil, mux, serving.ReadTimeout, gw.conns, log)
 		if err != nil {
 			return err
 		}
-		ls.add("metrics", mr)
+		ls.Add("metrics", mr)
 	}
-	err = ls.run(ctx, log, "store", store.Capabilities().Backend, "store_url", config.RedactURL(cfg.Store), "routes", len(set.routes))
+	err = ls.Run(ctx, log, "store", store.Capabilities().Backend, "store_url", config.RedactURL(cfg.Store), "routes", set.table.Len())
 	if n := p.InFlight(); n > 0 {
 		log.Warn("drain deadline passed with barrier writes in flight; their entries expire at maxWrite", "count", n)
 	}
 	return err
+}
+
+// acceptProxyTable refuses a reloaded table the running proxy listener
+// could serve nothing of.
+func acceptProxyTable(t *routes.Table) error {
+	if !proxy.HasUpstream(t) {
+		return errors.New("routes: no entry has an upstream, while the proxy serves; the previous table keeps serving")
+	}
+	return nil
 }

@@ -10,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/routereload"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/bolt"
@@ -214,5 +216,100 @@ func startCommand(t *testing.T, run func(context.Context, []string, io.Writer, i
 	return func() (int, string) {
 		cancel()
 		return <-done, stderr.String()
+	}
+}
+
+// TestProxyCommandReloads: `fencegate proxy`, and the proxy listener of
+// `fencegate serve`, reload the route table on SIGHUP (the file poll is
+// slowed to an hour, so SIGHUP alone applies it):
+// a moved upstream serves the next request; a table that does not load,
+// and one with no upstream entry, are refused and the served one kept.
+// The broken variant (SIGHUP ignored, no reloader: the proxy before #27)
+// keeps serving the first upstream, and the test catches it.
+func TestProxyCommandReloads(t *testing.T) {
+	defer func(d time.Duration) { routereload.PollInterval = d }(routereload.PollInterval)
+	routereload.PollInterval = time.Hour
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		via, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		fmt.Fprintf(w, "via=%s", via)
+	}))
+	t.Cleanup(up.Close)
+	for _, tc := range []struct {
+		name          string
+		run           func(context.Context, []string, io.Writer, io.Writer) int
+		ready, listen string
+		broken        bool
+	}{
+		{"proxy", runProxy, "fencegate proxy ready", "", false},
+		{"serve", runServe, "fencegate ready", `http: {addr: "off"}` + "\ngrpc: {addr: \"off\"}\nauthz: {addr: \"off\"}\nadmission: {addr: \"off\"}\n", false},
+		{"proxy-broken", runProxy, "fencegate proxy ready", "", true},
+	} {
+		broken := tc.broken
+		t.Run(tc.name, func(t *testing.T) {
+			proxyIgnoresHUP = broken
+			t.Cleanup(func() { proxyIgnoresHUP = false })
+			ln := testutil.Listen(t)
+			addr := ln.Addr().String()
+			_ = ln.Close()
+			head := fmt.Sprintf("store: bolt://%s\nproxy: {addr: %s}\n%s", filepath.Join(t.TempDir(), "fence.db"), addr, tc.listen)
+			entry := func(upstream, more string) string {
+				return head + "routes:\n  - {name: a, match: {path: {value: /a}}, key: k, upstream: " + upstream + more + "}\n"
+			}
+			path := writeConfig(t, entry(up.URL+"/one", ""))
+			write := func(body string) {
+				if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stop := startCommand(t, tc.run, []string{"--config", path}, tc.ready)
+			via := func() string {
+				res, err := http.Get("http://" + addr + "/a/1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				return string(b)
+			}
+			hup := func() {
+				if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if v := via(); v != "via=one" {
+				t.Fatalf("before the reload: %q", v)
+			}
+			write(entry(up.URL+"/two", ""))
+			hup()
+			reloaded := false
+			for deadline := time.Now().Add(3 * time.Second); !reloaded && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				reloaded = via() == "via=two"
+			}
+			if broken {
+				if reloaded {
+					t.Fatal("the proxy without a reloader reloaded: the test cannot tell")
+				}
+				stop()
+				return
+			}
+			if !reloaded {
+				t.Fatalf("SIGHUP did not move the upstream: %q", via())
+			}
+			for _, bad := range []string{
+				entry(up.URL+"/three", ", policy: newest"),
+				head + "routes:\n  - {name: a, match: {path: {value: /a}}, key: k}\n",
+			} {
+				write(bad)
+				hup()
+				time.Sleep(300 * time.Millisecond)
+				if v := via(); v != "via=two" {
+					t.Errorf("after a table that does not serve: %q, want the served one kept", v)
+				}
+			}
+			code, log := stop()
+			if code != exitOK || strings.Count(log, "route table reload failed") < 2 || !strings.Contains(log, "no entry has an upstream") {
+				t.Fatalf("exit %d: %s", code, log)
+			}
+		})
 	}
 }

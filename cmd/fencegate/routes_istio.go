@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/deploy/mesh"
+	"github.com/fencegate/fencegate/internal/routereload"
 	"github.com/fencegate/fencegate/routes"
 )
 
@@ -83,7 +84,7 @@ func routesIstio(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "fencegate routes istio: the route table does not load:", err)
 		return exitFailure
 	}
-	t, err := compileTable(&c)
+	t, err := routereload.Compile(&c)
 	if err != nil {
 		fmt.Fprintln(stderr, "fencegate routes istio: the route table does not load:", err)
 		return exitFailure

@@ -11,13 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	promtest "github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/fencegate/fencegate/config"
-	"github.com/fencegate/fencegate/routes"
 )
 
 // TestRoutesCheck: `fencegate routes check` loads the table as serve
@@ -206,7 +199,8 @@ routes:
 }
 
 // TestProxyServesTableEntries: `fencegate proxy` serves the route table's
-// entries that have an upstream, as it serves proxy.routes.
+// entries that have an upstream (by host, method and path type too), as it
+// serves proxy.routes, and refuses 404 what matches an entry without one.
 func TestProxyServesTableEntries(t *testing.T) {
 	dbPath := filepath.Join(t.TempDir(), "fence.db")
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -227,13 +221,20 @@ routes:
     match: {path: {value: /orders}}
     upstream: %s
     key: "orders/{2:int}"
+  - name: api
+    match: {hosts: [api.example.com], methods: [PUT], path: {type: Exact, value: /orders/1}}
+    upstream: %s
+    key: api-key
   - name: elsewhere
     match: {hosts: [api.example.com]}
     key: never-served-by-the-proxy
-`, dbPath, addr, up.URL))
+`, dbPath, addr, up.URL, up.URL))
 	stop := startCommand(t, runProxy, []string{"--config", cfg}, "fencegate proxy ready")
-	put := func(path, fence string) (int, string) {
+	put := func(path, fence string, host ...string) (int, string) {
 		req, _ := http.NewRequestWithContext(t.Context(), "PUT", "http://"+addr+path, nil)
+		if len(host) > 0 {
+			req.Host = host[0]
+		}
 		req.Header.Set("X-Fence-Token", fence)
 		req.Header.Set("X-Fence-Key", "orders/7")
 		res, err := http.DefaultClient.Do(req)
@@ -250,29 +251,15 @@ routes:
 	if code, _ := put("/other", "000000000000001"); code != 404 {
 		t.Errorf("no upstream entry: %d, want 404", code)
 	}
+	// Entries with an upstream match by host, method and path type too.
+	if code, body := put("/orders/1", "000000000000001", "API.example.com:8000"); code != 409 || !strings.Contains(body, `"key":"api-key"`) {
+		t.Errorf("the host- and method-scoped entry: %d %s", code, body)
+	}
+	if code, _ := put("/x", "000000000000001", "api.example.com"); code != 404 {
+		t.Errorf("the host's entry without an upstream: %d, want 404", code)
+	}
 	if code, log := stop(); code != exitOK {
 		t.Fatalf("exit %d: %s", code, log)
-	}
-}
-
-// TestRestartKeys: a reload names the keys it did not apply, and only
-// those: routes: and check.unmatchedWrites are applied.
-func TestRestartKeys(t *testing.T) {
-	a := config.Default()
-	b := config.Default()
-	b.Routes = []config.Route{{Name: "x"}}
-	b.Check.UnmatchedWrites = "defaults"
-	if got := restartKeys(a, b); len(got) != 0 {
-		t.Errorf("applied keys reported: %v", got)
-	}
-	b.Store = "redis://x"
-	b.Check.Timeout = config.Duration(time.Second)
-	b.Routes = append(b.Routes, config.Route{Name: "y", Upstream: "http://u"})
-	got := strings.Join(restartKeys(a, b), ",")
-	for _, want := range []string{"store", "check", "upstream entries"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("restartKeys = %s, lacks %s", got, want)
-		}
 	}
 }
 
@@ -308,59 +295,5 @@ func TestReadmeIstioTable(t *testing.T) {
 		if code != tc.want || !strings.Contains(stdout.String(), tc.out) {
 			t.Errorf("%s: exit %d, want %d; stdout %q, stderr %q", tc.name, code, tc.want, stdout.String(), stderr.String())
 		}
-	}
-}
-
-// TestReloadKeepsTheTable: a reload whose file lost its routes: (a YAML
-// slip) keeps the served table, as does one that raises an entry's
-// maxWait together with check.maxWaitCap (the cap is restart-only, so the
-// running checker would refuse every write of it); both count as failed
-// reloads. A good edit applies. The broken variant (the reloader without
-// these refusals) is what swapped in nil or the capped table before.
-func TestReloadKeepsTheTable(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "fencegate.yaml")
-	write := func(body string) {
-		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	const table = "routes:\n  - {name: w, match: {path: {value: /w}}, key: w, barrier: true, maxWait: 2s}\n"
-	write(table)
-	loaded, sum, err := readConfigFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := compileTable(&loaded)
-	if err != nil || tbl == nil {
-		t.Fatal(tbl, err)
-	}
-	h := routes.NewHolder(tbl)
-	reg := prometheus.NewRegistry()
-	r := newTableReloader(path, loaded, sum, nil, h, reg, discardLogger())
-	failed := func() float64 { return promtest.ToFloat64(r.reloads.WithLabelValues("error")) }
-
-	write("log: {level: info}\n")
-	r.reload("test")
-	if h.Load() != tbl || failed() != 1 {
-		t.Fatalf("an emptied routes: replaced the table (served %v, failures %v)", h.Load(), failed())
-	}
-	write("check: {maxWaitCap: 1m}\n" + strings.Replace(table, "maxWait: 2s", "maxWait: 45s", 1))
-	r.reload("test")
-	if h.Load() != tbl || failed() != 2 {
-		t.Fatalf("a maxWait above the running cap was applied (failures %v)", failed())
-	}
-	// Signed proofs on a gateway started without a key: every write would
-	// be refused 503, and the next restart would not start. Keys added to
-	// the file beside it do not count: the running checker has none.
-	write("proof: {verifyKeys: [{kid: k, publicKey: " + strings.Repeat("A", 43) + "}]}\n" + strings.Replace(table, "key: w", "key: w, proof: signed", 1))
-	r.reload("test")
-	if h.Load() != tbl || failed() != 3 {
-		t.Fatalf("an entry asking for signed proofs of a keyless gateway was applied (failures %v)", failed())
-	}
-	write(strings.Replace(table, "key: w", "key: v", 1))
-	r.reload("test")
-	if got := h.Load(); got == tbl || got.Named("w") == nil || got.Named("w").Config.Key != "v" || failed() != 3 {
-		t.Fatalf("a good edit was not applied (failures %v)", failed())
 	}
 }

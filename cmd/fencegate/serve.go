@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -23,8 +22,11 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/internal/connlimit"
 	"github.com/fencegate/fencegate/internal/console"
 	"github.com/fencegate/fencegate/internal/health"
+	"github.com/fencegate/fencegate/internal/routereload"
+	"github.com/fencegate/fencegate/internal/serving"
 	"github.com/fencegate/fencegate/internal/tracing/otelenv"
 	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/proxy"
@@ -42,7 +44,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	fs := newFlagSet("serve", "usage: fencegate serve [flags]\n\nRuns the gateway: the lock API, ext_authz, ext_proc, forward-auth, the admission\nwebhook and the console, as the config file (--config) and FENCEGATE_* say.")
-	build := config.Flags(fs)
+	build := config.FlagsFile(fs)
 	if code, ok := parseFlags(fs, args, stdout, stderr, exitUsage); !ok {
 		return code
 	}
@@ -55,18 +57,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "fencegate serve: %v\n", err)
 		return exitUsage
 	}
-	set.configPath = cmp.Or(fs.Lookup("config").Value.String(), os.Getenv("FENCEGATE_CONFIG"))
 	set.hup = hup
-	if set.configPath != "" {
-		// The file as this start read it: a reload compares against it, so
-		// an edit made while the store opens is applied, not taken as seen.
-		set.configFile, set.configSum, _ = readConfigFile(set.configPath)
-		if set.configFile.RoutesFileSum != cfg.RoutesFileSum {
-			// The routes file changed between the two reads: the table is
-			// the first read's; the reloader applies the second at once.
-			set.configFile.RoutesFileSum, set.configSum = cfg.RoutesFileSum, [32]byte{}
-		}
-	}
 	log := newLogger(cfg.Log, stderr)
 	routeRedisLogs(log)
 	if err := serve(ctx, cfg, set, log); err != nil {
@@ -82,9 +73,6 @@ type serveSettings struct {
 	store     storeURL
 	auth      *auth.Authenticator // nil: auth off
 	admission admission.Options   // listener-dependent fields filled at start
-	// proxyRoutes are the fencing reverse proxy's routes (proxy.routes),
-	// served on their own listener when any are configured.
-	proxyRoutes []proxy.Route
 	// proofs signs write proofs at acquire (nil: none configured).
 	proofs *writeproof.Signer
 	// verifier checks proofs at the edge: the signing keys and
@@ -93,14 +81,14 @@ type serveSettings struct {
 	tracing  otelenv.Config // from the OTEL_* variables
 	// accessLog is log.access, parsed by the api package.
 	accessLog lockserver.AccessLog
-	// table is the route table the authz edges serve (nil: none);
-	// configPath the file it is reloaded from ("": no reloads).
-	table      *routes.Table
-	configPath string
-	// configFile and configSum are the file as loaded at start (over the
-	// defaults only) and its content's hash; hup delivers SIGHUP.
-	configFile config.Config
-	configSum  [32]byte
+	// table is the route table every edge serves (nil: none; the proxy
+	// listener runs when it has entries with an upstream).
+	table *routes.Table
+	// configFile is the config file as the start read it, once (Path "":
+	// none, no reloads): a reload compares against it, so an edit made
+	// while the store opens is applied, not taken as seen. hup delivers
+	// SIGHUP.
+	configFile config.File
 	hup        <-chan os.Signal
 }
 
@@ -108,13 +96,13 @@ type serveSettings struct {
 // (the store URL, token scopes, admission settings, the OTEL_* tracing
 // variables): every problem is in one config.Problems, found before the
 // store is opened, and exits 2.
-func loadServeConfig(build func(func(string) string) (config.Config, error), getenv func(string) string) (config.Config, serveSettings, error) {
+func loadServeConfig(build func(func(string) string) (config.Config, config.File, error), getenv func(string) string) (config.Config, serveSettings, error) {
 	var p config.Problems
-	cfg, err := build(getenv)
+	cfg, file, err := build(getenv)
 	if err != nil && !errors.As(err, &p) {
 		return cfg, serveSettings{}, err
 	}
-	var set serveSettings
+	set := serveSettings{configFile: file}
 	add := func(where string, err error) {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			p = append(p, where+": "+line)
@@ -136,13 +124,8 @@ func loadServeConfig(build func(func(string) string) (config.Config, error), get
 			add("admission", err)
 		}
 	}
-	if entries := cfg.ProxyEntries(); len(entries) > 0 {
-		if set.proxyRoutes, err = proxyRoutes(entries); err != nil {
-			add("proxy", err)
-		}
-	}
 	if cfg.ValidateRoutes() == nil { // else config listed the problems
-		if set.table, err = compileTable(&cfg); err != nil {
+		if set.table, err = routereload.Compile(&cfg); err != nil {
 			add("routes", err)
 		}
 	}
@@ -177,47 +160,126 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 		return err
 	}
 	defer gw.close()
-	auditLog, checker, reg, goBG, caps := gw.auditLog, gw.checker, gw.reg, gw.goBG, gw.caps
-
 	// Every listener follows gw.health; a listener already bound is closed
 	// when a later one fails to build.
-	ls := &listeners{health: gw.health, delay: cfg.Shutdown.Delay.Std()}
-	defer ls.closeUnserved()
+	ls := &serving.Group{Health: gw.health, Delay: cfg.Shutdown.Delay.Std()}
+	defer closeUnserved(ls)
+	if err := addListeners(ctx, ls, cfg, set, gw, log); err != nil {
+		return err
+	}
+	if set.store.backend == "bolt" {
+		log.Info("using the embedded single-node store; locks and fences live in one local file (use redis://, postgres:// or firestore:// for more than one gateway)")
+	}
+	if proxy.HasUpstream(set.table) {
+		ls.Drain = max(serving.ShutdownTimeout, cfg.Drain()) // in-flight barrier writes finish and deregister
+	}
+	authState := "off"
+	if set.auth != nil {
+		authState = "on"
+	}
+	return ls.Run(ctx, log, "store", gw.caps.Backend, "store_url", config.RedactURL(cfg.Store), "time_authority", string(gw.caps.TimeAuthority), "auth", authState)
+}
 
-	// The webhook is built first so that /readyz also covers its
-	// certificate: a pod whose webhook cannot serve must not get traffic.
+// addListeners builds serve's listeners into ls, in start order: the
+// webhook first (so that /readyz also covers its certificate: a pod whose
+// webhook cannot serve must not get traffic), then the lock API's, the
+// edges' and debug.
+func addListeners(ctx context.Context, ls *serving.Group, cfg config.Config, set serveSettings, gw *gateway, log *slog.Logger) error {
 	if cfg.Admission.Enabled() {
-		r, h, err := newAdmissionRunner(cfg.Admission, set.admission, gw.conns, checker, reg, gw.health, log, goBG)
+		r, err := newAdmissionListener(cfg.Admission, set.admission, gw, log)
 		if err != nil {
 			return err
 		}
-		ls.add("admission", r)
-		gw.health.AddCheck(health.Check{Name: "admission webhook", Ready: func(context.Context) error {
-			if !h.Ready() {
-				return errors.New("certificate not loaded")
-			}
-			return nil
-		}})
+		ls.Add("admission", r)
 	}
-	// The console reads the store (lockstore.As finds its LockLister) and
-	// records the lock operations the API serves for its timeline.
-	ui := console.New(ctx, console.Options{Store: gw.store, Audit: auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
-	srv, err := lockserver.New(lockserver.Options{
-		Store: ui.Record(gw.locks), Audit: auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
-		Registerer: reg, Gatherer: reg, Logger: log, AccessLog: set.accessLog, Proofs: set.proofs,
-		Authenticated: markTrusted,
-	})
+	srv, ui, err := newLockAPI(ctx, cfg, set, gw, log)
 	if err != nil {
 		return err
 	}
+	table := serveTable(set, gw, log)
+	edge := edgeOptions(cfg, set, table, log)
+	checker, conns, hs, goBG := gw.checker, gw.conns, gw.health, gw.goBG
+	// Both gRPC listeners' health follows gw.health: NOT_SERVING until
+	// every listener serves and the first check passes, NOT_SERVING again
+	// from the instant a shutdown begins.
+	for _, l := range []struct {
+		name  string
+		on    bool
+		build func() (serving.Runner, error)
+	}{
+		{"http", cfg.HTTP.Enabled(), func() (serving.Runner, error) {
+			return newMainHTTPRunner(cfg, conns, srv, ui, hs, checker, edge, log, goBG)
+		}},
+		{"grpc", cfg.GRPC.Enabled(), func() (serving.Runner, error) { return newLocksGRPCRunner(cfg.GRPC, conns, srv, hs, log, goBG) }},
+		{"authz", cfg.Authz.Enabled(), func() (serving.Runner, error) {
+			return newAuthzRunner(cfg.Authz.Listener, connlimit.ForAuthz(conns), hs, checker, edge, log, goBG)
+		}},
+		{"authz-http", cfg.Authz.HTTP.Enabled(), func() (serving.Runner, error) {
+			return newForwardAuthRunner(cfg.Authz.HTTP, conns, srv, checker, edge, log, goBG)
+		}},
+		{"proxy", proxy.HasUpstream(set.table), func() (serving.Runner, error) {
+			r, _, err := newProxyRunner(cfg.Proxy, conns, table, checker, log, goBG)
+			return r, err
+		}},
+		{"debug", cfg.Debug.Enabled(), func() (serving.Runner, error) { return newDebugRunner(cfg.Debug, conns, log) }},
+	} {
+		if !l.on {
+			continue
+		}
+		r, err := l.build()
+		if err != nil {
+			return err
+		}
+		ls.Add(l.name, r)
+	}
+	return nil
+}
 
-	// The route table: every authz edge reads it through one holder, which
-	// a reload (SIGHUP, a changed config file) swaps.
+// newAdmissionListener builds the webhook's listener, and makes readiness
+// wait for its certificate.
+func newAdmissionListener(c config.Admission, o admission.Options, gw *gateway, log *slog.Logger) (serving.Runner, error) {
+	r, h, err := newAdmissionRunner(c, o, gw.conns, gw.checker, gw.reg, gw.health, log, gw.goBG)
+	if err != nil {
+		return nil, err
+	}
+	gw.health.AddCheck(health.Check{Name: "admission webhook", Ready: func(context.Context) error {
+		if !h.Ready() {
+			return errors.New("certificate not loaded")
+		}
+		return nil
+	}})
+	return r, nil
+}
+
+// newLockAPI builds the lock API and the console. The console reads the
+// store (lockstore.As finds its LockLister) and records the lock
+// operations the API serves for its timeline.
+func newLockAPI(ctx context.Context, cfg config.Config, set serveSettings, gw *gateway, log *slog.Logger) (*lockserver.Server, *console.Console, error) {
+	ui := console.New(ctx, console.Options{Store: gw.store, Audit: gw.auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
+	srv, err := lockserver.New(lockserver.Options{
+		Store: ui.Record(gw.locks), Audit: gw.auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
+		Registerer: gw.reg, Gatherer: gw.reg, Logger: log, AccessLog: set.accessLog, Proofs: set.proofs,
+		Authenticated: connlimit.MarkTrusted,
+	})
+	return srv, ui, err
+}
+
+// serveTable puts the route table in the one holder every edge reads
+// (the proxy listener's included), and starts what swaps it: the reloader
+// (SIGHUP, a changed config file or routesFile) when there is a config
+// file; else a SIGHUP is only logged. While the proxy listener serves, a
+// table with no upstream entry is refused.
+func serveTable(set serveSettings, gw *gateway, log *slog.Logger) *routes.Holder {
 	table := routes.NewHolder(set.table)
-	if set.configPath != "" {
-		goBG(newTableReloader(set.configPath, set.configFile, set.configSum, set.hup, table, reg, log).run)
-	} else if set.hup != nil {
-		goBG(func(ctx context.Context) {
+	switch {
+	case set.configFile.Path != "":
+		rl := routereload.New(set.configFile, set.hup, table, gw.reg, log)
+		if proxy.HasUpstream(set.table) {
+			rl.Accept = acceptProxyTable
+		}
+		gw.goBG(rl.Run)
+	case set.hup != nil:
+		gw.goBG(func(ctx context.Context) {
 			for {
 				select {
 				case <-ctx.Done():
@@ -231,75 +293,34 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	if set.table != nil {
 		log.Info("route table loaded", "routes", set.table.Len(), "hash", set.table.Hash(), "unmatched_writes", string(set.table.Unmatched()))
 	}
-	edge := authzOptions(set.auth, cfg.Check.TrustLoopback, authz.Options{Logger: log, Routes: table})
+	return table
+}
+
+// edgeOptions are the authz edges' options over the route table.
+func edgeOptions(cfg config.Config, set serveSettings, table *routes.Holder, log *slog.Logger) authz.Options {
 	if cfg.Check.TrustLoopback {
 		log.Warn("check.trustLoopback: authz callers from loopback (never 127.0.0.6) are trusted as the operator's proxy (fence_route, inline options, the barrier); "+
 			"behind a mesh sidecar every inbound caller is loopback: use authz.tls.clientCAFile there", "trust_loopback", true)
 	}
-
-	if cfg.HTTP.Enabled() {
-		r, err := newMainHTTPRunner(cfg, gw.conns, srv, ui, gw.health, checker, edge, log, goBG)
-		if err != nil {
-			return err
-		}
-		ls.add("http", r)
-	}
-	// Both gRPC listeners' health follows gw.health: NOT_SERVING until
-	// every listener serves and the first check passes, NOT_SERVING again
-	// from the instant a shutdown begins.
-	if cfg.GRPC.Enabled() {
-		r, err := newLocksGRPCRunner(cfg.GRPC, gw.conns, srv, gw.health, log, goBG)
-		if err != nil {
-			return err
-		}
-		ls.add("grpc", r)
-	}
-	if cfg.Authz.Enabled() {
-		r, err := newAuthzRunner(cfg.Authz.Listener, authzConns(gw.conns), gw.health, checker, edge, log, goBG)
-		if err != nil {
-			return err
-		}
-		ls.add("authz", r)
-	}
-	if cfg.Authz.HTTP.Enabled() {
-		r, err := newForwardAuthRunner(cfg.Authz.HTTP, gw.conns, srv, checker, edge, log, goBG)
-		if err != nil {
-			return err
-		}
-		ls.add("authz-http", r)
-	}
-	if len(set.proxyRoutes) > 0 {
-		r, _, err := newProxyRunner(cfg.Proxy, gw.conns, set.proxyRoutes, checker, log, goBG)
-		if err != nil {
-			return err
-		}
-		ls.add("proxy", r)
-	}
-	if cfg.Debug.Enabled() {
-		r, err := newDebugRunner(cfg.Debug, gw.conns, log)
-		if err != nil {
-			return err
-		}
-		ls.add("debug", r)
-	}
-
-	if set.store.backend == "bolt" {
-		log.Info("using the embedded single-node store; locks and fences live in one local file (use redis://, postgres:// or firestore:// for more than one gateway)")
-	}
-	authState := "on"
-	if set.auth == nil {
-		authState = "off"
-	}
-	if len(set.proxyRoutes) > 0 {
-		ls.drain = max(shutdownTimeout, cfg.Drain()) // in-flight barrier writes finish and deregister
-	}
-	return ls.run(ctx, log, "store", caps.Backend, "store_url", config.RedactURL(cfg.Store), "time_authority", string(caps.TimeAuthority), "auth", authState)
+	return authzOptions(set.auth, cfg.Check.TrustLoopback, authz.Options{Logger: log, Routes: table})
 }
+
+// closeUnserved closes the listeners ls already bound when serve or proxy
+// fails before running them (serving.Group.CloseUnserved).
+func closeUnserved(ls *serving.Group) {
+	if closeBuiltOnError {
+		ls.CloseUnserved()
+	}
+}
+
+// closeBuiltOnError is true in the gateway; a test sets it false for the
+// broken variant that leaked bound listeners when a later one failed.
+var closeBuiltOnError = true
 
 // newMainHTTPRunner builds the HTTP listener: the lock API, forward-auth,
 // health (/healthz, /readyz: hs) and metrics.
-func newMainHTTPRunner(cfg config.Config, conns connLimits, srv *lockserver.Server, ui *console.Console, hs *health.Readiness, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, error) {
-	tc, _, err := serverTLS("http", cfg.HTTP.TLS, log, goBG)
+func newMainHTTPRunner(cfg config.Config, conns connlimit.Limits, srv *lockserver.Server, ui *console.Console, hs *health.Readiness, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*serving.HTTPRunner, error) {
+	tc, _, err := serving.ServerTLS("http", cfg.HTTP.TLS, log, goBG)
 	if err != nil {
 		return nil, err
 	}
@@ -316,7 +337,7 @@ func newMainHTTPRunner(cfg config.Config, conns connLimits, srv *lockserver.Serv
 	if maxWait == 0 {
 		maxWait = lockserver.DefaultMaxWait
 	}
-	return newHTTPRunner("http", cfg.HTTP.Addr, tc, mux, readTimeout+maxWait, conns, log)
+	return serving.NewHTTP("http", cfg.HTTP.Addr, tc, mux, serving.ReadTimeout+maxWait, conns, log)
 }
 
 // Message bounds of the gRPC listeners (grpc.MaxRecvMsgSize; grpc-go's
@@ -337,17 +358,17 @@ const (
 	authzMaxHeaderList = 32 << 10
 )
 
-// connsOf turns the configuration's connection limits into connLimits.
-func connsOf(c config.Connections) connLimits {
-	return connLimits{max: c.MaxPerListener, perPeer: c.MaxPerPeer, perPeerRequests: c.MaxRequestsPerPeer}
+// connsOf turns the configuration's connection limits into connlimit.Limits.
+func connsOf(c config.Connections) connlimit.Limits {
+	return connlimit.Limits{Max: c.MaxPerListener, PerPeer: c.MaxPerPeer, PerPeerRequests: c.MaxRequestsPerPeer}
 }
 
 // newLocksGRPCRunner builds the gRPC lock API listener. A Locks call
 // without a valid token is refused before its message is read
 // (lockserver.Server.GRPCTap).
-func newLocksGRPCRunner(l config.Listener, conns connLimits, srv *lockserver.Server, hs *health.Readiness, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
-	limits := defaultGRPCLimits
-	limits.conns, limits.maxRecvMsg, limits.maxHeaderList, limits.tap = conns, locksMaxRecvMsg, locksMaxHeaderList, srv.GRPCTap
+func newLocksGRPCRunner(l config.Listener, conns connlimit.Limits, srv *lockserver.Server, hs *health.Readiness, log *slog.Logger, goBG func(func(context.Context))) (*serving.GRPCRunner, error) {
+	limits := serving.DefaultGRPCLimits
+	limits.Conns, limits.MaxRecvMsg, limits.MaxHeaderList, limits.Tap = conns, locksMaxRecvMsg, locksMaxHeaderList, srv.GRPCTap
 	return newGRPCListener("grpc", l, limits, log, goBG, func(g *grpc.Server) {
 		srv.RegisterGRPC(g)
 		hs.GRPC(g, "", lockserver.LocksServiceName)
@@ -356,9 +377,9 @@ func newLocksGRPCRunner(l config.Listener, conns connLimits, srv *lockserver.Ser
 
 // newAuthzRunner builds the Envoy ext_authz listener; Envoy health-checks
 // it (authz registers the health service, whose status hs sets).
-func newAuthzRunner(l config.Listener, conns connLimits, hs *health.Readiness, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*grpcRunner, error) {
-	limits := defaultGRPCLimits
-	limits.conns, limits.maxRecvMsg, limits.maxHeaderList = conns, authzMaxRecvMsg, authzMaxHeaderList
+func newAuthzRunner(l config.Listener, conns connlimit.Limits, hs *health.Readiness, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*serving.GRPCRunner, error) {
+	limits := serving.DefaultGRPCLimits
+	limits.Conns, limits.MaxRecvMsg, limits.MaxHeaderList = conns, authzMaxRecvMsg, authzMaxHeaderList
 	return newGRPCListener("authz", l, limits, log, goBG, func(g *grpc.Server) {
 		as := authz.NewServer(checker, ao)
 		as.Register(g)
@@ -368,12 +389,12 @@ func newAuthzRunner(l config.Listener, conns connLimits, hs *health.Readiness, c
 }
 
 // newGRPCListener builds one of serve's gRPC listeners with its TLS.
-func newGRPCListener(name string, l config.Listener, limits grpcLimits, log *slog.Logger, goBG func(func(context.Context)), register func(*grpc.Server)) (*grpcRunner, error) {
-	tc, _, err := serverTLS(name, l.TLS, log, goBG)
+func newGRPCListener(name string, l config.Listener, limits serving.GRPCLimits, log *slog.Logger, goBG func(func(context.Context)), register func(*grpc.Server)) (*serving.GRPCRunner, error) {
+	tc, _, err := serving.ServerTLS(name, l.TLS, log, goBG)
 	if err != nil {
 		return nil, err
 	}
-	return newGRPCRunner(name, l.Addr, tc, limits, log, register)
+	return serving.NewGRPC(name, l.Addr, tc, limits, log, register)
 }
 
 // newAuthenticator builds the token set; its error lists every problem
@@ -432,8 +453,8 @@ func admissionOptions(c config.Admission) (admission.Options, error) {
 
 // newAdmissionRunner builds the webhook's listener: the webhook, and
 // /healthz and /readyz of the process's lifecycle hs.
-func newAdmissionRunner(c config.Admission, o admission.Options, conns connLimits, checker *fencecheck.Checker, reg prometheus.Registerer, hs *health.Readiness, log *slog.Logger, goBG func(func(context.Context))) (*httpRunner, *admission.Handler, error) {
-	tc, w, err := serverTLS("admission", c.TLS, log, goBG)
+func newAdmissionRunner(c config.Admission, o admission.Options, conns connlimit.Limits, checker *fencecheck.Checker, reg prometheus.Registerer, hs *health.Readiness, log *slog.Logger, goBG func(func(context.Context))) (*serving.HTTPRunner, *admission.Handler, error) {
+	tc, w, err := serving.ServerTLS("admission", c.TLS, log, goBG)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -446,7 +467,7 @@ func newAdmissionRunner(c config.Admission, o admission.Options, conns connLimit
 	mux := http.NewServeMux()
 	mux.Handle(admission.Path, h)
 	hs.Register(mux, nil)
-	r, err := newHTTPRunner("admission", c.Addr, tc, mux, readTimeout, conns, log)
+	r, err := serving.NewHTTP("admission", c.Addr, tc, mux, serving.ReadTimeout, conns, log)
 	if err != nil {
 		return nil, nil, err
 	}

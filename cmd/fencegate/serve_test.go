@@ -19,7 +19,7 @@ func loadArgs(t *testing.T, args ...string) (config.Config, serveSettings, error
 	t.Helper()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	build := config.Flags(fs)
+	build := config.FlagsFile(fs)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}

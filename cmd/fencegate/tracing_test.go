@@ -17,7 +17,7 @@ func TestTracingVariablesInServeConfig(t *testing.T) {
 	load := func(env map[string]string) (serveSettings, error) {
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		build := config.Flags(fs)
+		build := config.FlagsFile(fs)
 		if err := fs.Parse(nil); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package main
+package connlimit_test
 
 import (
 	"bufio"
@@ -6,16 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/internal/connlimit"
+	"github.com/fencegate/fencegate/internal/serving"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/prometheus/client_golang/prometheus"
-	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -43,23 +45,60 @@ func connTestHandler(release <-chan struct{}, mark bool) http.Handler {
 	})
 	mux.HandleFunc("/auth", func(w http.ResponseWriter, r *http.Request) {
 		if mark {
-			markTrusted(r.Context())
+			connlimit.MarkTrusted(r.Context())
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	return mux
 }
 
-// startSlots serves h behind the connection slots, as newHTTPRunner does.
-func startSlots(t *testing.T, limits connLimits, h http.Handler) string {
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// stopNow stops r at once, open connections included: a shutdown whose
+// context has already ended closes everything.
+func stopNow(r serving.Runner) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r.Shutdown(ctx)
+}
+
+// openIdle (as serving's tests have it) opens n connections that do what
+// the attack did: half send
+// the HTTP/2 preface and an empty SETTINGS frame (a finished handshake),
+// half only the preface; then nothing.
+func openIdle(t *testing.T, addr string, n int) []net.Conn {
 	t.Helper()
-	r, err := newHTTPRunner("http", "127.0.0.1:0", nil, h, time.Minute, limits, discardLogger())
+	const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+	settings := []byte{0, 0, 0, 4, 0, 0, 0, 0, 0} // length 0, type SETTINGS, no flags, stream 0
+	var conns []net.Conn
+	for i := range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		msg := []byte(preface)
+		if i%2 == 0 {
+			msg = append(msg, settings...)
+		}
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	return conns
+}
+
+// startSlots serves h behind the connection slots, as serving.NewHTTP does.
+func startSlots(t *testing.T, limits connlimit.Limits, h http.Handler) string {
+	t.Helper()
+	r, err := serving.NewHTTP("http", "127.0.0.1:0", nil, h, time.Minute, limits, discardLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = r.serve() }()
-	t.Cleanup(func() { _ = r.srv.Close() })
-	return r.addr()
+	go func() { _ = r.Serve() }()
+	t.Cleanup(func() { stopNow(r) })
+	return r.Addr()
 }
 
 // startOldLimit serves h behind the listener before issue #19: a plain
@@ -67,7 +106,7 @@ func startSlots(t *testing.T, limits connLimits, h http.Handler) string {
 func startOldLimit(t *testing.T, max int, h http.Handler) string {
 	t.Helper()
 	ln := testutil.Listen(t)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: serving.ReadHeaderTimeout, IdleTimeout: serving.IdleTimeout}
 	go func() { _ = srv.Serve(netutil.LimitListener(ln, max)) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String()
@@ -171,10 +210,10 @@ func TestConnectionSlotsServeCallersUnderAnIdleFlood(t *testing.T) {
 		maxOpen int
 	}{
 		{"one peer, same IP as the caller", func(t *testing.T, h http.Handler) string {
-			return startSlots(t, connLimits{max: 1024, perPeer: capacity}, h)
+			return startSlots(t, connlimit.Limits{Max: 1024, PerPeer: capacity}, h)
 		}, []string{"127.0.0.1"}, "127.0.0.1", true, capacity},
 		{"many peers fill the listener", func(t *testing.T, h http.Handler) string {
-			return startSlots(t, connLimits{max: capacity, perPeer: capacity}, h)
+			return startSlots(t, connlimit.Limits{Max: capacity, PerPeer: capacity}, h)
 		}, []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}, "127.0.0.1", true, capacity},
 		{"old LimitListener (broken variant)", func(t *testing.T, h http.Handler) string {
 			return startOldLimit(t, capacity, h)
@@ -212,7 +251,7 @@ func TestConnectionSlotsPeerCap(t *testing.T) {
 		served bool
 	}{
 		{"slots", func(t *testing.T, h http.Handler) string {
-			return startSlots(t, connLimits{max: capacity, perPeer: perPeer}, h)
+			return startSlots(t, connlimit.Limits{Max: capacity, PerPeer: perPeer}, h)
 		}, true},
 		{"old LimitListener (broken variant)", func(t *testing.T, h http.Handler) string {
 			return startOldLimit(t, capacity, h)
@@ -251,7 +290,7 @@ func TestConnectionSlotsKeepAuthenticatedCallers(t *testing.T) {
 		mark bool
 	}{{"marked", true}, {"not marked (broken variant)", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			addr := startSlots(t, connLimits{max: capacity, perPeer: capacity}, connTestHandler(nil, tc.mark))
+			addr := startSlots(t, connlimit.Limits{Max: capacity, PerPeer: capacity}, connTestHandler(nil, tc.mark))
 			c := dialFrom(t, "127.0.0.1", addr)
 			br := bufio.NewReader(c)
 			if err := getOn(c, br, "/auth", answerWithin); err != nil {
@@ -285,19 +324,19 @@ func TestGRPCSlotsServeCallersUnderAnIdleFlood(t *testing.T) {
 		served bool
 	}{
 		{"slots", func(t *testing.T) string {
-			limits := defaultGRPCLimits
-			limits.conns = connLimits{max: capacity, perPeer: capacity}
-			r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, limits, discardLogger(), register)
+			limits := serving.DefaultGRPCLimits
+			limits.Conns = connlimit.Limits{Max: capacity, PerPeer: capacity}
+			r, err := serving.NewGRPC("grpc", "127.0.0.1:0", nil, limits, discardLogger(), register)
 			if err != nil {
 				t.Fatal(err)
 			}
-			go func() { _ = r.serve() }()
-			t.Cleanup(r.srv.Stop)
-			return r.addr()
+			go func() { _ = r.Serve() }()
+			t.Cleanup(r.Close)
+			return r.Addr()
 		}, true},
 		{"old LimitListener (broken variant)", func(t *testing.T) string {
 			ln := testutil.Listen(t)
-			g := grpc.NewServer(defaultGRPCLimits.serverOptions()...)
+			g := grpc.NewServer(serving.DefaultGRPCLimits.ServerOptions()...)
 			register(g)
 			go func() { _ = g.Serve(netutil.LimitListener(ln, capacity)) }()
 			t.Cleanup(g.Stop)
@@ -325,11 +364,50 @@ func TestGRPCSlotsServeCallersUnderAnIdleFlood(t *testing.T) {
 	}
 }
 
+// gathered is the value of the series of name with exactly the label
+// pairs given, as reg exposes it (0: no such series).
+func gathered(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel())*2 != len(labels) {
+				continue
+			}
+			for _, lp := range m.GetLabel() {
+				if !slices.Contains(labelPairs(labels), lp.GetName()+"="+lp.GetValue()) {
+					continue series
+				}
+			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+func labelPairs(kv []string) []string {
+	var out []string
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, kv[i]+"="+kv[i+1])
+	}
+	return out
+}
+
 // TestConnectionSlotsMetrics: the open gauge follows the slots and the
 // shed counter counts each reason.
 func TestConnectionSlotsMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	limits := connLimits{max: 2, perPeer: 2, metrics: newConnMetrics(reg)}
+	limits := connlimit.Limits{Max: 2, PerPeer: 2, Metrics: connlimit.NewMetrics(reg)}
 	release := make(chan struct{})
 	defer close(release)
 	// entered tells when a /slow request's handler runs: its connection
@@ -353,9 +431,9 @@ func TestConnectionSlotsMetrics(t *testing.T) {
 		}
 	}
 	flood(t, addr, "/slow", 1, 500*time.Millisecond, "127.0.0.3")
-	open := promtest.ToFloat64(limits.metrics.open.WithLabelValues("http"))
-	idle := promtest.ToFloat64(limits.metrics.shed.WithLabelValues("http", shedIdle))
-	refused := promtest.ToFloat64(limits.metrics.shed.WithLabelValues("http", shedPeer))
+	open := gathered(t, reg, "fencegate_listener_connections", "listener", "http")
+	idle := gathered(t, reg, "fencegate_listener_connections_shed_total", "listener", "http", "reason", "idle_closed")
+	refused := gathered(t, reg, "fencegate_listener_connections_shed_total", "listener", "http", "reason", "peer_refused")
 	// 127.0.0.3's two slow requests took the slots of 127.0.0.2's idle
 	// connections; its third found both of its own busy.
 	if open != 2 || idle != 3 || refused != 1 {
@@ -377,7 +455,7 @@ func TestPeerOf(t *testing.T) {
 		{"2001:db8:1:2::1", "2001:db8:1:2:ffff::9", true},
 		{"2001:db8:1:2::1", "2001:db8:1:3::1", false},
 	} {
-		if got := peerOf(tcp(tc.a)) == peerOf(tcp(tc.b)); got != tc.same {
+		if got := connlimit.PeerOf(tcp(tc.a)) == connlimit.PeerOf(tcp(tc.b)); got != tc.same {
 			t.Errorf("%s and %s counted as one peer: %v, want %v", tc.a, tc.b, got, tc.same)
 		}
 	}
@@ -395,14 +473,14 @@ func TestGRPCSlotsHealthWatchIsIdle(t *testing.T) {
 		idle   map[string]bool
 		served bool
 	}{
-		{"watch is idle", idleMethods, true},
+		{"watch is idle", connlimit.IdleMethods, true},
 		{"watch counted (broken variant)", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			limits := defaultGRPCLimits
-			limits.conns = connLimits{max: capacity, perPeer: capacity}
-			limits.idleMethods = tc.idle
-			r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, limits, discardLogger(), func(g *grpc.Server) {
+			limits := serving.DefaultGRPCLimits
+			limits.Conns = connlimit.Limits{Max: capacity, PerPeer: capacity}
+			limits.IdleMethods = tc.idle
+			r, err := serving.NewGRPC("grpc", "127.0.0.1:0", nil, limits, discardLogger(), func(g *grpc.Server) {
 				hs := health.NewServer()
 				healthpb.RegisterHealthServer(g, hs)
 				_ = hs
@@ -410,12 +488,12 @@ func TestGRPCSlotsHealthWatchIsIdle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			go func() { _ = r.serve() }()
-			t.Cleanup(r.srv.Stop)
+			go func() { _ = r.Serve() }()
+			t.Cleanup(r.Close)
 
 			for i := range capacity {
 				ip := fmt.Sprintf("127.0.0.%d", 2+i)
-				conn, err := grpc.NewClient(r.addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+				conn, err := grpc.NewClient(r.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 					grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
 						d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
 						return d.DialContext(ctx, "tcp", a)
@@ -434,7 +512,7 @@ func TestGRPCSlotsHealthWatchIsIdle(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), answerWithin)
 			defer cancel()
-			conn, err := grpc.NewClient(r.addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			conn, err := grpc.NewClient(r.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -449,16 +527,16 @@ func TestGRPCSlotsHealthWatchIsIdle(t *testing.T) {
 
 // TestAuthzRequestsPerPeer: the authz listener's one peer is Envoy, whose
 // ext_proc streams last as long as their requests: unset, its figure is
-// authzMaxRequestsPerPeer, not the 256 of the other listeners; a figure
+// connlimit.AuthzPerPeerRequests, not the 256 of the other listeners; a figure
 // the configuration sets applies to it as to every listener.
 func TestAuthzRequestsPerPeer(t *testing.T) {
-	if got := authzConns(connsOf(config.Connections{})).resolved().perPeerRequests; got != authzMaxRequestsPerPeer {
-		t.Errorf("authz default %d, want %d", got, authzMaxRequestsPerPeer)
+	if got := connlimit.Resolved(connlimit.ForAuthz(connlimit.Limits{})).PerPeerRequests; got != connlimit.AuthzPerPeerRequests {
+		t.Errorf("authz default %d, want %d", got, connlimit.AuthzPerPeerRequests)
 	}
-	if got := connsOf(config.Connections{}).resolved().perPeerRequests; got != maxRequestsPerPeer {
-		t.Errorf("other listeners' default %d, want %d", got, maxRequestsPerPeer)
+	if got := connlimit.Resolved(connlimit.Limits{}).PerPeerRequests; got != connlimit.DefaultPerPeerRequests {
+		t.Errorf("other listeners' default %d, want %d", got, connlimit.DefaultPerPeerRequests)
 	}
-	if got := authzConns(connsOf(config.Connections{MaxRequestsPerPeer: 50})).resolved().perPeerRequests; got != 50 {
+	if got := connlimit.Resolved(connlimit.ForAuthz(connlimit.Limits{PerPeerRequests: 50})).PerPeerRequests; got != 50 {
 		t.Errorf("authz with the figure set: %d, want 50", got)
 	}
 }

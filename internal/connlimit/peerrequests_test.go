@@ -1,4 +1,4 @@
-package main
+package connlimit_test
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -17,6 +16,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/fencegate/fencegate/internal/connlimit"
+	"github.com/fencegate/fencegate/internal/serving"
 )
 
 // TestPeerRequestsBoundedGRPC (#26 item 5): on a gRPC listener as serve
@@ -35,21 +37,22 @@ func TestPeerRequestsBoundedGRPC(t *testing.T) {
 			name = "broken: no request limit"
 		}
 		t.Run(name, func(t *testing.T) {
-			unlimitedRequests = broken
-			defer func() { unlimitedRequests = false }()
+			if broken {
+				connlimit.Unlimited(t)
+			}
 			reg := prometheus.NewRegistry()
-			m := newConnMetrics(reg)
-			limits := defaultGRPCLimits
-			limits.conns = connLimits{perPeerRequests: limit, metrics: m}
+			m := connlimit.NewMetrics(reg)
+			limits := serving.DefaultGRPCLimits
+			limits.Conns = connlimit.Limits{PerPeerRequests: limit, Metrics: m}
 			hs := health.NewServer()
-			r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, limits, discardLogger(), func(g *grpc.Server) {
+			r, err := serving.NewGRPC("grpc", "127.0.0.1:0", nil, limits, discardLogger(), func(g *grpc.Server) {
 				healthpb.RegisterHealthServer(g, hs)
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			go func() { _ = r.serve() }()
-			t.Cleanup(r.srv.Stop)
+			go func() { _ = r.Serve() }()
+			t.Cleanup(r.Close)
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 
@@ -60,7 +63,7 @@ func TestPeerRequestsBoundedGRPC(t *testing.T) {
 				wg                sync.WaitGroup
 			)
 			for range conns {
-				conn, err := grpc.NewClient(r.addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+				conn, err := grpc.NewClient(r.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -92,8 +95,8 @@ func TestPeerRequestsBoundedGRPC(t *testing.T) {
 			}
 			wg.Wait() // every stream either serves (held open) or was refused
 			var hdr metadata.MD
-			_, unaryErr := healthpb.NewHealthClient(mustConn(t, r.addr())).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
-			refused := promtest.ToFloat64(m.refused.WithLabelValues("grpc"))
+			_, unaryErr := healthpb.NewHealthClient(mustConn(t, r.Addr())).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
+			refused := gathered(t, reg, "fencegate_listener_requests_refused_total", "listener", "grpc")
 			t.Logf("%d streams from one address: %d served, %d RESOURCE_EXHAUSTED (%d with retry-after); a unary call then: %v; refusals counted %v",
 				conns*perConn, served, exhausted, retry, status.Code(unaryErr), refused)
 			switch {
@@ -124,17 +127,17 @@ func mustConn(t *testing.T, addr string) *grpc.ClientConn {
 // so a peer that stays under the limit is never refused; the HTTP refusal
 // is 429 with Retry-After and the JSON body.
 func TestPeerRequestsReleased(t *testing.T) {
-	ln, err := listen("http", "127.0.0.1:0", connLimits{perPeerRequests: 1}, discardLogger())
+	ln, err := connlimit.Listen("http", "127.0.0.1:0", connlimit.Limits{PerPeerRequests: 1}, discardLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	gate := make(chan struct{})
-	h := ln.limitRequests(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := ln.LimitRequests(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hold" {
 			<-gate
 		}
 	}))
-	srv := &http.Server{Handler: h, ConnContext: connContext, ConnState: ln.connState}
+	srv := &http.Server{Handler: h, ConnContext: connlimit.ConnContext, ConnState: ln.ConnState}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	base := "http://" + ln.Addr().String()

@@ -1,4 +1,4 @@
-package main
+package serving
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/fencegate/fencegate/lockserver"
+	"github.com/fencegate/fencegate/api/wire"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -27,7 +27,7 @@ import (
 // API's ErrorInfo (docs/api.md), which ext_authz and health clients ignore.
 var internalStatus = func() *status.Status {
 	st := status.New(codes.Internal, "internal error")
-	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(lockstore.Internal), Domain: lockserver.ErrorDomain}); err == nil {
+	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(lockstore.Internal), Domain: wire.ErrorDomain}); err == nil {
 		return withInfo
 	}
 	return st

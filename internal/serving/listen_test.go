@@ -1,4 +1,4 @@
-package main
+package serving
 
 import (
 	"bufio"
@@ -13,21 +13,23 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/fencegate/fencegate/internal/connlimit"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// testLimits are defaultGRPCLimits scaled down so idle connections are
+// testLimits are DefaultGRPCLimits scaled down so idle connections are
 // reaped in seconds.
-var testLimits = grpcLimits{
-	conns:            connLimits{max: 4, perPeer: 4},
-	handshake:        300 * time.Millisecond,
-	maxIdle:          300 * time.Millisecond,
-	keepaliveTime:    time.Second,
-	keepaliveTimeout: time.Second,
-	minPingInterval:  time.Second,
-	maxStreams:       16,
+var testLimits = GRPCLimits{
+	Conns:            connlimit.Limits{Max: 4, PerPeer: 4},
+	Handshake:        300 * time.Millisecond,
+	MaxIdle:          300 * time.Millisecond,
+	KeepaliveTime:    time.Second,
+	KeepaliveTimeout: time.Second,
+	MinPingInterval:  time.Second,
+	MaxStreams:       16,
 }
 
 // reapWindow is how long the test gives the server to close idle
@@ -40,9 +42,9 @@ func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Disca
 
 // startGRPCHealth serves grpc.health.v1 (SERVING) on a loopback gRPC
 // listener built as serve builds them, with limits.
-func startGRPCHealth(t *testing.T, limits grpcLimits) string {
+func startGRPCHealth(t *testing.T, limits GRPCLimits) string {
 	t.Helper()
-	r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, limits, discardLogger(), func(g *grpc.Server) {
+	r, err := NewGRPC("grpc", "127.0.0.1:0", nil, limits, discardLogger(), func(g *grpc.Server) {
 		hs := health.NewServer()
 		healthpb.RegisterHealthServer(g, hs)
 
@@ -51,14 +53,14 @@ func startGRPCHealth(t *testing.T, limits grpcLimits) string {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); _ = r.serve() }()
+	go func() { defer close(done); _ = r.Serve() }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		r.shutdown(ctx)
+		r.Shutdown(ctx)
 		<-done
 	})
-	return r.addr()
+	return r.Addr()
 }
 
 // openIdle opens n connections that do what the attack did: half send
@@ -130,7 +132,7 @@ func healthCheck(ctx context.Context, addr string) error {
 func TestGRPCIdleConnectionsAreReaped(t *testing.T) {
 	t.Run("limits", func(t *testing.T) {
 		addr := startGRPCHealth(t, testLimits)
-		conns := openIdle(t, addr, 3*testLimits.conns.max)
+		conns := openIdle(t, addr, 3*testLimits.Conns.Max)
 		// The check waits in the accept queue until idle connections
 		// are reaped; it must not need a slot of its own.
 		ctx, cancel := context.WithTimeout(context.Background(), reapWindow)
@@ -143,8 +145,8 @@ func TestGRPCIdleConnectionsAreReaped(t *testing.T) {
 		}
 	})
 	t.Run("no limits (the old listener) keeps them", func(t *testing.T) {
-		addr := startGRPCHealth(t, grpcLimits{conns: connLimits{max: 1 << 20, perPeer: 1 << 20}})
-		conns := openIdle(t, addr, 3*testLimits.conns.max)
+		addr := startGRPCHealth(t, GRPCLimits{Conns: connlimit.Limits{Max: 1 << 20, PerPeer: 1 << 20}})
+		conns := openIdle(t, addr, 3*testLimits.Conns.Max)
 		ctx, cancel := context.WithTimeout(context.Background(), reapWindow)
 		defer cancel()
 		if err := healthCheck(ctx, addr); err != nil {
@@ -168,7 +170,7 @@ func TestForwardAuthDoesNotWaitForABody(t *testing.T) {
 		window   time.Duration // how long the test waits for the reply
 		answered bool
 	}{
-		{"bodiless", bodiless, reapWindow, true},
+		{"Bodiless", Bodiless, reapWindow, true},
 		// Shorter look: the point is only that there is no reply by then.
 		{"plain handler (broken variant)", func(h http.Handler) http.Handler { return h }, 5 * time.Second, false},
 	} {
@@ -177,14 +179,14 @@ func TestForwardAuthDoesNotWaitForABody(t *testing.T) {
 			mux.Handle("/check", tc.h(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				w.WriteHeader(http.StatusOK)
 			})))
-			r, err := newHTTPRunner("http", "127.0.0.1:0", nil, mux, time.Hour, connLimits{}, discardLogger())
+			r, err := NewHTTP("http", "127.0.0.1:0", nil, mux, time.Hour, connlimit.Limits{}, discardLogger())
 			if err != nil {
 				t.Fatal(err)
 			}
-			go func() { _ = r.serve() }()
+			go func() { _ = r.Serve() }()
 			t.Cleanup(func() { r.srv.Close() })
 
-			c, err := net.Dial("tcp", r.addr())
+			c, err := net.Dial("tcp", r.Addr())
 			if err != nil {
 				t.Fatal(err)
 			}

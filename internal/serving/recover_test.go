@@ -1,4 +1,4 @@
-package main
+package serving
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+
+	"github.com/fencegate/fencegate/internal/connlimit"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -50,13 +52,13 @@ func TestHTTPPanicIsRecoveredByTheListener(t *testing.T) {
 	srv.Register(mux)
 	mux.HandleFunc("/bare", func(http.ResponseWriter, *http.Request) { panic("bare boom") })
 	mux.HandleFunc("/healthz", func(http.ResponseWriter, *http.Request) {}) // does the listener still serve?
-	r, err := newHTTPRunner("http", "127.0.0.1:0", nil, mux, time.Minute, connLimits{}, log)
+	r, err := NewHTTP("http", "127.0.0.1:0", nil, mux, time.Minute, connlimit.Limits{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = r.serve() }()
+	go func() { _ = r.Serve() }()
 	t.Cleanup(func() { r.srv.Close() })
-	base := "http://" + r.addr()
+	base := "http://" + r.Addr()
 
 	res, err := http.Get(base + "/v1/locks/status?key=a")
 	if err != nil {
@@ -101,17 +103,17 @@ func TestHTTPPanicIsRecoveredByTheListener(t *testing.T) {
 // listener keeps serving.
 func TestGRPCPanicIsRecoveredByTheListener(t *testing.T) {
 	srv, logs, log := panickingAPI(t)
-	r, err := newGRPCRunner("grpc", "127.0.0.1:0", nil, defaultGRPCLimits, log, func(g *grpc.Server) {
+	r, err := NewGRPC("grpc", "127.0.0.1:0", nil, DefaultGRPCLimits, log, func(g *grpc.Server) {
 		srv.RegisterGRPC(g)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); _ = r.serve() }()
+	go func() { defer close(done); _ = r.Serve() }()
 	t.Cleanup(func() { r.srv.Stop(); <-done })
 
-	conn, err := grpc.NewClient(r.addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(r.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

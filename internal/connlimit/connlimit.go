@@ -1,8 +1,18 @@
-package main
+// Package connlimit gives every listener its connection slots and bounds
+// the requests each peer address has in flight on it: at most Limits.Max
+// connections and Limits.PerPeer per remote IP (a full listener closes its
+// longest-idle connection for a newcomer), at most Limits.PerPeerRequests
+// requests, HTTP/2 streams, gRPC calls and streams per remote IP (one more
+// is refused 429 / RESOURCE_EXHAUSTED), counted in
+// fencegate_listener_connections* and
+// fencegate_listener_requests_refused_total. internal/serving builds every
+// listener on it; it imports nothing of ours.
+package connlimit
 
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -43,55 +53,50 @@ import (
 // from one address held 3,000 slow requests at the proxy's upstream. Each
 // listener also counts the requests (HTTP requests, h2 streams, gRPC
 // calls and streams) in flight from each peer address, and answers one
-// more than perPeerRequests at once: HTTP 429 with Retry-After, gRPC
+// more than PerPeerRequests at once: HTTP 429 with Retry-After, gRPC
 // RESOURCE_EXHAUSTED with a retry-after header.
 
 // Defaults of config.Connections.
 const (
-	maxConnsPerListener = 1024
-	maxConnsPerPeer     = 64
-	// maxRequestsPerPeer: what a busy proxy in front of fencegate (one
+	DefaultMax     = 1024
+	DefaultPerPeer = 64
+	// DefaultPerPeerRequests: what a busy proxy in front of fencegate (one
 	// address) needs in flight, and as many streams as one gRPC
-	// connection may carry (grpcLimits.maxStreams).
-	maxRequestsPerPeer = 256
-	// authzMaxRequestsPerPeer is the authz listener's default instead:
+	// connection may carry (serving.GRPCLimits.MaxStreams).
+	DefaultPerPeerRequests = 256
+	// AuthzPerPeerRequests is the authz listener's default instead:
 	// its peer is the operator's Envoy, whose ext_proc streams each last
 	// as long as the request they govern, so one Envoy in front of a busy
 	// service holds far more than 256 at once (refusing them would fail
 	// its writes closed under ordinary load). A stream there holds a few
-	// KiB (headers only, authzMaxRecvMsg): 4096 bound one address to a
+	// KiB (headers only, cmd/fencegate's authzMaxRecvMsg): 4096 bound one address to a
 	// few tens of MiB. An explicit connections.maxRequestsPerPeer applies
 	// to it like to every listener.
-	authzMaxRequestsPerPeer = 4096
+	AuthzPerPeerRequests = 4096
 )
 
-// authzConns is conns for the authz listener: authzMaxRequestsPerPeer
+// ForAuthz is conns for the authz listener: AuthzPerPeerRequests
 // unless the configuration sets the figure.
-func authzConns(conns connLimits) connLimits {
-	if conns.perPeerRequests == 0 {
-		conns.perPeerRequests = authzMaxRequestsPerPeer
+func ForAuthz(conns Limits) Limits {
+	if conns.PerPeerRequests == 0 {
+		conns.PerPeerRequests = AuthzPerPeerRequests
 	}
 	return conns
 }
 
-// maxHTTP2Streams bounds the streams of one HTTP/2 connection (Go's
-// default is 250; nginx's 128): what one connection may ask of the
-// per-peer request budget at once.
-const maxHTTP2Streams = 100
-
-// connLimits bounds one listener's connections.
-type connLimits struct {
-	max     int // connections open at once; 0 is maxConnsPerListener
-	perPeer int // connections open at once from one IP; 0 is maxConnsPerPeer, capped at max
-	// perPeerRequests: requests in flight at once from one IP; 0 is
-	// maxRequestsPerPeer.
-	perPeerRequests int
-	// metrics, when set, counts every listener's connections.
-	metrics *connMetrics
+// Limits bounds one listener's connections.
+type Limits struct {
+	Max     int // connections open at once; 0 is DefaultMax
+	PerPeer int // connections open at once from one IP; 0 is DefaultPerPeer, capped at Max
+	// PerPeerRequests: requests in flight at once from one IP; 0 is
+	// DefaultPerPeerRequests.
+	PerPeerRequests int
+	// Metrics, when set, counts every listener's connections.
+	Metrics *Metrics
 }
 
-// connMetrics are the connection slots' metrics, labelled by listener.
-type connMetrics struct {
+// Metrics are the connection slots' metrics, labelled by listener.
+type Metrics struct {
 	open    *prometheus.GaugeVec
 	shed    *prometheus.CounterVec
 	refused *prometheus.CounterVec
@@ -103,8 +108,9 @@ const (
 	shedPeer = "peer_refused" // a new connection over its peer's cap, all of whose connections were busy
 )
 
-func newConnMetrics(reg prometheus.Registerer) *connMetrics {
-	m := &connMetrics{
+// NewMetrics registers the connection slots' metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fencegate_listener_connections",
 			Help: "Connections a listener holds open (at most connections.maxPerListener).",
@@ -128,7 +134,7 @@ type listenerMetrics struct {
 	idleShed, refuse, requests prometheus.Counter
 }
 
-func (m *connMetrics) forListener(name string) *listenerMetrics {
+func (m *Metrics) forListener(name string) *listenerMetrics {
 	if m == nil {
 		return nil
 	}
@@ -137,17 +143,17 @@ func (m *connMetrics) forListener(name string) *listenerMetrics {
 		requests: m.refused.WithLabelValues(name)}
 }
 
-func (c connLimits) resolved() connLimits {
-	if c.max <= 0 {
-		c.max = maxConnsPerListener
+func (c Limits) resolved() Limits {
+	if c.Max <= 0 {
+		c.Max = DefaultMax
 	}
-	if c.perPeer <= 0 {
-		c.perPeer = maxConnsPerPeer
+	if c.PerPeer <= 0 {
+		c.PerPeer = DefaultPerPeer
 	}
-	if c.perPeerRequests <= 0 {
-		c.perPeerRequests = maxRequestsPerPeer
+	if c.PerPeerRequests <= 0 {
+		c.PerPeerRequests = DefaultPerPeerRequests
 	}
-	c.perPeer = min(c.perPeer, c.max)
+	c.PerPeer = min(c.PerPeer, c.Max)
 	return c
 }
 
@@ -156,10 +162,10 @@ func (c connLimits) resolved() connLimits {
 // log says so.
 const limitWarnInterval = 10 * time.Second
 
-// limitListener is a net.Listener with connection slots (see above).
-type limitListener struct {
+// Listener is a net.Listener with connection slots (see above).
+type Listener struct {
 	net.Listener
-	limits connLimits
+	limits Limits
 	name   string
 	log    *slog.Logger
 	m      *listenerMetrics // nil: none
@@ -180,13 +186,13 @@ type limitListener struct {
 	lastWarn         time.Time
 }
 
-func newLimitListener(ln net.Listener, name string, limits connLimits, log *slog.Logger) *limitListener {
-	l := &limitListener{
+func NewListener(ln net.Listener, name string, limits Limits, log *slog.Logger) *Listener {
+	l := &Listener{
 		Listener: ln,
 		limits:   limits.resolved(),
 		name:     name,
 		log:      log,
-		m:        limits.metrics.forListener(name),
+		m:        limits.Metrics.forListener(name),
 		open:     make(map[*trackedConn]struct{}),
 		byAddr:   make(map[string]*trackedConn),
 		peers:    make(map[netip.Addr]int),
@@ -196,10 +202,20 @@ func newLimitListener(ln net.Listener, name string, limits connLimits, log *slog
 	return l
 }
 
+// Listen binds addr first, so a port in use is reported at start, before
+// "ready" is logged, and gives it connection slots.
+func Listen(name, addr string, limits Limits, log *slog.Logger) (*Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener: %w", name, err)
+	}
+	return NewListener(ln, name, limits, log), nil
+}
+
 // trackedConn is one accepted connection holding a slot.
 type trackedConn struct {
 	net.Conn
-	l    *limitListener
+	l    *Listener
 	peer netip.Addr
 	addr string
 
@@ -238,7 +254,7 @@ func peerOf(a net.Addr) netip.Addr {
 
 // Accept returns the next connection that gets a slot. Connections over
 // their peer's cap are closed here and never returned.
-func (l *limitListener) Accept() (net.Conn, error) {
+func (l *Listener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -253,7 +269,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 // admit gives c a slot, closing idle connections to make room, or closes
 // c when its peer's connections are all busy. It waits only while every
 // slot carries a request in flight.
-func (l *limitListener) admit(c net.Conn) *trackedConn {
+func (l *Listener) admit(c net.Conn) *trackedConn {
 	peer := peerOf(c.RemoteAddr())
 	var victims []*trackedConn
 	defer func() {
@@ -263,7 +279,7 @@ func (l *limitListener) admit(c net.Conn) *trackedConn {
 	}()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.peers[peer] >= l.limits.perPeer {
+	if l.peers[peer] >= l.limits.PerPeer {
 		v := l.longestIdle(func(o *trackedConn) bool { return o.peer == peer })
 		if v == nil {
 			l.refused++
@@ -278,7 +294,7 @@ func (l *limitListener) admit(c net.Conn) *trackedConn {
 		victims = append(victims, v)
 		l.shedLocked()
 	}
-	for len(l.open) >= l.limits.max {
+	for len(l.open) >= l.limits.Max {
 		if l.closed {
 			_ = c.Close()
 			return nil
@@ -302,8 +318,16 @@ func (l *limitListener) admit(c net.Conn) *trackedConn {
 	return tc
 }
 
+// Open is how many connections peer (an IPv4 address, or an IPv6 /64's
+// first address) holds open on the listener.
+func (l *Listener) Open(peer netip.Addr) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.peers[peer]
+}
+
 // shedLocked counts an idle connection closed for a newcomer.
-func (l *limitListener) shedLocked() {
+func (l *Listener) shedLocked() {
 	l.evicted++
 	if l.m != nil {
 		l.m.idleShed.Inc()
@@ -313,7 +337,7 @@ func (l *limitListener) shedLocked() {
 // longestIdle returns the open connection (among those match accepts; nil:
 // all) idle the longest, preferring any that never carried an
 // authenticated call; nil when none is idle.
-func (l *limitListener) longestIdle(match func(*trackedConn) bool) *trackedConn {
+func (l *Listener) longestIdle(match func(*trackedConn) bool) *trackedConn {
 	var best *trackedConn
 	for c := range l.open {
 		if c.busy > 0 || c.hijacked || (match != nil && !match(c)) {
@@ -327,13 +351,13 @@ func (l *limitListener) longestIdle(match func(*trackedConn) bool) *trackedConn 
 	return best
 }
 
-func (l *limitListener) release(c *trackedConn) {
+func (l *Listener) release(c *trackedConn) {
 	l.mu.Lock()
 	l.releaseLocked(c)
 	l.mu.Unlock()
 }
 
-func (l *limitListener) releaseLocked(c *trackedConn) {
+func (l *Listener) releaseLocked(c *trackedConn) {
 	if c.released {
 		return
 	}
@@ -354,7 +378,7 @@ func (l *limitListener) releaseLocked(c *trackedConn) {
 // warnLocked logs, at most once per limitWarnInterval, how many
 // connections were closed for a slot since the last line. The line
 // carries counts only: no peer address an attacker could make it repeat.
-func (l *limitListener) warnLocked() {
+func (l *Listener) warnLocked() {
 	if l.evicted == 0 && l.refused == 0 && l.requestsRefused == 0 {
 		return
 	}
@@ -365,17 +389,17 @@ func (l *limitListener) warnLocked() {
 	l.lastWarn = now
 	l.log.Warn("listener at its connection limits: closed idle connections to admit new ones, and refused connections and requests from peers at their cap",
 		"listener", l.name, "idle_closed", l.evicted, "peer_refused", l.refused, "requests_refused", l.requestsRefused,
-		"max_conns", l.limits.max, "max_conns_per_peer", l.limits.perPeer, "max_requests_per_peer", l.limits.perPeerRequests)
+		"max_conns", l.limits.Max, "max_conns_per_peer", l.limits.PerPeer, "max_requests_per_peer", l.limits.PerPeerRequests)
 	l.evicted, l.refused, l.requestsRefused = 0, 0, 0
 }
 
 // takeRequest counts a request in flight from peer, or refuses it (false)
-// when the peer already has perPeerRequests in flight on this listener.
+// when the peer already has PerPeerRequests in flight on this listener.
 // Every taken request is given back with doneRequest.
-func (l *limitListener) takeRequest(peer netip.Addr) bool {
+func (l *Listener) takeRequest(peer netip.Addr) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.requests[peer] >= l.limits.perPeerRequests && !unlimitedRequests {
+	if l.requests[peer] >= l.limits.PerPeerRequests && !unlimitedRequests {
 		l.requestsRefused++
 		if l.m != nil {
 			l.m.requests.Inc()
@@ -387,7 +411,7 @@ func (l *limitListener) takeRequest(peer netip.Addr) bool {
 	return true
 }
 
-func (l *limitListener) doneRequest(peer netip.Addr) {
+func (l *Listener) doneRequest(peer netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.requests[peer]--; l.requests[peer] <= 0 {
@@ -403,10 +427,10 @@ var unlimitedRequests = false
 // its peer's requests in flight: they are slow ones, by construction.
 const requestRetryAfter = "1"
 
-// limitRequests is the HTTP side of the per-peer request limit: every
+// LimitRequests is the HTTP side of the per-peer request limit: every
 // HTTP listener's handler (the proxy's included) runs behind it, so over
 // HTTP/2 each stream counts.
-func (l *limitListener) limitRequests(h http.Handler) http.Handler {
+func (l *Listener) LimitRequests(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var peer netip.Addr
 		if tc, ok := r.Context().Value(connKey{}).(*trackedConn); ok {
@@ -444,7 +468,7 @@ func refuseCall(set func(metadata.MD) error) error {
 	return errPeerRequests
 }
 
-func (l *limitListener) Close() error {
+func (l *Listener) Close() error {
 	l.mu.Lock()
 	l.closed = true
 	l.freed.Broadcast()
@@ -453,7 +477,7 @@ func (l *limitListener) Close() error {
 }
 
 // setBusy moves c's in-flight count by delta; at zero it is idle from now.
-func (l *limitListener) setBusy(c *trackedConn, delta int) {
+func (l *Listener) setBusy(c *trackedConn, delta int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c.busy = max(c.busy+delta, 0)
@@ -473,9 +497,9 @@ func trackedOf(c net.Conn) *trackedConn {
 	return tc
 }
 
-// connState is the http.Server hook that tells the listener which of its
+// ConnState is the http.Server hook that tells the listener which of its
 // connections are idle.
-func (l *limitListener) connState(c net.Conn, s http.ConnState) {
+func (l *Listener) ConnState(c net.Conn, s http.ConnState) {
 	tc := trackedOf(c)
 	if tc == nil {
 		return
@@ -500,18 +524,18 @@ func (l *limitListener) connState(c net.Conn, s http.ConnState) {
 
 type connKey struct{}
 
-// connContext is the http.Server hook that lets a handler reach its
-// connection's slot (markTrusted).
-func connContext(ctx context.Context, c net.Conn) context.Context {
+// ConnContext is the http.Server hook that lets a handler reach its
+// connection's slot (MarkTrusted).
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	if tc := trackedOf(c); tc != nil {
 		return context.WithValue(ctx, connKey{}, tc)
 	}
 	return ctx
 }
 
-// markTrusted records that the connection serving ctx carried an
+// MarkTrusted records that the connection serving ctx carried an
 // authenticated call: under pressure it is closed after the others.
-func markTrusted(ctx context.Context) {
+func MarkTrusted(ctx context.Context) {
 	if tc, ok := ctx.Value(connKey{}).(*trackedConn); ok {
 		tc.l.mu.Lock()
 		tc.trusted = true
@@ -519,7 +543,7 @@ func markTrusted(ctx context.Context) {
 	}
 }
 
-// The gRPC side of connState: interceptors count the RPCs in flight on each
+// The gRPC side of ConnState: interceptors count the RPCs in flight on each
 // of the listener's connections (found by the peer address grpc-go puts in
 // every call's context, which is the accepted connection's), except the
 // methods in idle: a stream anyone may open and keep open
@@ -528,11 +552,11 @@ func markTrusted(ctx context.Context) {
 // with one, grpc-go copies each call's metadata and builds an event per
 // header and message, on every call of every listener.
 
-// idleMethods are the RPCs that do not make a connection busy.
-var idleMethods = map[string]bool{healthpb.Health_Watch_FullMethodName: true}
+// IdleMethods are the RPCs that do not make a connection busy.
+var IdleMethods = map[string]bool{healthpb.Health_Watch_FullMethodName: true}
 
 // grpcConn is the slot of the connection serving ctx, or nil.
-func (l *limitListener) grpcConn(ctx context.Context) *trackedConn {
+func (l *Listener) grpcConn(ctx context.Context) *trackedConn {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.Addr == nil {
 		return nil
@@ -543,9 +567,9 @@ func (l *limitListener) grpcConn(ctx context.Context) *trackedConn {
 	return l.byAddr[addr]
 }
 
-// busyUnary marks the connection busy while a unary call runs, and puts
-// its slot in the call's context (markTrusted).
-func (l *limitListener) busyUnary() grpc.UnaryServerInterceptor {
+// UnaryInterceptor marks the connection busy while a unary call runs, and puts
+// its slot in the call's context (MarkTrusted).
+func (l *Listener) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		p := grpcPeer(ctx)
 		if !l.takeRequest(p) {
@@ -562,9 +586,9 @@ func (l *limitListener) busyUnary() grpc.UnaryServerInterceptor {
 	}
 }
 
-// busyStream marks the connection busy while a stream other than those in
+// StreamInterceptor marks the connection busy while a stream other than those in
 // idle is open.
-func (l *limitListener) busyStream(idle map[string]bool) grpc.StreamServerInterceptor {
+func (l *Listener) StreamInterceptor(idle map[string]bool) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		// Every stream counts against its peer's requests in flight, the
 		// idle ones (health Watch) included: they are not free either.

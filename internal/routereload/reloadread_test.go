@@ -1,4 +1,4 @@
-package main
+package routereload
 
 import (
 	"context"
@@ -59,11 +59,11 @@ func TestReloadPastAFIFO(t *testing.T) {
 			}
 			link := filepath.Join(dir, "config.yaml")
 			swapLink(t, oldPath, link)
-			loaded, sum, err := readConfigFile(link)
+			loaded, err := ReadConfig(link)
 			if err != nil {
 				t.Fatal(err)
 			}
-			tbl, err := compileTable(&loaded)
+			tbl, err := Compile(&loaded.Config)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,10 +71,10 @@ func TestReloadPastAFIFO(t *testing.T) {
 			hup := make(chan os.Signal, 4)
 			reloadBlocking = broken
 			defer func() { reloadBlocking = false }()
-			r := newTableReloader(link, loaded, sum, hup, h, prometheus.NewRegistry(), discardLogger())
+			r := New(loaded, hup, h, prometheus.NewRegistry(), discardLogger())
 			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan struct{})
-			go func() { defer close(done); r.run(ctx) }()
+			go func() { defer close(done); r.Run(ctx) }()
 			defer func() {
 				cancel()
 				// Unblock a read hanging on the FIFO: a writer that
@@ -117,13 +117,13 @@ func TestReloadReadGivenUp(t *testing.T) {
 	if err := os.WriteFile(path, []byte(reloadTableOld), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	loaded, sum, err := readConfigFile(path)
+	loaded, err := ReadConfig(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tbl, _ := compileTable(&loaded)
+	tbl, _ := Compile(&loaded.Config)
 	h := routes.NewHolder(tbl)
-	r := newTableReloader(path, loaded, sum, nil, h, prometheus.NewRegistry(), discardLogger())
+	r := New(loaded, nil, h, prometheus.NewRegistry(), discardLogger())
 
 	hang := make(chan struct{})
 	defer close(hang)
@@ -182,7 +182,7 @@ func TestConfigReadBounds(t *testing.T) {
 		path string
 		want error
 	}{{fifo, config.ErrNotRegular}, {dir, config.ErrNotRegular}, {big, config.ErrTooLarge}, {at, nil}} {
-		_, _, err := readConfigFile(tc.path)
+		_, err := ReadConfig(tc.path)
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", filepath.Base(tc.path), err, tc.want)
 		}
