@@ -101,7 +101,7 @@ type Shutdown struct {
 // has its own): at most MaxPerListener connections, at most MaxPerPeer of
 // them from one remote IP (IPv6: one /64). A full listener closes its longest-idle
 // connection to admit a new one. Zero fields take the defaults, 1024 and
-// 64 (cmd/fencegate's connlimit.go).
+// 64 (internal/connlimit's DefaultMax, DefaultPerPeer).
 type Connections struct {
 	MaxPerListener int `yaml:"maxPerListener"`
 	// MaxPerPeer: raise it (up to MaxPerListener) when one proxy

@@ -160,7 +160,7 @@ func (p Proxy) problems() []string {
 		if r.MaxWrite > 0 && !r.Barrier {
 			add("%s.maxWrite: set without barrier: true", where)
 		}
-		if r.MaxWrite > 0 && (r.MaxWrite.Std() < time.Millisecond || r.MaxWrite.Std() > 24*time.Hour) {
+		if r.MaxWrite > 0 && (r.MaxWrite.Std() < time.Millisecond || r.MaxWrite.Std() > lockstore.MaxWriteLimit) {
 			add("%s.maxWrite: must be between 1ms and 24h", where)
 		}
 		for _, d := range []struct {
