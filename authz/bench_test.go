@@ -9,6 +9,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/code"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
@@ -22,7 +23,7 @@ func BenchmarkGRPCCheckBolt(b *testing.B) {
 	}
 	conn := serveGRPC(b, fencecheck.New(s, fencecheck.Options{}))
 	client := authv3.NewAuthorizationClient(conn)
-	req := envoyRequest("PUT", "/orders/42", map[string]string{HeaderToken: r.Fence}, map[string]string{ExtKey: "orders/{2}"})
+	req := envoyRequest("PUT", "/orders/42", map[string]string{fencewire.HeaderToken: r.Fence}, map[string]string{fencewire.ExtKey: "orders/{2}"})
 	b.ResetTimer()
 	for b.Loop() {
 		resp, err := client.Check(context.Background(), req)
@@ -61,7 +62,7 @@ func BenchmarkServerCheck(b *testing.B) {
 		b.Fatal(err)
 	}
 	srv := NewServer(fencecheck.New(s, fencecheck.Options{}), Options{})
-	req := envoyRequest("POST", "/orders/0", map[string]string{HeaderKey: "bench/authz/0", HeaderToken: r.Fence}, nil)
+	req := envoyRequest("POST", "/orders/0", map[string]string{fencewire.HeaderKey: "bench/authz/0", fencewire.HeaderToken: r.Fence}, nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		resp, err := srv.Check(context.Background(), req)

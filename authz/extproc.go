@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -235,21 +236,21 @@ func responseStatus(h *extprocv3.HttpHeaders) int {
 // upstreamMutation is what an allowed request's headers become, exactly as
 // ext_authz's OkHttpResponse sets them.
 func upstreamMutation(dec fencecheck.Decision) *extprocv3.HeaderMutation {
-	m := &extprocv3.HeaderMutation{RemoveHeaders: []string{HeaderLockID}}
+	m := &extprocv3.HeaderMutation{RemoveHeaders: []string{fencewire.HeaderLockID}}
 	if verified(dec) {
-		m.SetHeaders = append(m.SetHeaders, rawHeader(HeaderVerified, dec.Presented))
+		m.SetHeaders = append(m.SetHeaders, rawHeader(fencewire.HeaderVerified, dec.Presented))
 	} else {
-		m.RemoveHeaders = append(m.RemoveHeaders, HeaderVerified)
+		m.RemoveHeaders = append(m.RemoveHeaders, fencewire.HeaderVerified)
 	}
 	if dec.DecisionID != "" {
-		m.SetHeaders = append(m.SetHeaders, rawHeader(HeaderDecisionID, dec.DecisionID))
+		m.SetHeaders = append(m.SetHeaders, rawHeader(fencewire.HeaderDecisionID, dec.DecisionID))
 	} else {
-		m.RemoveHeaders = append(m.RemoveHeaders, HeaderDecisionID)
+		m.RemoveHeaders = append(m.RemoveHeaders, fencewire.HeaderDecisionID)
 	}
 	if dec.WouldDeny {
-		m.SetHeaders = append(m.SetHeaders, rawHeader(HeaderWouldDeny, string(dec.Reason)))
+		m.SetHeaders = append(m.SetHeaders, rawHeader(fencewire.HeaderWouldDeny, string(dec.Reason)))
 	} else {
-		m.RemoveHeaders = append(m.RemoveHeaders, HeaderWouldDeny)
+		m.RemoveHeaders = append(m.RemoveHeaders, fencewire.HeaderWouldDeny)
 	}
 	return m
 }
@@ -287,13 +288,13 @@ func parseBarrier(on, maxWrite string) (bool, time.Duration, error) {
 	case "on", "true", "1", "yes":
 		barrier = true
 	default:
-		return false, 0, fmt.Errorf("authz: %s %q is not on or off", ExtBarrier, on)
+		return false, 0, fmt.Errorf("authz: %s %q is not on or off", fencewire.ExtBarrier, on)
 	}
 	var d time.Duration
 	if maxWrite != "" {
 		var err error
 		if d, err = time.ParseDuration(maxWrite); err != nil || d < time.Millisecond || d > lockstore.MaxWriteLimit {
-			return false, 0, fmt.Errorf("authz: %s %q is not a duration between 1ms and %s", ExtMaxWrite, maxWrite, lockstore.MaxWriteLimit)
+			return false, 0, fmt.Errorf("authz: %s %q is not a duration between 1ms and %s", fencewire.ExtMaxWrite, maxWrite, lockstore.MaxWriteLimit)
 		}
 	}
 	return barrier, d, nil

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -148,20 +149,20 @@ func TestExtProcDecisions(t *testing.T) {
 		verified string
 	}{
 		{name: "read", method: "GET", path: "/orders/1"},
-		{name: "current", method: "POST", path: "/orders/1", kv: []string{HeaderKey, "orders/1", HeaderToken, cur.Fence, HeaderLockID, cur.LockID}, verified: cur.Fence},
-		{name: "template", method: "PUT", path: "/orders/1?x", kv: []string{HeaderToken, cur.Fence}, opts: map[string]string{ExtKey: "orders/{2}"}, verified: cur.Fence},
-		{name: "metadata barrier current", method: "PUT", path: "/orders/1", kv: []string{HeaderToken, cur.Fence},
-			opts: map[string]string{ExtKey: "orders/{2}", ExtBarrier: "on", ExtMaxWrite: "10s"}, verified: cur.Fence},
-		{name: "missing", method: "POST", path: "/orders/1", kv: []string{HeaderKey, "orders/1"}, status: 428, reason: "missing"},
-		{name: "malformed", method: "POST", path: "/orders/1", kv: []string{HeaderKey, "orders/1", HeaderToken, "7"}, status: 400, reason: "malformed"},
-		{name: "fence sent twice", method: "POST", path: "/orders/1", kv: []string{HeaderKey, "orders/1", HeaderToken, cur.Fence, HeaderToken, old.Fence}, status: 400, reason: "malformed"},
-		{name: "stale", method: "POST", path: "/orders/1", kv: []string{HeaderKey, "orders/1", HeaderToken, old.Fence}, status: 409, reason: "stale", current: cur.Fence},
-		{name: "unknown", method: "POST", path: "/orders/1", kv: []string{HeaderKey, "orders/1", HeaderToken, "000000000000099"}, status: 409, reason: "unknown", current: cur.Fence},
-		{name: "not held", method: "POST", path: "/orders/2", kv: []string{HeaderKey, "orders/2", HeaderToken, gone.Fence}, status: 409, reason: "not-held", current: gone.Fence},
-		{name: "wrong owner", method: "POST", path: "/orders/1", kv: []string{HeaderKey, "orders/1", HeaderToken, cur.Fence, HeaderLockID, otherID}, status: 409, reason: "wrong-owner", current: cur.Fence},
-		{name: "bad policy", method: "POST", path: "/orders/1", kv: []string{HeaderKey, "orders/1", HeaderToken, cur.Fence}, opts: map[string]string{ExtPolicy: "newest"}, status: 503, reason: "unavailable"},
-		{name: "bad barrier", method: "POST", path: "/orders/1", kv: []string{HeaderKey, "orders/1", HeaderToken, cur.Fence}, opts: map[string]string{ExtBarrier: "maybe"}, status: 503, reason: "unavailable"},
-		{name: "bad max write", method: "POST", path: "/orders/1", kv: []string{HeaderKey, "orders/1", HeaderToken, cur.Fence}, opts: map[string]string{ExtBarrier: "on", ExtMaxWrite: "forever"}, status: 503, reason: "unavailable"},
+		{name: "current", method: "POST", path: "/orders/1", kv: []string{fencewire.HeaderKey, "orders/1", fencewire.HeaderToken, cur.Fence, fencewire.HeaderLockID, cur.LockID}, verified: cur.Fence},
+		{name: "template", method: "PUT", path: "/orders/1?x", kv: []string{fencewire.HeaderToken, cur.Fence}, opts: map[string]string{fencewire.ExtKey: "orders/{2}"}, verified: cur.Fence},
+		{name: "metadata barrier current", method: "PUT", path: "/orders/1", kv: []string{fencewire.HeaderToken, cur.Fence},
+			opts: map[string]string{fencewire.ExtKey: "orders/{2}", fencewire.ExtBarrier: "on", fencewire.ExtMaxWrite: "10s"}, verified: cur.Fence},
+		{name: "missing", method: "POST", path: "/orders/1", kv: []string{fencewire.HeaderKey, "orders/1"}, status: 428, reason: "missing"},
+		{name: "malformed", method: "POST", path: "/orders/1", kv: []string{fencewire.HeaderKey, "orders/1", fencewire.HeaderToken, "7"}, status: 400, reason: "malformed"},
+		{name: "fence sent twice", method: "POST", path: "/orders/1", kv: []string{fencewire.HeaderKey, "orders/1", fencewire.HeaderToken, cur.Fence, fencewire.HeaderToken, old.Fence}, status: 400, reason: "malformed"},
+		{name: "stale", method: "POST", path: "/orders/1", kv: []string{fencewire.HeaderKey, "orders/1", fencewire.HeaderToken, old.Fence}, status: 409, reason: "stale", current: cur.Fence},
+		{name: "unknown", method: "POST", path: "/orders/1", kv: []string{fencewire.HeaderKey, "orders/1", fencewire.HeaderToken, "000000000000099"}, status: 409, reason: "unknown", current: cur.Fence},
+		{name: "not held", method: "POST", path: "/orders/2", kv: []string{fencewire.HeaderKey, "orders/2", fencewire.HeaderToken, gone.Fence}, status: 409, reason: "not-held", current: gone.Fence},
+		{name: "wrong owner", method: "POST", path: "/orders/1", kv: []string{fencewire.HeaderKey, "orders/1", fencewire.HeaderToken, cur.Fence, fencewire.HeaderLockID, otherID}, status: 409, reason: "wrong-owner", current: cur.Fence},
+		{name: "bad policy", method: "POST", path: "/orders/1", kv: []string{fencewire.HeaderKey, "orders/1", fencewire.HeaderToken, cur.Fence}, opts: map[string]string{fencewire.ExtPolicy: "newest"}, status: 503, reason: "unavailable"},
+		{name: "bad barrier", method: "POST", path: "/orders/1", kv: []string{fencewire.HeaderKey, "orders/1", fencewire.HeaderToken, cur.Fence}, opts: map[string]string{fencewire.ExtBarrier: "maybe"}, status: 503, reason: "unavailable"},
+		{name: "bad max write", method: "POST", path: "/orders/1", kv: []string{fencewire.HeaderKey, "orders/1", fencewire.HeaderToken, cur.Fence}, opts: map[string]string{fencewire.ExtBarrier: "on", fencewire.ExtMaxWrite: "forever"}, status: 503, reason: "unavailable"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -169,8 +170,8 @@ func TestExtProcDecisions(t *testing.T) {
 			resp := st.roundTrip(envoyHeaders(tc.method, tc.path, tc.kv...))
 			if tc.status != 0 {
 				code, hs, body := immediateOf(t, resp)
-				if code != tc.status || body.Error != tc.reason || body.Current != tc.current || hs[HeaderReason] != tc.reason ||
-					hs[HeaderDecisionID] != body.DecisionID || body.DecisionID == "" || hs["content-type"] != "application/json" {
+				if code != tc.status || body.Error != tc.reason || body.Current != tc.current || hs[fencewire.HeaderReason] != tc.reason ||
+					hs[fencewire.HeaderDecisionID] != body.DecisionID || body.DecisionID == "" || hs["content-type"] != "application/json" {
 					t.Fatalf("denial %d %v %+v", code, hs, body)
 				}
 				if _, err := st.s.Recv(); !errors.Is(err, io.EOF) {
@@ -183,11 +184,11 @@ func TestExtProcDecisions(t *testing.T) {
 				t.Fatalf("want a request-headers response, got %v", resp)
 			}
 			set, removed := mutationOf(hr)
-			if !slices.Contains(removed, HeaderLockID) || set[HeaderVerified] != tc.verified {
+			if !slices.Contains(removed, fencewire.HeaderLockID) || set[fencewire.HeaderVerified] != tc.verified {
 				t.Fatalf("mutation set %v removed %v", set, removed)
 			}
-			if tc.verified == "" && !slices.Contains(removed, HeaderVerified) {
-				t.Errorf("a client's own %s must be removed", HeaderVerified)
+			if tc.verified == "" && !slices.Contains(removed, fencewire.HeaderVerified) {
+				t.Errorf("a client's own %s must be removed", fencewire.HeaderVerified)
 			}
 			if resp := st.roundTrip(envoyResponseHeaders(200)); resp.GetResponseHeaders() == nil {
 				t.Fatalf("want a response-headers response, got %v", resp)
@@ -208,10 +209,10 @@ func extProcBarrier(t *testing.T) (lockstore.Store, extprocv3.ExternalProcessorC
 	return s, serveExtProc(t, fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, Registerer: reg})), reg
 }
 
-var barrierOpts = map[string]string{ExtKey: "acct", ExtBarrier: "on", ExtMaxWrite: "1m"}
+var barrierOpts = map[string]string{fencewire.ExtKey: "acct", fencewire.ExtBarrier: "on", fencewire.ExtMaxWrite: "1m"}
 
 func write(fence string) *extprocv3.ProcessingRequest {
-	return envoyHeaders("POST", "/acct", HeaderToken, fence)
+	return envoyHeaders("POST", "/acct", fencewire.HeaderToken, fence)
 }
 
 func mustAllow(t *testing.T, resp *extprocv3.ProcessingResponse) {
@@ -224,7 +225,7 @@ func mustAllow(t *testing.T, resp *extprocv3.ProcessingResponse) {
 func mustDrain(t *testing.T, resp *extprocv3.ProcessingResponse) {
 	t.Helper()
 	code, hs, body := immediateOf(t, resp)
-	if code != 429 || body.Error != "draining" || hs[HeaderReason] != "draining" {
+	if code != 429 || body.Error != "draining" || hs[fencewire.HeaderReason] != "draining" {
 		t.Fatalf("want 429 draining, got %d %v %+v", code, hs, body)
 	}
 	if ra, err := strconv.Atoi(hs["retry-after"]); err != nil || ra < 1 {
@@ -240,7 +241,7 @@ func TestExtProcBarrierTwoStreams(t *testing.T) {
 	for _, barrier := range []string{"on", "off"} {
 		t.Run("barrier="+barrier, func(t *testing.T) {
 			s, c, _ := extProcBarrier(t)
-			opts := map[string]string{ExtKey: "acct", ExtBarrier: barrier, ExtMaxWrite: "1m"}
+			opts := map[string]string{fencewire.ExtKey: "acct", fencewire.ExtBarrier: barrier, fencewire.ExtMaxWrite: "1m"}
 			l1 := locktest.Acquire(t, s, "acct", time.Minute)
 			w1 := openStream(t, c, opts)
 			mustAllow(t, w1.roundTrip(write(l1.Fence)))
@@ -295,9 +296,9 @@ func TestExtProcStoreDown(t *testing.T) {
 	l := locktest.Acquire(t, s, "acct", time.Minute)
 	_ = s.Close()
 	c := serveExtProc(t, fencecheck.New(s, fencecheck.Options{}))
-	for _, opts := range []map[string]string{barrierOpts, {ExtKey: "acct"}} {
+	for _, opts := range []map[string]string{barrierOpts, {fencewire.ExtKey: "acct"}} {
 		code, hs, _ := immediateOf(t, openStream(t, c, opts).roundTrip(write(l.Fence)))
-		if code != 503 || hs[HeaderReason] != "unavailable" {
+		if code != 503 || hs[fencewire.HeaderReason] != "unavailable" {
 			t.Fatalf("%v: %d %v", opts, code, hs)
 		}
 	}
@@ -312,12 +313,12 @@ func TestBarrierRefusedWhereItCannotWork(t *testing.T) {
 	ch := fencecheck.New(s, fencecheck.Options{})
 	conn := serveGRPC(t, ch)
 	resp, err := authv3.NewAuthorizationClient(conn).Check(t.Context(), envoyRequest("POST", "/k",
-		map[string]string{HeaderKey: "k", HeaderToken: l.Fence}, map[string]string{ExtBarrier: "on"}))
+		map[string]string{fencewire.HeaderKey: "k", fencewire.HeaderToken: l.Fence}, map[string]string{fencewire.ExtBarrier: "on"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	assertUnavailable(t, resp)
-	resp, _ = authv3.NewAuthorizationClient(conn).Check(t.Context(), envoyRequest("GET", "/k", nil, map[string]string{ExtBarrier: "on"}))
+	resp, _ = authv3.NewAuthorizationClient(conn).Check(t.Context(), envoyRequest("GET", "/k", nil, map[string]string{fencewire.ExtBarrier: "on"}))
 	if resp.GetOkResponse() == nil {
 		t.Fatalf("a read passes: %v", resp)
 	}
@@ -325,21 +326,21 @@ func TestBarrierRefusedWhereItCannotWork(t *testing.T) {
 	srv := httptest.NewServer(NewHTTPHandler(ch, Options{}))
 	t.Cleanup(srv.Close)
 	for _, set := range []func(*http.Request){
-		func(r *http.Request) { r.Header.Set(HeaderRouteBarrier, "on") },
-		func(r *http.Request) { r.URL.RawQuery = ExtBarrier + "=on" },
+		func(r *http.Request) { r.Header.Set(fencewire.HeaderRouteBarrier, "on") },
+		func(r *http.Request) { r.URL.RawQuery = fencewire.ExtBarrier + "=on" },
 	} {
 		req, _ := http.NewRequestWithContext(t.Context(), "GET", srv.URL+HTTPPath, nil)
 		req.Header.Set("X-Original-Method", "POST")
 		req.Header.Set("X-Original-Uri", "/k")
-		req.Header.Set(HeaderKey, "k")
-		req.Header.Set(HeaderToken, l.Fence)
+		req.Header.Set(fencewire.HeaderKey, "k")
+		req.Header.Set(fencewire.HeaderToken, l.Fence)
 		set(req)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		res.Body.Close()
-		if res.StatusCode != 503 || res.Header.Get(HeaderReason) != "unavailable" {
+		if res.StatusCode != 503 || res.Header.Get(fencewire.HeaderReason) != "unavailable" {
 			t.Fatalf("forward-auth with the barrier: %d %v", res.StatusCode, res.Header)
 		}
 	}
@@ -372,17 +373,17 @@ func TestExtProcMetadataContextOptions(t *testing.T) {
 	s := locktest.OpenBolt(t, locktest.FloorOff)
 	l := locktest.Acquire(t, s, "orders/7", time.Minute)
 	c := serveExtProc(t, fencecheck.New(s, fencecheck.Options{}))
-	ns, _ := structpb.NewStruct(map[string]any{ExtKey: "orders/{2}", ExtPolicy: "newest"})
+	ns, _ := structpb.NewStruct(map[string]any{fencewire.ExtKey: "orders/{2}", fencewire.ExtPolicy: "newest"})
 	withMeta := func() *extprocv3.ProcessingRequest {
-		r := envoyHeaders("POST", "/orders/7", HeaderToken, l.Fence)
+		r := envoyHeaders("POST", "/orders/7", fencewire.HeaderToken, l.Fence)
 		r.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespace: ns}}
 		return r
 	}
 	if code, _, _ := immediateOf(t, openStream(t, c, nil).roundTrip(withMeta())); code != 503 {
 		t.Fatalf("policy from metadata_context not read: %d", code)
 	}
-	resp := openStream(t, c, map[string]string{ExtPolicy: "holder"}).roundTrip(withMeta())
-	if set, _ := mutationOf(resp.GetRequestHeaders()); set[HeaderVerified] != l.Fence {
+	resp := openStream(t, c, map[string]string{fencewire.ExtPolicy: "holder"}).roundTrip(withMeta())
+	if set, _ := mutationOf(resp.GetRequestHeaders()); set[fencewire.HeaderVerified] != l.Fence {
 		t.Fatalf("key from metadata_context, policy from initial metadata: %v", resp)
 	}
 }
@@ -395,7 +396,7 @@ func TestExtProcBodyBeforeHeaders(t *testing.T) {
 	c := serveExtProc(t, fencecheck.New(s, fencecheck.Options{}))
 	body := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 		RequestBody: &extprocv3.HttpBody{Body: []byte("x"), EndOfStream: true}}}
-	code, _, _ := immediateOf(t, openStream(t, c, map[string]string{ExtKey: "acct"}).roundTrip(body))
+	code, _, _ := immediateOf(t, openStream(t, c, map[string]string{fencewire.ExtKey: "acct"}).roundTrip(body))
 	if code != 503 {
 		t.Fatalf("a body before any headers: %d, want 503", code)
 	}

@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 )
 
 // ServiceName is the gRPC service Envoy's ext_authz filter calls; it is
@@ -107,8 +108,8 @@ func checkResponse(dec fencecheck.Decision) *authv3.CheckResponse {
 				Status: &typev3.HttpStatus{Code: typev3.StatusCode(dec.Status)},
 				Headers: []*corev3.HeaderValueOption{
 					setHeader("content-type", "application/json"),
-					setHeader(HeaderReason, string(dec.Reason)),
-					setHeader(HeaderDecisionID, dec.DecisionID),
+					setHeader(fencewire.HeaderReason, string(dec.Reason)),
+					setHeader(fencewire.HeaderDecisionID, dec.DecisionID),
 				},
 				Body: string(denialJSON(dec)),
 			}},
@@ -118,21 +119,21 @@ func checkResponse(dec fencecheck.Decision) *authv3.CheckResponse {
 	// never reallocate (this runs on every allowed write).
 	ok := &authv3.OkHttpResponse{
 		Headers:         make([]*corev3.HeaderValueOption, 0, 3),
-		HeadersToRemove: append(make([]string, 0, 3), HeaderLockID),
+		HeadersToRemove: append(make([]string, 0, 3), fencewire.HeaderLockID),
 	}
 	if verified(dec) {
 		// Overwrite, so a client cannot smuggle its own value upstream.
-		ok.Headers = append(ok.Headers, setHeader(HeaderVerified, dec.Presented))
+		ok.Headers = append(ok.Headers, setHeader(fencewire.HeaderVerified, dec.Presented))
 	} else {
-		ok.HeadersToRemove = append(ok.HeadersToRemove, HeaderVerified)
+		ok.HeadersToRemove = append(ok.HeadersToRemove, fencewire.HeaderVerified)
 	}
 	if dec.DecisionID != "" {
-		ok.Headers = append(ok.Headers, setHeader(HeaderDecisionID, dec.DecisionID))
+		ok.Headers = append(ok.Headers, setHeader(fencewire.HeaderDecisionID, dec.DecisionID))
 	}
 	if dec.WouldDeny {
-		ok.Headers = append(ok.Headers, setHeader(HeaderWouldDeny, string(dec.Reason)))
+		ok.Headers = append(ok.Headers, setHeader(fencewire.HeaderWouldDeny, string(dec.Reason)))
 	} else {
-		ok.HeadersToRemove = append(ok.HeadersToRemove, HeaderWouldDeny)
+		ok.HeadersToRemove = append(ok.HeadersToRemove, fencewire.HeaderWouldDeny)
 	}
 	return &authv3.CheckResponse{
 		Status:       &rpcstatus.Status{Code: int32(code.Code_OK)},

@@ -13,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -52,50 +53,50 @@ func TestGRPCCheck(t *testing.T) {
 		{name: "read without fence", method: "GET", path: "/orders/1"},
 		{name: "head without fence", method: "HEAD", path: "/orders/1"},
 		{name: "current fence", method: "POST", path: "/orders/1",
-			headers: map[string]string{HeaderKey: "orders/1", HeaderToken: cur.Fence}, verified: cur.Fence},
-		{name: "missing", method: "PUT", path: "/orders/1", headers: map[string]string{HeaderKey: "orders/1"},
+			headers: map[string]string{fencewire.HeaderKey: "orders/1", fencewire.HeaderToken: cur.Fence}, verified: cur.Fence},
+		{name: "missing", method: "PUT", path: "/orders/1", headers: map[string]string{fencewire.HeaderKey: "orders/1"},
 			reason: fencecheck.ReasonMissing, status: 428},
-		{name: "malformed", method: "PUT", path: "/orders/1", headers: map[string]string{HeaderKey: "orders/1", HeaderToken: "2"},
+		{name: "malformed", method: "PUT", path: "/orders/1", headers: map[string]string{fencewire.HeaderKey: "orders/1", fencewire.HeaderToken: "2"},
 			reason: fencecheck.ReasonMalformed, status: 400},
-		{name: "no key", method: "PUT", path: "/orders/1", headers: map[string]string{HeaderToken: cur.Fence},
+		{name: "no key", method: "PUT", path: "/orders/1", headers: map[string]string{fencewire.HeaderToken: cur.Fence},
 			reason: fencecheck.ReasonMalformed, status: 400},
-		{name: "stale", method: "DELETE", path: "/orders/1", headers: map[string]string{HeaderKey: "orders/1", HeaderToken: old.Fence},
+		{name: "stale", method: "DELETE", path: "/orders/1", headers: map[string]string{fencewire.HeaderKey: "orders/1", fencewire.HeaderToken: old.Fence},
 			reason: fencecheck.ReasonStale, status: 409, current: cur.Fence},
-		{name: "unknown", method: "PATCH", path: "/orders/1", headers: map[string]string{HeaderKey: "orders/1", HeaderToken: "000000000000099"},
+		{name: "unknown", method: "PATCH", path: "/orders/1", headers: map[string]string{fencewire.HeaderKey: "orders/1", fencewire.HeaderToken: "000000000000099"},
 			reason: fencecheck.ReasonUnknown, status: 409, current: cur.Fence},
-		{name: "never locked", method: "PATCH", path: "/x", headers: map[string]string{HeaderKey: "never", HeaderToken: "000000000000001"},
+		{name: "never locked", method: "PATCH", path: "/x", headers: map[string]string{fencewire.HeaderKey: "never", fencewire.HeaderToken: "000000000000001"},
 			reason: fencecheck.ReasonUnknown, status: 409},
-		{name: "not held", method: "POST", path: "/orders/2", headers: map[string]string{HeaderKey: "orders/2", HeaderToken: gone.Fence},
+		{name: "not held", method: "POST", path: "/orders/2", headers: map[string]string{fencewire.HeaderKey: "orders/2", fencewire.HeaderToken: gone.Fence},
 			reason: fencecheck.ReasonNotHeld, status: 409, current: gone.Fence},
-		{name: "latest after release", method: "POST", path: "/orders/2", headers: map[string]string{HeaderKey: "orders/2", HeaderToken: gone.Fence},
-			ext: map[string]string{ExtPolicy: "latest"}, verified: gone.Fence},
-		{name: "latest stale", method: "POST", path: "/orders/1", headers: map[string]string{HeaderKey: "orders/1", HeaderToken: old.Fence},
-			ext: map[string]string{ExtPolicy: "latest"}, reason: fencecheck.ReasonStale, status: 409, current: cur.Fence},
+		{name: "latest after release", method: "POST", path: "/orders/2", headers: map[string]string{fencewire.HeaderKey: "orders/2", fencewire.HeaderToken: gone.Fence},
+			ext: map[string]string{fencewire.ExtPolicy: "latest"}, verified: gone.Fence},
+		{name: "latest stale", method: "POST", path: "/orders/1", headers: map[string]string{fencewire.HeaderKey: "orders/1", fencewire.HeaderToken: old.Fence},
+			ext: map[string]string{fencewire.ExtPolicy: "latest"}, reason: fencecheck.ReasonStale, status: 409, current: cur.Fence},
 		{name: "lockId match", method: "POST", path: "/orders/1",
-			headers: map[string]string{HeaderKey: "orders/1", HeaderToken: cur.Fence, HeaderLockID: cur.LockID}, verified: cur.Fence},
+			headers: map[string]string{fencewire.HeaderKey: "orders/1", fencewire.HeaderToken: cur.Fence, fencewire.HeaderLockID: cur.LockID}, verified: cur.Fence},
 		{name: "lockId mismatch", method: "POST", path: "/orders/1",
-			headers: map[string]string{HeaderKey: "orders/1", HeaderToken: cur.Fence, HeaderLockID: otherID},
+			headers: map[string]string{fencewire.HeaderKey: "orders/1", fencewire.HeaderToken: cur.Fence, fencewire.HeaderLockID: otherID},
 			reason:  fencecheck.ReasonWrongOwner, status: 409, current: cur.Fence},
 		{name: "dry-run stale passes", method: "POST", path: "/orders/1",
-			headers: map[string]string{HeaderKey: "orders/1", HeaderToken: old.Fence}, ext: map[string]string{ExtMode: "dry-run"}},
-		{name: "policy off", method: "POST", path: "/orders/1", ext: map[string]string{ExtPolicy: "off"}},
+			headers: map[string]string{fencewire.HeaderKey: "orders/1", fencewire.HeaderToken: old.Fence}, ext: map[string]string{fencewire.ExtMode: "dry-run"}},
+		{name: "policy off", method: "POST", path: "/orders/1", ext: map[string]string{fencewire.ExtPolicy: "off"}},
 		{name: "key template", method: "PUT", path: "/orders/42?verbose=1",
-			headers: map[string]string{HeaderToken: tpl.Fence}, ext: map[string]string{ExtKey: "orders/{2}"}, verified: tpl.Fence},
+			headers: map[string]string{fencewire.HeaderToken: tpl.Fence}, ext: map[string]string{fencewire.ExtKey: "orders/{2}"}, verified: tpl.Fence},
 		{name: "key template beats header", method: "PUT", path: "/orders/42",
-			headers: map[string]string{HeaderKey: "orders/1", HeaderToken: cur.Fence}, ext: map[string]string{ExtKey: "orders/{2}"},
+			headers: map[string]string{fencewire.HeaderKey: "orders/1", fencewire.HeaderToken: cur.Fence}, ext: map[string]string{fencewire.ExtKey: "orders/{2}"},
 			reason: fencecheck.ReasonUnknown, status: 409, current: tpl.Fence}, // fence 2 is orders/1's; orders/42 issued only 1
 		{name: "key template missing segment", method: "PUT", path: "/orders",
-			headers: map[string]string{HeaderToken: tpl.Fence}, ext: map[string]string{ExtKey: "orders/{2}"},
+			headers: map[string]string{fencewire.HeaderToken: tpl.Fence}, ext: map[string]string{fencewire.ExtKey: "orders/{2}"},
 			reason: fencecheck.ReasonMalformed, status: 400},
 		{name: "custom fence header", method: "PUT", path: "/orders/42",
-			headers: map[string]string{"if-fence": tpl.Fence, HeaderToken: "000000000000001"},
-			ext:     map[string]string{ExtKey: "orders/{2}", ExtHeader: "If-Fence"}, verified: tpl.Fence},
+			headers: map[string]string{"if-fence": tpl.Fence, fencewire.HeaderToken: "000000000000001"},
+			ext:     map[string]string{fencewire.ExtKey: "orders/{2}", fencewire.ExtHeader: "If-Fence"}, verified: tpl.Fence},
 		{name: "fence_methods excludes PUT", method: "PUT", path: "/orders/42",
-			ext: map[string]string{ExtKey: "orders/{2}", ExtMethods: "POST,DELETE"}},
+			ext: map[string]string{fencewire.ExtKey: "orders/{2}", fencewire.ExtMethods: "POST,DELETE"}},
 		{name: "fence_methods includes POST", method: "POST", path: "/orders/42",
-			ext: map[string]string{ExtKey: "orders/{2}", ExtMethods: "POST,DELETE"}, reason: fencecheck.ReasonMissing, status: 428},
+			ext: map[string]string{fencewire.ExtKey: "orders/{2}", fencewire.ExtMethods: "POST,DELETE"}, reason: fencecheck.ReasonMissing, status: 428},
 		{name: "bad policy fails closed", method: "POST", path: "/orders/1",
-			headers: map[string]string{HeaderKey: "orders/1", HeaderToken: cur.Fence}, ext: map[string]string{ExtPolicy: "newest"},
+			headers: map[string]string{fencewire.HeaderKey: "orders/1", fencewire.HeaderToken: cur.Fence}, ext: map[string]string{fencewire.ExtPolicy: "newest"},
 			reason: fencecheck.ReasonUnavailable, status: 503},
 	}
 
@@ -112,18 +113,18 @@ func TestGRPCCheck(t *testing.T) {
 				if resp.GetStatus().GetCode() != int32(code.Code_OK) || ok == nil {
 					t.Fatalf("want OK, got %v", resp)
 				}
-				if !slices.Contains(ok.GetHeadersToRemove(), HeaderLockID) {
-					t.Errorf("%s not stripped: %v", HeaderLockID, ok.GetHeadersToRemove())
+				if !slices.Contains(ok.GetHeadersToRemove(), fencewire.HeaderLockID) {
+					t.Errorf("%s not stripped: %v", fencewire.HeaderLockID, ok.GetHeadersToRemove())
 				}
 				hs := headerMap(ok.GetHeaders())
-				if got := hs[HeaderVerified]; got != tc.verified {
-					t.Errorf("%s = %q, want %q", HeaderVerified, got, tc.verified)
+				if got := hs[fencewire.HeaderVerified]; got != tc.verified {
+					t.Errorf("%s = %q, want %q", fencewire.HeaderVerified, got, tc.verified)
 				}
-				if tc.verified == "" && !slices.Contains(ok.GetHeadersToRemove(), HeaderVerified) {
-					t.Errorf("unverified request: a client's own %s must be removed", HeaderVerified)
+				if tc.verified == "" && !slices.Contains(ok.GetHeadersToRemove(), fencewire.HeaderVerified) {
+					t.Errorf("unverified request: a client's own %s must be removed", fencewire.HeaderVerified)
 				}
-				if tc.ext[ExtMode] == "dry-run" && hs[HeaderWouldDeny] != "stale" {
-					t.Errorf("dry-run: %s = %q, want stale", HeaderWouldDeny, hs[HeaderWouldDeny])
+				if tc.ext[fencewire.ExtMode] == "dry-run" && hs[fencewire.HeaderWouldDeny] != "stale" {
+					t.Errorf("dry-run: %s = %q, want stale", fencewire.HeaderWouldDeny, hs[fencewire.HeaderWouldDeny])
 				}
 				return
 			}
@@ -139,21 +140,21 @@ func TestGRPCCheck(t *testing.T) {
 				t.Fatalf("status %d, want %d", got, tc.status)
 			}
 			hs := headerMap(denied.GetHeaders())
-			if hs[HeaderReason] != string(tc.reason) || hs[HeaderDecisionID] == "" || hs["content-type"] != "application/json" {
+			if hs[fencewire.HeaderReason] != string(tc.reason) || hs[fencewire.HeaderDecisionID] == "" || hs["content-type"] != "application/json" {
 				t.Fatalf("headers %v", hs)
 			}
 			var body denialBody
 			if err := json.Unmarshal([]byte(denied.GetBody()), &body); err != nil {
 				t.Fatalf("body %q: %v", denied.GetBody(), err)
 			}
-			want := denialBody{Error: string(tc.reason), Presented: tc.headers[HeaderToken], Current: tc.current, DecisionID: hs[HeaderDecisionID]}
-			if h := tc.ext[ExtHeader]; h != "" {
+			want := denialBody{Error: string(tc.reason), Presented: tc.headers[fencewire.HeaderToken], Current: tc.current, DecisionID: hs[fencewire.HeaderDecisionID]}
+			if h := tc.ext[fencewire.ExtHeader]; h != "" {
 				want.Presented = tc.headers[h]
 			}
-			if tc.status != 400 || tc.ext[ExtKey] == "" {
-				want.Key = tc.headers[HeaderKey]
-				if tc.ext[ExtKey] != "" {
-					want.Key, _ = fencecheck.ExpandKey(tc.ext[ExtKey], tc.path)
+			if tc.status != 400 || tc.ext[fencewire.ExtKey] == "" {
+				want.Key = tc.headers[fencewire.HeaderKey]
+				if tc.ext[fencewire.ExtKey] != "" {
+					want.Key, _ = fencecheck.ExpandKey(tc.ext[fencewire.ExtKey], tc.path)
 				}
 			}
 			if body != want {
@@ -173,7 +174,7 @@ func TestGRPCAudit(t *testing.T) {
 	a := fencecheck.NewAuditor(s, fencecheck.AuditorOptions{})
 	conn := serveGRPC(t, fencecheck.New(s, fencecheck.Options{Audit: a}))
 	resp, err := authv3.NewAuthorizationClient(conn).Check(t.Context(), envoyRequest("POST", "/k?q=1",
-		map[string]string{HeaderKey: "k", HeaderToken: old.Fence}, map[string]string{ExtRoute: "orders-write"}))
+		map[string]string{fencewire.HeaderKey: "k", fencewire.HeaderToken: old.Fence}, map[string]string{fencewire.ExtRoute: "orders-write"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestGRPCAudit(t *testing.T) {
 		t.Fatalf("audit: %v %v", evs, err)
 	}
 	ev := evs[0]
-	id := headerMap(resp.GetDeniedResponse().GetHeaders())[HeaderDecisionID]
+	id := headerMap(resp.GetDeniedResponse().GetHeaders())[fencewire.HeaderDecisionID]
 	want := lockstore.AuditEvent{TimeMs: ev.TimeMs, DecisionID: id, Source: SourceGRPC, Route: "orders-write",
 		KeyHash: lockstore.HashKey("k"), KeyDigest: lockstore.DigestKey("k").String(), Presented: old.Fence, Current: cur.Fence, Reason: "stale", Policy: "holder",
 		Mode: "enforce", Peer: "10.1.2.3:40000", Method: "POST"} // no Path: it may hold the raw key
@@ -210,7 +211,7 @@ func TestGRPCBackendDown(t *testing.T) {
 	}
 	start := time.Now()
 	resp, err := client.Check(t.Context(), envoyRequest("POST", "/k",
-		map[string]string{HeaderKey: "k", HeaderToken: r.Fence}, nil))
+		map[string]string{fencewire.HeaderKey: "k", fencewire.HeaderToken: r.Fence}, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func TestGRPCBackendHangs(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	resp, err := client.Check(t.Context(), envoyRequest("POST", "/k", map[string]string{HeaderKey: "k", HeaderToken: r.Fence}, nil))
+	resp, err := client.Check(t.Context(), envoyRequest("POST", "/k", map[string]string{fencewire.HeaderKey: "k", fencewire.HeaderToken: r.Fence}, nil))
 	el := time.Since(start)
 	if err != nil {
 		t.Fatal(err)
@@ -252,7 +253,7 @@ func assertUnavailable(t *testing.T, resp *authv3.CheckResponse) {
 	if resp.GetStatus().GetCode() != int32(code.Code_UNAVAILABLE) || d == nil || d.GetStatus().GetCode() != 503 {
 		t.Fatalf("want UNAVAILABLE/503, got %v", resp)
 	}
-	if r := headerMap(d.GetHeaders())[HeaderReason]; r != "unavailable" {
+	if r := headerMap(d.GetHeaders())[fencewire.HeaderReason]; r != "unavailable" {
 		t.Fatalf("reason %q", r)
 	}
 }
@@ -277,15 +278,15 @@ func TestGRPCHeaderMap(t *testing.T) {
 	hr.Headers = nil
 	hr.HeaderMap = &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
 		{Key: ":method", RawValue: []byte("POST")},
-		{Key: HeaderKey, RawValue: []byte("k")},
-		{Key: HeaderToken, RawValue: []byte(r.Fence)},
+		{Key: fencewire.HeaderKey, RawValue: []byte("k")},
+		{Key: fencewire.HeaderToken, RawValue: []byte(r.Fence)},
 	}}
 	conn := serveGRPC(t, fencecheck.New(s, fencecheck.Options{}))
 	resp, err := authv3.NewAuthorizationClient(conn).Check(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := headerMap(resp.GetOkResponse().GetHeaders())[HeaderVerified]; got != r.Fence {
+	if got := headerMap(resp.GetOkResponse().GetHeaders())[fencewire.HeaderVerified]; got != r.Fence {
 		t.Fatalf("verified %q, want %q (%v)", got, r.Fence, resp)
 	}
 }
@@ -318,16 +319,16 @@ func TestGRPCDuplicateFenceHeaders(t *testing.T) {
 		req  *authv3.CheckRequest
 	}{
 		{"header_map: token twice, current last", rawReq(nil,
-			[2]string{HeaderKey, "k"}, [2]string{HeaderToken, old.Fence}, [2]string{HeaderToken, cur.Fence})},
+			[2]string{fencewire.HeaderKey, "k"}, [2]string{fencewire.HeaderToken, old.Fence}, [2]string{fencewire.HeaderToken, cur.Fence})},
 		{"header_map: key twice", rawReq(nil,
-			[2]string{HeaderKey, "other"}, [2]string{HeaderKey, "k"}, [2]string{HeaderToken, cur.Fence})},
+			[2]string{fencewire.HeaderKey, "other"}, [2]string{fencewire.HeaderKey, "k"}, [2]string{fencewire.HeaderToken, cur.Fence})},
 		{"header_map: lockId twice", rawReq(nil,
-			[2]string{HeaderKey, "k"}, [2]string{HeaderToken, cur.Fence},
-			[2]string{HeaderLockID, old.LockID}, [2]string{HeaderLockID, cur.LockID})},
-		{"header_map: route's fence header twice", rawReq(map[string]string{ExtHeader: "if-fence"},
-			[2]string{HeaderKey, "k"}, [2]string{"if-fence", old.Fence}, [2]string{"if-fence", cur.Fence})},
+			[2]string{fencewire.HeaderKey, "k"}, [2]string{fencewire.HeaderToken, cur.Fence},
+			[2]string{fencewire.HeaderLockID, old.LockID}, [2]string{fencewire.HeaderLockID, cur.LockID})},
+		{"header_map: route's fence header twice", rawReq(map[string]string{fencewire.ExtHeader: "if-fence"},
+			[2]string{fencewire.HeaderKey, "k"}, [2]string{"if-fence", old.Fence}, [2]string{"if-fence", cur.Fence})},
 		{"headers: key joined by Envoy", envoyRequest("POST", "/k",
-			map[string]string{HeaderKey: "k,other", HeaderToken: joined.Fence}, nil)},
+			map[string]string{fencewire.HeaderKey: "k,other", fencewire.HeaderToken: joined.Fence}, nil)},
 	}
 	for _, tc := range tests {
 		resp, err := client.Check(t.Context(), tc.req)
@@ -335,13 +336,13 @@ func TestGRPCDuplicateFenceHeaders(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := resp.GetDeniedResponse()
-		if d == nil || d.GetStatus().GetCode() != 400 || headerMap(d.GetHeaders())[HeaderReason] != "malformed" {
+		if d == nil || d.GetStatus().GetCode() != 400 || headerMap(d.GetHeaders())[fencewire.HeaderReason] != "malformed" {
 			t.Errorf("%s: want 400 malformed, got %v", tc.name, resp)
 		}
 	}
 	// One copy of each is fine.
-	resp, err := client.Check(t.Context(), rawReq(nil, [2]string{HeaderKey, "k"}, [2]string{HeaderToken, cur.Fence},
-		[2]string{HeaderLockID, cur.LockID}))
+	resp, err := client.Check(t.Context(), rawReq(nil, [2]string{fencewire.HeaderKey, "k"}, [2]string{fencewire.HeaderToken, cur.Fence},
+		[2]string{fencewire.HeaderLockID, cur.LockID}))
 	if err != nil || resp.GetOkResponse() == nil {
 		t.Fatalf("single headers: %v %v", resp, err)
 	}

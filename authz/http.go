@@ -11,40 +11,13 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/tracing"
 )
 
 // HTTPPath is where the forward-auth handler is mounted, with every path
 // under it (Envoy's http_service appends the original path).
 const HTTPPath = "/v1/authz/check"
-
-// Headers of the HTTP forward-auth convention.
-const (
-	// Route options as request headers, for proxies that set per-location
-	// headers on the auth request (nginx proxy_set_header, Envoy
-	// authorization_request.headers_to_add). They are ignored with the
-	// X-Forwarded-* convention (Caddy, Traefik copy client headers to the
-	// auth request); see HTTPHandler.
-	HeaderRouteKey     = "x-fence-route-key"
-	HeaderRouteHeader  = "x-fence-route-header"
-	HeaderRoutePolicy  = "x-fence-route-policy"
-	HeaderRouteMode    = "x-fence-route-mode"
-	HeaderRouteMethods = "x-fence-route-methods"
-	HeaderRouteName    = "x-fence-route-name"
-	// HeaderRouteBarrier asks for the write barrier, which forward-auth
-	// cannot keep: a route that sets it (or fence_barrier in the query)
-	// fails its writes closed.
-	HeaderRouteBarrier = "x-fence-route-barrier"
-	HeaderRouteProof   = "x-fence-route-proof"
-
-	// HeaderAuthRequest selects a proxy's status mapping. "nginx": nginx's
-	// auth_request passes only 2xx, 401 and 403, so every denial is answered
-	// 403 and the real status, and the JSON body, travel in HeaderStatus and
-	// HeaderBody for the shipped nginx config to replay.
-	HeaderAuthRequest = "x-fence-auth-request"
-	HeaderStatus      = "x-fence-status"
-	HeaderBody        = "x-fence-body"
-)
 
 // HTTPHandler is the forward-auth endpoint: the same decision as the gRPC
 // server, over plain HTTP.
@@ -114,14 +87,14 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// these itself) and Envoy http_service (whose headers_to_add
 		// override the client's): the headers are the route's.
 		ro = routeOptions{
-			key:     r.Header.Get(HeaderRouteKey),
-			header:  r.Header.Get(HeaderRouteHeader),
-			policy:  r.Header.Get(HeaderRoutePolicy),
-			mode:    r.Header.Get(HeaderRouteMode),
-			methods: r.Header.Get(HeaderRouteMethods),
-			name:    r.Header.Get(HeaderRouteName),
-			barrier: r.Header.Get(HeaderRouteBarrier),
-			proof:   r.Header.Get(HeaderRouteProof),
+			key:     r.Header.Get(fencewire.HeaderRouteKey),
+			header:  r.Header.Get(fencewire.HeaderRouteHeader),
+			policy:  r.Header.Get(fencewire.HeaderRoutePolicy),
+			mode:    r.Header.Get(fencewire.HeaderRouteMode),
+			methods: r.Header.Get(fencewire.HeaderRouteMethods),
+			name:    r.Header.Get(fencewire.HeaderRouteName),
+			barrier: r.Header.Get(fencewire.HeaderRouteBarrier),
+			proof:   r.Header.Get(fencewire.HeaderRouteProof),
 		}
 	}
 	trustedQuery := conv != convRequest
@@ -140,8 +113,8 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if trustedQuery {
 		q := r.URL.Query()
-		for name, dst := range map[string]*string{ExtKey: &ro.key, ExtHeader: &ro.header, ExtPolicy: &ro.policy,
-			ExtMode: &ro.mode, ExtMethods: &ro.methods, ExtRoute: &ro.name, ExtBarrier: &ro.barrier, ExtMaxWrite: &ro.maxWrite, ExtProof: &ro.proof, ExtMaxWait: &ro.maxWait} {
+		for name, dst := range map[string]*string{fencewire.ExtKey: &ro.key, fencewire.ExtHeader: &ro.header, fencewire.ExtPolicy: &ro.policy,
+			fencewire.ExtMode: &ro.mode, fencewire.ExtMethods: &ro.methods, fencewire.ExtRoute: &ro.name, fencewire.ExtBarrier: &ro.barrier, fencewire.ExtMaxWrite: &ro.maxWrite, fencewire.ExtProof: &ro.proof, fencewire.ExtMaxWait: &ro.maxWait} {
 			if val := q.Get(name); val != "" {
 				*dst = val
 			}
@@ -156,14 +129,14 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	hd.Set("Cache-Control", "no-store") // an auth answer is for this request only
 	if dec.DecisionID != "" {
-		hd.Set(HeaderDecisionID, dec.DecisionID)
+		hd.Set(fencewire.HeaderDecisionID, dec.DecisionID)
 	}
 	if dec.Allowed {
 		if verified(dec) {
-			hd.Set(HeaderVerified, dec.Presented)
+			hd.Set(fencewire.HeaderVerified, dec.Presented)
 		}
 		if dec.WouldDeny {
-			hd.Set(HeaderWouldDeny, string(dec.Reason))
+			hd.Set(fencewire.HeaderWouldDeny, string(dec.Reason))
 		}
 		w.WriteHeader(http.StatusOK)
 		return
@@ -173,12 +146,12 @@ func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, kv := range fencecheck.DenialHeaders(dec) {
 		hd.Set(kv[0], kv[1]) // content type, reason, decision id, Retry-After
 	}
-	if strings.EqualFold(r.Header.Get(HeaderAuthRequest), "nginx") {
+	if strings.EqualFold(r.Header.Get(fencewire.HeaderAuthRequest), "nginx") {
 		// The body as it is: encoding/json escapes every control byte, so
 		// it fits a header as one line, and the shipped config replays it
 		// byte for byte (non-ASCII as UTF-8, which nginx passes through).
-		hd.Set(HeaderStatus, strconv.Itoa(status))
-		hd.Set(HeaderBody, string(body))
+		hd.Set(fencewire.HeaderStatus, strconv.Itoa(status))
+		hd.Set(fencewire.HeaderBody, string(body))
 		status = http.StatusForbidden
 	}
 	w.WriteHeader(status)
@@ -315,11 +288,11 @@ func writeCredentialError(w http.ResponseWriter, r *http.Request, err error) {
 		hd.Set("WWW-Authenticate", `Bearer realm="fencegate-check", error="`+hint+`"`)
 	}
 	body := fmt.Sprintf(`{"error":{"code":"AuthFailed","message":%q}}`, msg)
-	if status == http.StatusForbidden && strings.EqualFold(r.Header.Get(HeaderAuthRequest), "nginx") {
+	if status == http.StatusForbidden && strings.EqualFold(r.Header.Get(fencewire.HeaderAuthRequest), "nginx") {
 		// nginx passes a 403 without its body: the shipped config replays
 		// this one, as every denial's.
-		hd.Set(HeaderStatus, strconv.Itoa(status))
-		hd.Set(HeaderBody, body)
+		hd.Set(fencewire.HeaderStatus, strconv.Itoa(status))
+		hd.Set(fencewire.HeaderBody, body)
 	}
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, body+"\n")

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
@@ -56,7 +57,7 @@ func forwardAuthRequest(method, target, headers string) (*http.Request, bool) {
 // decoded query included), so it needs no second implementation of the
 // handler's parsing.
 func forwardAuthViolation(r *http.Request, w *httptest.ResponseRecorder) string {
-	if v := w.Header().Get(HeaderVerified); v != "" {
+	if v := w.Header().Get(fencewire.HeaderVerified); v != "" {
 		return "x-fence-verified set, but no fence is current: " + v
 	}
 	switch w.Code {
@@ -65,12 +66,12 @@ func forwardAuthViolation(r *http.Request, w *httptest.ResponseRecorder) string 
 		return "unexpected status " + http.StatusText(w.Code)
 	}
 	if w.Code != 200 {
-		if w.Header().Get(HeaderReason) == "" {
+		if w.Header().Get(fencewire.HeaderReason) == "" {
 			return "a denial without x-fence-reason"
 		}
 		return ""
 	}
-	if w.Header().Get(HeaderWouldDeny) != "" {
+	if w.Header().Get(fencewire.HeaderWouldDeny) != "" {
 		return "" // dry-run / warn: observed, not enforced
 	}
 	var all strings.Builder

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
@@ -47,14 +48,14 @@ func TestHTTPConventions(t *testing.T) {
 			r, _ := http.NewRequest("GET", srv.URL+HTTPPath, nil)
 			r.Header.Set("X-Original-Method", m)
 			r.Header.Set("X-Original-URI", u)
-			r.Header.Set(HeaderRouteKey, "orders/{2}")
-			r.Header.Set(HeaderRouteName, "orders")
+			r.Header.Set(fencewire.HeaderRouteKey, "orders/{2}")
+			r.Header.Set(fencewire.HeaderRouteName, "orders")
 			return r
 		}},
 		{"request itself (Envoy http_service)", func(m, u string) *http.Request {
 			r, _ := http.NewRequest(m, srv.URL+HTTPPath+u, nil)
-			r.Header.Set(HeaderRouteKey, "orders/{2}")
-			r.Header.Set(HeaderRouteName, "orders")
+			r.Header.Set(fencewire.HeaderRouteKey, "orders/{2}")
+			r.Header.Set(fencewire.HeaderRouteName, "orders")
 			return r
 		}},
 	}
@@ -79,9 +80,9 @@ func TestHTTPConventions(t *testing.T) {
 			t.Run(c.name+"/"+tc.name, func(t *testing.T) {
 				req := c.req(tc.method, tc.uri)
 				if tc.fence != "" {
-					req.Header.Set(HeaderToken, tc.fence)
+					req.Header.Set(fencewire.HeaderToken, tc.fence)
 				}
-				req.Header.Set(HeaderVerified, "forged") // must never come back as verified
+				req.Header.Set(fencewire.HeaderVerified, "forged") // must never come back as verified
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					t.Fatal(err)
@@ -90,20 +91,20 @@ func TestHTTPConventions(t *testing.T) {
 				if resp.StatusCode != tc.status {
 					t.Fatalf("status %d, want %d", resp.StatusCode, tc.status)
 				}
-				if got := resp.Header.Get(HeaderVerified); got != tc.verified {
-					t.Fatalf("%s = %q, want %q", HeaderVerified, got, tc.verified)
+				if got := resp.Header.Get(fencewire.HeaderVerified); got != tc.verified {
+					t.Fatalf("%s = %q, want %q", fencewire.HeaderVerified, got, tc.verified)
 				}
 				if tc.reason == "" {
 					return
 				}
-				if resp.Header.Get(HeaderReason) != tc.reason || resp.Header.Get(HeaderDecisionID) == "" {
+				if resp.Header.Get(fencewire.HeaderReason) != tc.reason || resp.Header.Get(fencewire.HeaderDecisionID) == "" {
 					t.Fatalf("headers %v", resp.Header)
 				}
 				var body denialBody
 				if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 					t.Fatal(err)
 				}
-				if body.Error != tc.reason || body.DecisionID != resp.Header.Get(HeaderDecisionID) || body.Presented != tc.fence {
+				if body.Error != tc.reason || body.DecisionID != resp.Header.Get(fencewire.HeaderDecisionID) || body.Presented != tc.fence {
 					t.Fatalf("body %+v", body)
 				}
 				if tc.reason == "stale" && (body.Key != "orders/7" || body.Current != cur.Fence) {
@@ -134,7 +135,7 @@ func TestHTTPQueryOptions(t *testing.T) {
 
 	// Envoy style: the client wrote the query; it is ignored.
 	r = httptest.NewRequest("POST", HTTPPath+"/a?fence_policy=off&fence_key=a", nil)
-	r.Header.Set(HeaderKey, "a")
+	r.Header.Set(fencewire.HeaderKey, "a")
 	w = httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	if w.Code != 428 {
@@ -158,8 +159,8 @@ func TestHTTPQueryOptions(t *testing.T) {
 		{HTTPPath + "/c%2Fd", "", 400},  // the stripped path is checked like any other
 	} {
 		r = httptest.NewRequest("PUT", tc.path, nil)
-		r.Header.Set(HeaderRouteKey, "{1}")
-		r.Header.Set(HeaderToken, "000000000000009")
+		r.Header.Set(fencewire.HeaderRouteKey, "{1}")
+		r.Header.Set(fencewire.HeaderToken, "000000000000009")
 		w = httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		var body denialBody
@@ -187,19 +188,19 @@ func TestHTTPNginxMapping(t *testing.T) {
 		r := httptest.NewRequest("GET", HTTPPath, nil)
 		r.Header.Set("X-Original-Method", "POST")
 		r.Header.Set("X-Original-URI", "/k")
-		r.Header.Set(HeaderAuthRequest, "nginx")
-		r.Header.Set(HeaderKey, tc.key)
+		r.Header.Set(fencewire.HeaderAuthRequest, "nginx")
+		r.Header.Set(fencewire.HeaderKey, tc.key)
 		if tc.fence != "" {
-			r.Header.Set(HeaderToken, tc.fence)
+			r.Header.Set(fencewire.HeaderToken, tc.fence)
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		if w.Code != 403 || w.Header().Get(HeaderStatus) != strconv.Itoa(tc.status) {
-			t.Fatalf("%+v: code %d, %s %q", tc, w.Code, HeaderStatus, w.Header().Get(HeaderStatus))
+		if w.Code != 403 || w.Header().Get(fencewire.HeaderStatus) != strconv.Itoa(tc.status) {
+			t.Fatalf("%+v: code %d, %s %q", tc, w.Code, fencewire.HeaderStatus, w.Header().Get(fencewire.HeaderStatus))
 		}
 		// The header carries the body byte for byte (the shipped config
 		// replays it), on one line: encoding/json escapes control bytes.
-		hb := w.Header().Get(HeaderBody)
+		hb := w.Header().Get(fencewire.HeaderBody)
 		if hb != w.Body.String() || strings.ContainsAny(hb, "\r\n") {
 			t.Fatalf("header body %q, body %q", hb, w.Body.String())
 		}
@@ -223,12 +224,12 @@ func TestHTTPBackendDown(t *testing.T) {
 	_ = s.Close()
 	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{})
 	r := httptest.NewRequest("POST", HTTPPath+"/k", nil)
-	r.Header.Set(HeaderKey, "k")
-	r.Header.Set(HeaderToken, r0.Fence)
+	r.Header.Set(fencewire.HeaderKey, "k")
+	r.Header.Set(fencewire.HeaderToken, r0.Fence)
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
-	if w.Code != 503 || w.Header().Get(HeaderReason) != "unavailable" {
-		t.Fatalf("code %d, reason %q", w.Code, w.Header().Get(HeaderReason))
+	if w.Code != 503 || w.Header().Get(fencewire.HeaderReason) != "unavailable" {
+		t.Fatalf("code %d, reason %q", w.Code, w.Header().Get(fencewire.HeaderReason))
 	}
 }
 
@@ -242,19 +243,19 @@ func TestHTTPDryRun(t *testing.T) {
 	a := fencecheck.NewAuditor(s, fencecheck.AuditorOptions{})
 	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{Audit: a}), Options{})
 	r := httptest.NewRequest("POST", HTTPPath+"/k", nil)
-	r.Header.Set(HeaderKey, "k")
-	r.Header.Set(HeaderToken, old.Fence)
-	r.Header.Set(HeaderRouteMode, "dry-run")
-	r.Header.Set(HeaderRouteName, "rollout")
+	r.Header.Set(fencewire.HeaderKey, "k")
+	r.Header.Set(fencewire.HeaderToken, old.Fence)
+	r.Header.Set(fencewire.HeaderRouteMode, "dry-run")
+	r.Header.Set(fencewire.HeaderRouteName, "rollout")
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
-	if w.Code != 200 || w.Header().Get(HeaderWouldDeny) != "stale" || w.Header().Get(HeaderVerified) != "" {
+	if w.Code != 200 || w.Header().Get(fencewire.HeaderWouldDeny) != "stale" || w.Header().Get(fencewire.HeaderVerified) != "" {
 		t.Fatalf("code %d headers %v", w.Code, w.Header())
 	}
 	_ = a.Close()
 	evs, err := s.QueryAudit(t.Context(), lockstore.AuditQuery{})
 	if err != nil || len(evs) != 1 || evs[0].Mode != "dry-run" || evs[0].Route != "rollout" ||
-		evs[0].Source != SourceHTTP || evs[0].DecisionID != w.Header().Get(HeaderDecisionID) {
+		evs[0].Source != SourceHTTP || evs[0].DecisionID != w.Header().Get(fencewire.HeaderDecisionID) {
 		t.Fatalf("audit %+v %v", evs, err)
 	}
 }
@@ -274,12 +275,12 @@ func TestHTTPMissingMethodHeader(t *testing.T) {
 			logs.Reset()
 			r := httptest.NewRequest("GET", HTTPPath+query, nil) // the auth request's own method: GET
 			r.Header.Set(uriHeader, "/orders/7")
-			r.Header.Set(HeaderKey, "orders/7") // no fence
+			r.Header.Set(fencewire.HeaderKey, "orders/7") // no fence
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)
-			if w.Code != 428 || w.Header().Get(HeaderReason) != "missing" {
+			if w.Code != 428 || w.Header().Get(fencewire.HeaderReason) != "missing" {
 				t.Errorf("%s only%s: %d %q, want 428 missing (unknown method is a write)",
-					uriHeader, query, w.Code, w.Header().Get(HeaderReason))
+					uriHeader, query, w.Code, w.Header().Get(fencewire.HeaderReason))
 			}
 			if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "method header") {
 				t.Errorf("%s only%s: no warning naming the method header: %q", uriHeader, query, logs.String())
@@ -313,7 +314,7 @@ func TestHTTPForwardedRouteOptions(t *testing.T) {
 		r := httptest.NewRequest("GET", HTTPPath+query, nil)
 		r.Header.Set("X-Forwarded-Method", "PUT")
 		r.Header.Set("X-Forwarded-Uri", "/orders/7")
-		r.Header.Set(HeaderKey, "orders/7")
+		r.Header.Set(fencewire.HeaderKey, "orders/7")
 		for k, v := range hdr {
 			r.Header.Set(k, v)
 		}
@@ -324,27 +325,27 @@ func TestHTTPForwardedRouteOptions(t *testing.T) {
 		req    *http.Request
 		status int
 	}{
-		{"client's policy off", forwarded("", map[string]string{HeaderRoutePolicy: "off"}), 428},
-		{"client's dry-run", forwarded("", map[string]string{HeaderRouteMode: "dry-run"}), 428},
-		{"client's write methods", forwarded("", map[string]string{HeaderRouteMethods: "X"}), 428},
+		{"client's policy off", forwarded("", map[string]string{fencewire.HeaderRoutePolicy: "off"}), 428},
+		{"client's dry-run", forwarded("", map[string]string{fencewire.HeaderRouteMode: "dry-run"}), 428},
+		{"client's write methods", forwarded("", map[string]string{fencewire.HeaderRouteMethods: "X"}), 428},
 		{"client's key", forwarded("?fence_route=orders", map[string]string{
-			HeaderRouteKey: "mine", HeaderToken: cur.Fence}), 200}, // the header key orders/7, not "mine"
+			fencewire.HeaderRouteKey: "mine", fencewire.HeaderToken: cur.Fence}), 200}, // the header key orders/7, not "mine"
 		{"client's key, checked", forwarded("", map[string]string{
-			HeaderRouteKey: "mine", HeaderToken: "000000000000009"}), 409},
+			fencewire.HeaderRouteKey: "mine", fencewire.HeaderToken: "000000000000009"}), 409},
 		{"client's fence header", forwarded("", map[string]string{
-			HeaderRouteHeader: "x-mine", "X-Mine": cur.Fence}), 428},
+			fencewire.HeaderRouteHeader: "x-mine", "X-Mine": cur.Fence}), 428},
 		{"operator's query policy off", forwarded("?fence_policy=off", nil), 200},
-		{"operator's query beats client's header", forwarded("?fence_policy=holder", map[string]string{HeaderRoutePolicy: "off"}), 428},
+		{"operator's query beats client's header", forwarded("?fence_policy=holder", map[string]string{fencewire.HeaderRoutePolicy: "off"}), 428},
 		{"nginx-style header options kept", func() *http.Request {
 			r := httptest.NewRequest("GET", HTTPPath, nil)
 			r.Header.Set("X-Original-Method", "PUT")
 			r.Header.Set("X-Original-URI", "/orders/7")
-			r.Header.Set(HeaderRoutePolicy, "off")
+			r.Header.Set(fencewire.HeaderRoutePolicy, "off")
 			return r
 		}(), 200},
 		{"Envoy-style header options kept", func() *http.Request {
 			r := httptest.NewRequest("PUT", HTTPPath+"/orders/7", nil)
-			r.Header.Set(HeaderRouteMethods, "POST")
+			r.Header.Set(fencewire.HeaderRouteMethods, "POST")
 			return r
 		}(), 200},
 	}
@@ -352,7 +353,7 @@ func TestHTTPForwardedRouteOptions(t *testing.T) {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, tc.req)
 		if w.Code != tc.status {
-			t.Errorf("%s: %d %s, want %d", tc.name, w.Code, w.Header().Get(HeaderReason), tc.status)
+			t.Errorf("%s: %d %s, want %d", tc.name, w.Code, w.Header().Get(fencewire.HeaderReason), tc.status)
 		}
 	}
 }
@@ -371,8 +372,8 @@ func TestHTTPForwardedClientQuery(t *testing.T) {
 		r := httptest.NewRequest("GET", HTTPPath+query, nil)
 		r.Header.Set("X-Forwarded-Method", method)
 		r.Header.Set("X-Forwarded-Uri", uri)
-		r.Header.Set(HeaderKey, "payments/42")
-		r.Header.Set(HeaderToken, cur.Fence) // a fence replayed from a denial, and no proof
+		r.Header.Set(fencewire.HeaderKey, "payments/42")
+		r.Header.Set(fencewire.HeaderToken, cur.Fence) // a fence replayed from a denial, and no proof
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		return w.Code
@@ -403,19 +404,19 @@ func TestHTTPDuplicateFenceHeaders(t *testing.T) {
 	cur := locktest.Acquire(t, s, "k", time.Minute)
 	h := NewHTTPHandler(fencecheck.New(s, fencecheck.Options{}), Options{})
 	for _, dup := range [][3]string{
-		{HeaderToken, cur.Fence, old.Fence},
-		{HeaderKey, "k", "other"},
-		{HeaderLockID, cur.LockID, old.LockID},
+		{fencewire.HeaderToken, cur.Fence, old.Fence},
+		{fencewire.HeaderKey, "k", "other"},
+		{fencewire.HeaderLockID, cur.LockID, old.LockID},
 	} {
 		r := httptest.NewRequest("POST", HTTPPath+"/k", nil)
-		r.Header.Set(HeaderKey, "k")
-		r.Header.Set(HeaderToken, cur.Fence)
+		r.Header.Set(fencewire.HeaderKey, "k")
+		r.Header.Set(fencewire.HeaderToken, cur.Fence)
 		r.Header.Set(dup[0], dup[1])
 		r.Header.Add(dup[0], dup[2])
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		if w.Code != 400 || w.Header().Get(HeaderReason) != "malformed" {
-			t.Errorf("%s twice: %d %q, want 400 malformed", dup[0], w.Code, w.Header().Get(HeaderReason))
+		if w.Code != 400 || w.Header().Get(fencewire.HeaderReason) != "malformed" {
+			t.Errorf("%s twice: %d %q, want 400 malformed", dup[0], w.Code, w.Header().Get(fencewire.HeaderReason))
 		}
 	}
 }
@@ -429,7 +430,7 @@ func TestHTTPNoOriginalRequest(t *testing.T) {
 	h := NewHTTPHandler(fencecheck.New(locktest.OpenBolt(t, locktest.FloorOff), fencecheck.Options{}), Options{})
 	for _, path := range []string{HTTPPath, HTTPPath + "?x=1"} {
 		r := httptest.NewRequest("GET", path, nil)
-		r.Header.Set(HeaderKey, "orders/7")
+		r.Header.Set(fencewire.HeaderKey, "orders/7")
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		if w.Code != 428 {
@@ -439,7 +440,7 @@ func TestHTTPNoOriginalRequest(t *testing.T) {
 	// Envoy's http_service: the original path follows the prefix, and the
 	// request's own method is the original's.
 	r := httptest.NewRequest("GET", HTTPPath+"/orders/7", nil)
-	r.Header.Set(HeaderKey, "orders/7")
+	r.Header.Set(fencewire.HeaderKey, "orders/7")
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	if w.Code != 200 {

@@ -14,6 +14,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 )
@@ -45,17 +46,17 @@ func edges(t *testing.T, c *fencecheck.Checker) map[string]edgeCheck {
 	serve := func(r *http.Request) (int, string) {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		return w.Code, w.Header().Get(HeaderReason)
+		return w.Code, w.Header().Get(fencewire.HeaderReason)
 	}
 	return map[string]edgeCheck{
 		"grpc": func(t *testing.T, method, path, tpl, fence string) (int, string) {
 			resp, err := client.Check(t.Context(), envoyRequest(method, path,
-				map[string]string{HeaderToken: fence}, map[string]string{ExtKey: tpl}))
+				map[string]string{fencewire.HeaderToken: fence}, map[string]string{fencewire.ExtKey: tpl}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if d := resp.GetDeniedResponse(); d != nil {
-				return int(d.GetStatus().GetCode()), headerMap(d.GetHeaders())[HeaderReason]
+				return int(d.GetStatus().GetCode()), headerMap(d.GetHeaders())[fencewire.HeaderReason]
 			}
 			return 200, ""
 		},
@@ -65,30 +66,30 @@ func edges(t *testing.T, c *fencecheck.Checker) map[string]edgeCheck {
 			if u, err := url.ParseRequestURI(r.RequestURI); err == nil {
 				r.URL = u
 			}
-			r.Header.Set(HeaderRouteKey, tpl)
-			r.Header.Set(HeaderToken, fence)
+			r.Header.Set(fencewire.HeaderRouteKey, tpl)
+			r.Header.Set(fencewire.HeaderToken, fence)
 			return serve(r)
 		},
 		"http-nginx": func(t *testing.T, method, path, tpl, fence string) (int, string) {
 			r := httptest.NewRequest("GET", HTTPPath, nil)
 			r.Header.Set("X-Original-Method", method)
 			r.Header.Set("X-Original-URI", path)
-			r.Header.Set(HeaderRouteKey, tpl)
-			r.Header.Set(HeaderToken, fence)
-			r.Header.Set(HeaderAuthRequest, "nginx")
+			r.Header.Set(fencewire.HeaderRouteKey, tpl)
+			r.Header.Set(fencewire.HeaderToken, fence)
+			r.Header.Set(fencewire.HeaderAuthRequest, "nginx")
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)
 			if w.Code == http.StatusForbidden { // the nginx mapping: the real status is in a header
-				code, _ := strconv.Atoi(w.Header().Get(HeaderStatus))
-				return code, w.Header().Get(HeaderReason)
+				code, _ := strconv.Atoi(w.Header().Get(fencewire.HeaderStatus))
+				return code, w.Header().Get(fencewire.HeaderReason)
 			}
-			return w.Code, w.Header().Get(HeaderReason)
+			return w.Code, w.Header().Get(fencewire.HeaderReason)
 		},
 		"http-forwarded": func(t *testing.T, method, path, tpl, fence string) (int, string) {
-			r := httptest.NewRequest("GET", HTTPPath+"?"+url.Values{ExtKey: {tpl}}.Encode(), nil)
+			r := httptest.NewRequest("GET", HTTPPath+"?"+url.Values{fencewire.ExtKey: {tpl}}.Encode(), nil)
 			r.Header.Set("X-Forwarded-Method", method)
 			r.Header.Set("X-Forwarded-Uri", path)
-			r.Header.Set(HeaderToken, fence)
+			r.Header.Set(fencewire.HeaderToken, fence)
 			return serve(r)
 		},
 	}
@@ -173,27 +174,27 @@ func TestEdgeFenceMethodsInvalid(t *testing.T) {
 	check := func(t *testing.T, grpc bool, method, methods, fence string) (int, string) {
 		if grpc {
 			resp, err := client.Check(t.Context(), envoyRequest(method, "/orders/42",
-				map[string]string{HeaderToken: fence}, map[string]string{ExtKey: "orders/{2}", ExtMethods: methods}))
+				map[string]string{fencewire.HeaderToken: fence}, map[string]string{fencewire.ExtKey: "orders/{2}", fencewire.ExtMethods: methods}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if d := resp.GetDeniedResponse(); d != nil {
-				return int(d.GetStatus().GetCode()), headerMap(d.GetHeaders())[HeaderReason]
+				return int(d.GetStatus().GetCode()), headerMap(d.GetHeaders())[fencewire.HeaderReason]
 			}
 			return 200, ""
 		}
-		r := httptest.NewRequest("GET", HTTPPath+"?"+url.Values{ExtKey: {"orders/{2}"}, ExtMethods: {methods}}.Encode(), nil)
+		r := httptest.NewRequest("GET", HTTPPath+"?"+url.Values{fencewire.ExtKey: {"orders/{2}"}, fencewire.ExtMethods: {methods}}.Encode(), nil)
 		r.Header.Set("X-Forwarded-Method", method)
 		r.Header.Set("X-Forwarded-Uri", "/orders/42")
-		r.Header.Set(HeaderToken, fence)
+		r.Header.Set(fencewire.HeaderToken, fence)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		return w.Code, w.Header().Get(HeaderReason)
+		return w.Code, w.Header().Get(fencewire.HeaderReason)
 	}
 	// A dry-run route fails closed too: which requests it was meant to
 	// observe is exactly what cannot be read.
 	resp, err := client.Check(t.Context(), envoyRequest("PUT", "/orders/42", nil,
-		map[string]string{ExtKey: "orders/{2}", ExtMethods: "PUTT", ExtMode: "dry-run"}))
+		map[string]string{fencewire.ExtKey: "orders/{2}", fencewire.ExtMethods: "PUTT", fencewire.ExtMode: "dry-run"}))
 	if err != nil || int(resp.GetDeniedResponse().GetStatus().GetCode()) != 503 {
 		t.Errorf("dry-run route with fence_methods PUTT: %v %v, want 503", resp, err)
 	}

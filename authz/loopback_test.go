@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/routes"
@@ -62,9 +63,9 @@ func trustedFrom(t *testing.T, c *fencecheck.Checker, o Options, src, fence stri
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	out := map[string]bool{}
-	out["ext_authz"] = edgeStatus(t, authv3.NewAuthorizationClient(conn), envoyRequest("PUT", "/orders/42", nil, map[string]string{ExtRoute: "open"})) == 200
-	st := openStream(t, extprocv3.NewExternalProcessorClient(conn), map[string]string{ExtRoute: "acct"})
-	resp := st.roundTrip(envoyHeaders("POST", "/orders/42", HeaderToken, fence))
+	out["ext_authz"] = edgeStatus(t, authv3.NewAuthorizationClient(conn), envoyRequest("PUT", "/orders/42", nil, map[string]string{fencewire.ExtRoute: "open"})) == 200
+	st := openStream(t, extprocv3.NewExternalProcessorClient(conn), map[string]string{fencewire.ExtRoute: "acct"})
+	resp := st.roundTrip(envoyHeaders("POST", "/orders/42", fencewire.HeaderToken, fence))
 	out["ext_proc"] = resp.GetRequestHeaders() != nil
 	if out["ext_proc"] {
 		st.roundTrip(envoyResponseHeaders(201)) // finish the admitted write
@@ -75,7 +76,7 @@ func trustedFrom(t *testing.T, c *fencecheck.Checker, o Options, src, fence stri
 	req, _ := http.NewRequest("GET", fwd.URL+HTTPPath, nil)
 	req.Header.Set("X-Original-Method", "PUT")
 	req.Header.Set("X-Original-URI", "/orders/42")
-	req.Header.Set(HeaderRouteName, "open")
+	req.Header.Set(fencewire.HeaderRouteName, "open")
 	res, err := cl.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -21,10 +22,10 @@ func parseMaxWait(s string, barrier bool) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < time.Millisecond || d > lockstore.MaxWriteLimit {
-		return 0, fmt.Errorf("authz: %s %q is not a duration between 1ms and %s", ExtMaxWait, s, lockstore.MaxWriteLimit)
+		return 0, fmt.Errorf("authz: %s %q is not a duration between 1ms and %s", fencewire.ExtMaxWait, s, lockstore.MaxWriteLimit)
 	}
 	if !barrier {
-		return 0, fmt.Errorf("authz: %s is set without %s on", ExtMaxWait, ExtBarrier)
+		return 0, fmt.Errorf("authz: %s is set without %s on", fencewire.ExtMaxWait, fencewire.ExtBarrier)
 	}
 	return d, nil
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestExtProcMaxWait(t *testing.T) {
 	s := locktest.OpenBolt(t, locktest.FloorOff)
 	c := serveExtProc(t, fencecheck.New(s, fencecheck.Options{Timeout: 50 * time.Millisecond, MaxWaitCap: 10 * time.Second}))
-	wait := map[string]string{ExtKey: "acct", ExtBarrier: "on", ExtMaxWrite: "1m", ExtMaxWait: "2s"}
+	wait := map[string]string{fencewire.ExtKey: "acct", fencewire.ExtBarrier: "on", fencewire.ExtMaxWrite: "1m", fencewire.ExtMaxWait: "2s"}
 	l1 := locktest.Acquire(t, s, "acct", time.Minute)
 	w1 := openStream(t, c, barrierOpts)
 	mustAllow(t, w1.roundTrip(write(l1.Fence)))
@@ -45,13 +46,13 @@ func TestExtProcMaxWait(t *testing.T) {
 	w2.roundTrip(envoyResponseHeaders(200))
 
 	for _, bad := range []map[string]string{
-		{ExtKey: "acct", ExtBarrier: "on", ExtMaxWait: "soon"},
-		{ExtKey: "acct", ExtBarrier: "on", ExtMaxWait: "0s"},
-		{ExtKey: "acct", ExtMaxWait: "2s"},
-		{ExtKey: "acct", ExtBarrier: "on", ExtMaxWait: "1m"}, // above check.maxWaitCap (10 s)
+		{fencewire.ExtKey: "acct", fencewire.ExtBarrier: "on", fencewire.ExtMaxWait: "soon"},
+		{fencewire.ExtKey: "acct", fencewire.ExtBarrier: "on", fencewire.ExtMaxWait: "0s"},
+		{fencewire.ExtKey: "acct", fencewire.ExtMaxWait: "2s"},
+		{fencewire.ExtKey: "acct", fencewire.ExtBarrier: "on", fencewire.ExtMaxWait: "1m"}, // above check.maxWaitCap (10 s)
 	} {
 		code, hs, _ := immediateOf(t, openStream(t, c, bad).roundTrip(write(l2.Fence)))
-		if code != 503 || hs[HeaderReason] != "unavailable" {
+		if code != 503 || hs[fencewire.HeaderReason] != "unavailable" {
 			t.Errorf("%v: %d %v, want 503 unavailable", bad, code, hs)
 		}
 	}

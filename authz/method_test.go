@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/routes"
 )
@@ -118,19 +119,19 @@ func TestMethodSpellingEveryEdge(t *testing.T) {
 		want           int
 	}{
 		{"DELETE", "/orders/42", nil, 428},
-		{"DELETE", "/orders/42", []string{HeaderToken, fence}, 200},
+		{"DELETE", "/orders/42", []string{fencewire.HeaderToken, fence}, 200},
 		{"delete", "/orders/42", nil, 400},
 		{"Delete", "/orders/42", nil, 400},
-		{"delete", "/orders/42", []string{HeaderToken, fence}, 400},
+		{"delete", "/orders/42", []string{fencewire.HeaderToken, fence}, 400},
 		{"GET", "/orders/42", nil, 200},
 		{"GET", "/orders/42", []string{"X-HTTP-Method-Override", "DELETE"}, 400},
 		{"GET", "/orders/42", []string{"X-HTTP-Method", "delete"}, 400},
 		{"GET", "/orders/42", []string{"X-Method-Override", "PUT"}, 400},
 		{"POST", "/orders/42", []string{"X-HTTP-Method-Override", "DELETE"}, 428},
 		{"GET", "/orders/42?_method=DELETE", nil, 400},
-		{"POST", "/orders/42?_method=DELETE", []string{HeaderToken, fence}, 200},
+		{"POST", "/orders/42?_method=DELETE", []string{fencewire.HeaderToken, fence}, 200},
 		// #26 item 3: a raw '#' in a write's target.
-		{"PUT", "/orders/42#x", []string{HeaderToken, fence}, 400},
+		{"PUT", "/orders/42#x", []string{fencewire.HeaderToken, fence}, 400},
 		{"GET", "/orders/42#x", nil, 200},
 	}
 	for _, variant := range []struct {

@@ -10,6 +10,7 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/deploy/nginx/nginxtest"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 )
 
@@ -47,16 +48,16 @@ func TestNginxNonCanonicalPaths(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header.Set(authz.HeaderToken, r.Fence)
+		req.Header.Set(fencewire.HeaderToken, r.Fence)
 		before := reached.Load()
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get(authz.HeaderReason) != "malformed" {
+		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get(fencewire.HeaderReason) != "malformed" {
 			t.Errorf("PUT %s with the fence of %q: %d %q, want 400 malformed", tc.path, tc.heldKey,
-				resp.StatusCode, resp.Header.Get(authz.HeaderReason))
+				resp.StatusCode, resp.Header.Get(fencewire.HeaderReason))
 		}
 		if reached.Load() != before {
 			t.Errorf("PUT %s reached the app", tc.path)

@@ -13,6 +13,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/writeproof"
 )
@@ -50,14 +51,14 @@ func TestProofRouteBothTransports(t *testing.T) {
 		status int
 		reason string
 	}{
-		{"replayed fence, no proof", map[string]string{HeaderToken: cur.Fence}, 403, "bad-proof"},
-		{"holder's proof", map[string]string{HeaderToken: cur.Fence, HeaderProof: proof}, 200, ""},
-		{"proof for another key", map[string]string{HeaderToken: other.Fence, HeaderProof: proof8}, 403, "bad-proof"},
-		{"proof with a made-up fence", map[string]string{HeaderToken: "000000000000099", HeaderProof: proof}, 403, "bad-proof"},
+		{"replayed fence, no proof", map[string]string{fencewire.HeaderToken: cur.Fence}, 403, "bad-proof"},
+		{"holder's proof", map[string]string{fencewire.HeaderToken: cur.Fence, fencewire.HeaderProof: proof}, 200, ""},
+		{"proof for another key", map[string]string{fencewire.HeaderToken: other.Fence, fencewire.HeaderProof: proof8}, 403, "bad-proof"},
+		{"proof with a made-up fence", map[string]string{fencewire.HeaderToken: "000000000000099", fencewire.HeaderProof: proof}, 403, "bad-proof"},
 	}
 	for _, tc := range tests {
 		t.Run("grpc/"+tc.name, func(t *testing.T) {
-			resp, err := az.Check(t.Context(), envoyRequest("PUT", "/orders/7", tc.hdr, map[string]string{ExtKey: "orders/{2}", ExtProof: "signed"}))
+			resp, err := az.Check(t.Context(), envoyRequest("PUT", "/orders/7", tc.hdr, map[string]string{fencewire.ExtKey: "orders/{2}", fencewire.ExtProof: "signed"}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +76,7 @@ func TestProofRouteBothTransports(t *testing.T) {
 			r.Header.Set("X-Forwarded-Uri", "/orders/7")
 			// A client-sent route header cannot lower the route's proof
 			// mode: with X-Forwarded-* only the query counts.
-			r.Header.Set(HeaderRouteProof, "none")
+			r.Header.Set(fencewire.HeaderRouteProof, "none")
 			for k, v := range tc.hdr {
 				r.Header.Set(k, v)
 			}
@@ -84,22 +85,22 @@ func TestProofRouteBothTransports(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = resp.Body.Close()
-			if resp.StatusCode != tc.status || resp.Header.Get(HeaderReason) != tc.reason {
-				t.Fatalf("status %d reason %q, want %d %q", resp.StatusCode, resp.Header.Get(HeaderReason), tc.status, tc.reason)
+			if resp.StatusCode != tc.status || resp.Header.Get(fencewire.HeaderReason) != tc.reason {
+				t.Fatalf("status %d reason %q, want %d %q", resp.StatusCode, resp.Header.Get(fencewire.HeaderReason), tc.status, tc.reason)
 			}
-			if tc.status == 200 && resp.Header.Get(HeaderVerified) != cur.Fence {
-				t.Fatalf("x-fence-verified = %q", resp.Header.Get(HeaderVerified))
+			if tc.status == 200 && resp.Header.Get(fencewire.HeaderVerified) != cur.Fence {
+				t.Fatalf("x-fence-verified = %q", resp.Header.Get(fencewire.HeaderVerified))
 			}
 		})
 	}
 
 	// The proof header sent twice is ambiguous.
 	r, _ := http.NewRequest("PUT", srv.URL+HTTPPath+"/orders/7", nil)
-	r.Header.Set(HeaderRouteKey, "orders/{2}")
-	r.Header.Set(HeaderRouteProof, "signed")
-	r.Header.Set(HeaderToken, cur.Fence)
-	r.Header.Add(HeaderProof, proof)
-	r.Header.Add(HeaderProof, proof)
+	r.Header.Set(fencewire.HeaderRouteKey, "orders/{2}")
+	r.Header.Set(fencewire.HeaderRouteProof, "signed")
+	r.Header.Set(fencewire.HeaderToken, cur.Fence)
+	r.Header.Add(fencewire.HeaderProof, proof)
+	r.Header.Add(fencewire.HeaderProof, proof)
 	resp, err := http.DefaultClient.Do(r)
 	if err != nil {
 		t.Fatal(err)
@@ -118,9 +119,9 @@ func TestHideCurrentFence(t *testing.T) {
 	for _, hide := range []bool{false, true} {
 		srv := httptest.NewServer(NewHTTPHandler(fencecheck.New(s, fencecheck.Options{HideCurrentFence: hide}), Options{}))
 		r, _ := http.NewRequest("PUT", srv.URL+HTTPPath+"/orders/7", nil)
-		r.Header.Set(HeaderKey, "orders/7")
-		r.Header.Set(HeaderToken, "000000000000000")
-		r.Header.Set(HeaderAuthRequest, "nginx")
+		r.Header.Set(fencewire.HeaderKey, "orders/7")
+		r.Header.Set(fencewire.HeaderToken, "000000000000000")
+		r.Header.Set(fencewire.HeaderAuthRequest, "nginx")
 		resp, err := http.DefaultClient.Do(r)
 		if err != nil {
 			t.Fatal(err)
@@ -132,23 +133,23 @@ func TestHideCurrentFence(t *testing.T) {
 		if err := json.Unmarshal(b, &body); err != nil || body.Error != "stale" {
 			t.Fatalf("body %s: %v", b, err)
 		}
-		leaks := bytes.Contains(b, []byte(cur.Fence)) || bytes.Contains([]byte(resp.Header.Get(HeaderBody)), []byte(cur.Fence))
+		leaks := bytes.Contains(b, []byte(cur.Fence)) || bytes.Contains([]byte(resp.Header.Get(fencewire.HeaderBody)), []byte(cur.Fence))
 		if leaks == hide {
-			t.Fatalf("hide=%v: body %s, header %s", hide, b, resp.Header.Get(HeaderBody))
+			t.Fatalf("hide=%v: body %s, header %s", hide, b, resp.Header.Get(fencewire.HeaderBody))
 		}
 	}
 	// An allowed write is still verified with the fence hidden.
 	srv := httptest.NewServer(NewHTTPHandler(fencecheck.New(s, fencecheck.Options{HideCurrentFence: true}), Options{}))
 	defer srv.Close()
 	r, _ := http.NewRequest("PUT", srv.URL+HTTPPath+"/orders/7", nil)
-	r.Header.Set(HeaderKey, "orders/7")
-	r.Header.Set(HeaderToken, cur.Fence)
+	r.Header.Set(fencewire.HeaderKey, "orders/7")
+	r.Header.Set(fencewire.HeaderToken, cur.Fence)
 	resp, err := http.DefaultClient.Do(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = resp.Body.Close()
-	if resp.StatusCode != 200 || resp.Header.Get(HeaderVerified) != cur.Fence {
-		t.Fatalf("allowed write: %d %q", resp.StatusCode, resp.Header.Get(HeaderVerified))
+	if resp.StatusCode != 200 || resp.Header.Get(fencewire.HeaderVerified) != cur.Fence {
+		t.Fatalf("allowed write: %d %q", resp.StatusCode, resp.Header.Get(fencewire.HeaderVerified))
 	}
 }

@@ -4,48 +4,12 @@ import (
 	"sync"
 
 	"github.com/fencegate/fencegate/fencecheck"
-)
-
-// Default request headers (lowercase, as Envoy hands them over).
-const (
-	HeaderKey      = fencecheck.HeaderKey      // the lock key, unless the route names it
-	HeaderToken    = fencecheck.HeaderToken    // the presented fence, unless the route names another header
-	HeaderLockID   = fencecheck.HeaderLockID   // the optional ownership proof; never reaches upstream
-	HeaderProof    = fencecheck.HeaderProof    // a signed write proof (package writeproof); reaches upstream, which may verify it too
-	HeaderVerified = fencecheck.HeaderVerified // set towards upstream: the fence that was verified
-
-	HeaderReason     = fencecheck.HeaderReason     // denials: the reason
-	HeaderDecisionID = fencecheck.HeaderDecisionID // every checked write: the decision id
-	HeaderWouldDeny  = fencecheck.HeaderWouldDeny  // towards upstream in dry-run: the reason enforce would have denied
-)
-
-// Route option names: Envoy context_extensions keys, and the query
-// parameters of the HTTP forward-auth endpoint.
-const (
-	ExtKey     = "fence_key"     // a literal key, or a template over path segments: "orders/{2:int}" (fencecheck.ParseKeyTemplate)
-	ExtHeader  = "fence_header"  // the header carrying the fence (default x-fence-token)
-	ExtPolicy  = "fence_policy"  // holder | latest | off
-	ExtMode    = "fence_mode"    // enforce | dry-run | warn
-	ExtMethods = "fence_methods" // write methods: "POST,PUT", "+PROPFIND" (custom) or "*"; default everything but GET, HEAD, OPTIONS
-	ExtRoute   = "fence_route"   // from a trusted caller, names a route table entry; else the route's name, for audit and logs
-	// ExtBarrier asks for the write barrier: "on" or "off". Only ext_proc
-	// can keep it; on ext_authz and forward-auth a route asking for it is
-	// misconfigured, and its writes fail closed (503 unavailable).
-	ExtBarrier = "fence_barrier"
-	// ExtMaxWrite is the barrier's maxWrite ("30s"; default
-	// fencecheck.DefaultMaxWrite).
-	ExtMaxWrite = "fence_max_write"
-	ExtProof    = "fence_proof" // none | lockId | signed: what a write must carry besides its fence (fencecheck.ProofMode)
-	// ExtMaxWait is the barrier's maxWait ("2s"; default check.timeout,
-	// what one Envoy ext_proc message timeout affords): how long a newer
-	// fence waits for an older write in flight before it is refused
-	// draining. Only with fence_barrier on.
-	ExtMaxWait = "fence_max_wait"
+	"github.com/fencegate/fencegate/fencewire"
 )
 
 // routeOptionNames lists every route option, for transports that look each
 // one up by name.
-var routeOptionNames = []string{ExtKey, ExtHeader, ExtPolicy, ExtMode, ExtMethods, ExtRoute, ExtBarrier, ExtMaxWrite, ExtProof, ExtMaxWait}
+var routeOptionNames = []string{fencewire.ExtKey, fencewire.ExtHeader, fencewire.ExtPolicy, fencewire.ExtMode, fencewire.ExtMethods, fencewire.ExtRoute, fencewire.ExtBarrier, fencewire.ExtMaxWrite, fencewire.ExtProof, fencewire.ExtMaxWait}
 
 // routeOptions are a route's settings, from context_extensions (gRPC) or
 // headers/query (HTTP). Empty fields take the defaults.
@@ -60,17 +24,17 @@ type routeOptions struct {
 
 func optionsFromMap(m map[string]string) routeOptions {
 	return routeOptions{
-		key:     m[ExtKey],
-		header:  m[ExtHeader],
-		policy:  m[ExtPolicy],
-		mode:    m[ExtMode],
-		methods: m[ExtMethods],
-		name:    m[ExtRoute],
+		key:     m[fencewire.ExtKey],
+		header:  m[fencewire.ExtHeader],
+		policy:  m[fencewire.ExtPolicy],
+		mode:    m[fencewire.ExtMode],
+		methods: m[fencewire.ExtMethods],
+		name:    m[fencewire.ExtRoute],
 
-		barrier:  m[ExtBarrier],
-		maxWrite: m[ExtMaxWrite],
-		maxWait:  m[ExtMaxWait],
-		proof:    m[ExtProof],
+		barrier:  m[fencewire.ExtBarrier],
+		maxWrite: m[fencewire.ExtMaxWrite],
+		maxWait:  m[fencewire.ExtMaxWait],
+		proof:    m[fencewire.ExtProof],
 	}
 }
 

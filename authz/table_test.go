@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/routes"
 )
@@ -69,18 +70,18 @@ func TestTableGovernsWhatCallersSend(t *testing.T) {
 		want    int
 	}
 	clientKey := func(orders, payments string) map[string]string {
-		return map[string]string{HeaderKey: "payments/1", HeaderToken: payments}
+		return map[string]string{fencewire.HeaderKey: "payments/1", fencewire.HeaderToken: payments}
 	}
 	checks := []check{
 		{"istio: the table's key with its fence passes", "PUT", "/orders/42", func(o, _ string) map[string]string {
-			return map[string]string{HeaderToken: o}
+			return map[string]string{fencewire.HeaderToken: o}
 		}, nil, 200},
 		{"istio: the client's own key and its fence are refused", "PUT", "/orders/42", clientKey, nil, 409},
 		{"untrusted inline options cannot override the entry", "PUT", "/orders/42", clientKey,
-			map[string]string{ExtKey: "payments/1", ExtPolicy: "latest"}, 409},
+			map[string]string{fencewire.ExtKey: "payments/1", fencewire.ExtPolicy: "latest"}, 409},
 		{"untrusted fence_route cannot pick another entry", "PUT", "/orders/42", func(_, p string) map[string]string {
-			return map[string]string{HeaderToken: p}
-		}, map[string]string{ExtRoute: "legacy"}, 409},
+			return map[string]string{fencewire.HeaderToken: p}
+		}, map[string]string{fencewire.ExtRoute: "legacy"}, 409},
 	}
 	for _, variant := range []struct {
 		name   string
@@ -131,7 +132,7 @@ func TestTableNamedRouteAndUnmatched(t *testing.T) {
 	trusted := serveGRPCWith(t, c, Options{Routes: routes.NewHolder(testTable(t, routes.UnmatchedDeny)), TrustLoopback: true})
 	untrusted := serveGRPCWith(t, c, Options{Routes: routes.NewHolder(testTable(t, routes.UnmatchedDeny))})
 	defaults := serveGRPCWith(t, c, Options{Routes: routes.NewHolder(testTable(t, routes.UnmatchedDefaults))})
-	named := map[string]string{ExtRoute: "legacy"}
+	named := map[string]string{fencewire.ExtRoute: "legacy"}
 	for _, tc := range []struct {
 		name    string
 		cl      authv3.AuthorizationClient
@@ -140,13 +141,13 @@ func TestTableNamedRouteAndUnmatched(t *testing.T) {
 		ext     map[string]string
 		want    int
 	}{
-		{"trusted fence_route: the entry's key", trusted, "POST", map[string]string{HeaderToken: legacy}, named, 200},
-		{"trusted fence_route: another key's fence refused", trusted, "POST", map[string]string{HeaderToken: other, HeaderKey: "other"}, named, 409},
-		{"untrusted fence_route ignored: unmatched write fails closed", untrusted, "POST", map[string]string{HeaderToken: legacy}, named, 503},
-		{"unmatched write fails closed", trusted, "POST", map[string]string{HeaderKey: "other", HeaderToken: other}, nil, 503},
+		{"trusted fence_route: the entry's key", trusted, "POST", map[string]string{fencewire.HeaderToken: legacy}, named, 200},
+		{"trusted fence_route: another key's fence refused", trusted, "POST", map[string]string{fencewire.HeaderToken: other, fencewire.HeaderKey: "other"}, named, 409},
+		{"untrusted fence_route ignored: unmatched write fails closed", untrusted, "POST", map[string]string{fencewire.HeaderToken: legacy}, named, 503},
+		{"unmatched write fails closed", trusted, "POST", map[string]string{fencewire.HeaderKey: "other", fencewire.HeaderToken: other}, nil, 503},
 		{"unmatched read passes", untrusted, "GET", nil, nil, 200},
-		{"unmatched write with defaults: today's check", defaults, "POST", map[string]string{HeaderKey: "other", HeaderToken: other}, nil, 200},
-		{"non-canonical path under the table: write refused", untrusted, "PUT", map[string]string{HeaderToken: legacy}, nil, 400},
+		{"unmatched write with defaults: today's check", defaults, "POST", map[string]string{fencewire.HeaderKey: "other", fencewire.HeaderToken: other}, nil, 200},
+		{"non-canonical path under the table: write refused", untrusted, "PUT", map[string]string{fencewire.HeaderToken: legacy}, nil, 400},
 	} {
 		path := "/elsewhere"
 		if tc.want == 400 {
@@ -167,8 +168,8 @@ func TestTableSwapsWithoutRestart(t *testing.T) {
 	fwd := NewHTTPHandler(c, Options{Routes: h})
 	put := func() int {
 		r := httptest.NewRequest("PUT", HTTPPath+"/orders/42", nil)
-		r.Header.Set(HeaderKey, "payments/1")
-		r.Header.Set(HeaderToken, "000000000000001")
+		r.Header.Set(fencewire.HeaderKey, "payments/1")
+		r.Header.Set(fencewire.HeaderToken, "000000000000001")
 		w := httptest.NewRecorder()
 		fwd.ServeHTTP(w, r)
 		return w.Code
@@ -244,7 +245,7 @@ func TestProxyOnlyTableLeavesCallersOptions(t *testing.T) {
 			t.Fatal(err)
 		}
 		cl := serveGRPCWith(t, c, Options{Routes: routes.NewHolder(tbl)})
-		if got := edgeStatus(t, cl, envoyRequest("POST", "/elsewhere", map[string]string{HeaderKey: "other", HeaderToken: other}, nil)); got != tc.want {
+		if got := edgeStatus(t, cl, envoyRequest("POST", "/elsewhere", map[string]string{fencewire.HeaderKey: "other", fencewire.HeaderToken: other}, nil)); got != tc.want {
 			t.Errorf("proxyOnly=%v: %d, want %d", tc.proxyOnly, got, tc.want)
 		}
 	}

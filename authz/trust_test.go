@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/certwatch"
 	"github.com/fencegate/fencegate/internal/certwatch/certtest"
 	"github.com/fencegate/fencegate/internal/testutil"
@@ -42,13 +43,13 @@ func TestUntrustedCallerCannotRegisterBarrier(t *testing.T) {
 			proxy := serveExtProcWith(t, c, Options{TrustLoopback: true}) // the operator's Envoy
 			l1 := locktest.Acquire(t, s, "acct", time.Minute)
 
-			hostile := map[string]string{ExtKey: "acct", ExtBarrier: "on", ExtMaxWrite: "24h", ExtProof: "none"}
+			hostile := map[string]string{fencewire.ExtKey: "acct", fencewire.ExtBarrier: "on", fencewire.ExtMaxWrite: "24h", fencewire.ExtProof: "none"}
 			st := openStream(t, attacker, hostile)
 			resp := st.roundTrip(write(l1.Fence))
 			admitted := resp.GetRequestHeaders() != nil
 			if !admitted {
 				code, hs, body := immediateOf(t, resp)
-				if code != 503 || body.Error != "unavailable" || hs[HeaderReason] != "unavailable" {
+				if code != 503 || body.Error != "unavailable" || hs[fencewire.HeaderReason] != "unavailable" {
 					t.Fatalf("untrusted barrier: want 503 unavailable, got %d %v %+v", code, hs, body)
 				}
 			}
@@ -132,7 +133,7 @@ func TestAuthzMTLS(t *testing.T) {
 			conn := dialTLS(t, addr, ca, tc.client)
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
-			_, err := authv3.NewAuthorizationClient(conn).Check(ctx, envoyRequest("POST", "/acct", map[string]string{HeaderToken: l1.Fence}, map[string]string{ExtKey: "acct"}))
+			_, err := authv3.NewAuthorizationClient(conn).Check(ctx, envoyRequest("POST", "/acct", map[string]string{fencewire.HeaderToken: l1.Fence}, map[string]string{fencewire.ExtKey: "acct"}))
 			if (err == nil) != tc.ok {
 				t.Fatalf("ext_authz Check: err %v, want ok %v", err, tc.ok)
 			}
@@ -141,7 +142,7 @@ func TestAuthzMTLS(t *testing.T) {
 
 	t.Run("a certified caller is trusted with the barrier, within the cap", func(t *testing.T) {
 		pc := extprocv3.NewExternalProcessorClient(dialTLS(t, addr, ca, &envoy))
-		over := map[string]string{ExtKey: "acct", ExtBarrier: "on", ExtMaxWrite: "24h"}
+		over := map[string]string{fencewire.ExtKey: "acct", fencewire.ExtBarrier: "on", fencewire.ExtMaxWrite: "24h"}
 		code, _, body := immediateOf(t, openStream(t, pc, over).roundTrip(write(l1.Fence)))
 		if code != 503 || body.Error != "unavailable" {
 			t.Fatalf("maxWrite 24h over the 5m cap: want 503 unavailable, got %d %+v", code, body)

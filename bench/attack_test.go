@@ -33,6 +33,7 @@ import (
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/lock"
 )
 
@@ -230,8 +231,8 @@ func (s *attackTarget) targets(tb testing.TB) []legitTarget {
 			hc := newHTTP()
 			return func(ctx context.Context, _ int) error {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, httpBase+authz.HTTPPath+"/orders/1", nil)
-				req.Header.Set(authz.HeaderKey, s.held.Key)
-				req.Header.Set(authz.HeaderToken, s.held.Fence)
+				req.Header.Set(fencewire.HeaderKey, s.held.Key)
+				req.Header.Set(fencewire.HeaderToken, s.held.Fence)
 				// The proxy's credential (a token with the check operation).
 				req.Header.Set("Proxy-Authorization", "Bearer "+benchCheckToken)
 				res, err := hc.Do(req)
@@ -242,7 +243,7 @@ func (s *attackTarget) targets(tb testing.TB) []legitTarget {
 			hc := newHTTP()
 			return func(ctx context.Context, _ int) error {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+s.proc.addr["proxy"]+"/orders/1", strings.NewReader("{}"))
-				req.Header.Set(authz.HeaderToken, s.held.Fence)
+				req.Header.Set(fencewire.HeaderToken, s.held.Fence)
 				res, err := hc.Do(req)
 				return status(res, err, http.StatusOK)
 			}, hc.CloseIdleConnections

@@ -22,6 +22,7 @@ import (
 
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/lockstore"
 	redisstore "github.com/fencegate/fencegate/lockstore/redis"
 )
@@ -254,7 +255,7 @@ func envoyWrite(path, key, fence string) *authv3.CheckRequest {
 			Headers: map[string]string{
 				":method": "POST", ":path": path, ":authority": "api.internal",
 				"content-type": "application/json", "user-agent": "bench",
-				authz.HeaderKey: key, authz.HeaderToken: fence,
+				fencewire.HeaderKey: key, fencewire.HeaderToken: fence,
 			},
 		}},
 	}}

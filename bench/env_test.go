@@ -14,12 +14,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/client"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lock"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/lockstore/backend"
 	"github.com/fencegate/fencegate/lockstore/bolt"
@@ -259,14 +259,14 @@ func cycle(c cycler, keys []string) op {
 	}
 }
 
-// gateway is one api.Server over a store, served on real loopback
+// gateway is one lockserver.Server over a store, served on real loopback
 // listeners, with a client for each transport.
 type gateway struct {
 	http *client.Client
 	grpc *client.GRPCClient
 }
 
-// startGateway serves store through api.Server on an HTTP listener and a gRPC
+// startGateway serves store through lockserver.Server on an HTTP listener and a gRPC
 // listener, both on 127.0.0.1, and returns clients for both. Everything is
 // stopped at cleanup.
 func startGateway(tb testing.TB, store lockstore.Store, nw int) gateway {
@@ -279,9 +279,9 @@ func startGateway(tb testing.TB, store lockstore.Store, nw int) gateway {
 	}
 	// Registerer nil: each server keeps its metrics in a private registry
 	// (still counted per request), so two gateways in one process coexist.
-	srv, err := api.New(api.Options{Store: store, Auth: authn, Logger: logger})
+	srv, err := lockserver.New(lockserver.Options{Store: store, Auth: authn, Logger: logger})
 	if err != nil {
-		tb.Fatalf("api.New: %v", err)
+		tb.Fatalf("lockserver.New: %v", err)
 	}
 
 	// cmd/fencegate's listeners (listen_test.go), as the transport floors

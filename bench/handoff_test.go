@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/client"
-	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil"
 )
 
@@ -176,7 +176,7 @@ func (a *handoffAPI) forget(id string) {
 func (a *handoffAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	key := strings.TrimPrefix(r.URL.Path, "/w/")
-	fence := r.Header.Get(fencecheck.HeaderVerified)
+	fence := r.Header.Get(fencewire.HeaderVerified)
 	hold, _ := time.ParseDuration(r.Header.Get("X-Bench-Hold"))
 	// In flight before its arrival is told: the ledger sees it first.
 	end := a.ledger.Begin(key, fence)

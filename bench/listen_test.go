@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
-	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/lockserver"
 )
 
 // The listeners every server in the benchmarks runs on, in process or in a
@@ -38,8 +38,8 @@ const (
 	httpReadHeader      = 10 * time.Second
 	httpIdle            = 2 * time.Minute
 	// httpRead is the main HTTP listener's read timeout: 30 s plus the
-	// lock API's maximum wait (api.DefaultMaxWait).
-	httpRead = 30*time.Second + api.DefaultMaxWait
+	// lock API's maximum wait (lockserver.DefaultMaxWait).
+	httpRead = 30*time.Second + lockserver.DefaultMaxWait
 )
 
 // grpcStreamWorkers is cmd/fencegate's defaultGRPCLimits.streamWorkers:

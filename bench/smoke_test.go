@@ -12,9 +12,8 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 
-	"github.com/fencegate/fencegate/authz"
-
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/fencegate/fencegate/fencewire"
 )
 
 // TestSuites sets up every benchmark exactly as the benchmarks do and runs a
@@ -92,7 +91,7 @@ func TestAuthzBenchChecksTheFence(t *testing.T) {
 	store := openRedis(t)
 	key := workerKeys("authz", 1)[0]
 	reqs, held := heldWrites(t, store, 1)
-	fence := reqs[0].GetAttributes().GetRequest().GetHttp().GetHeaders()[authz.HeaderToken]
+	fence := reqs[0].GetAttributes().GetRequest().GetHttp().GetHeaders()[fencewire.HeaderToken]
 	fg := authv3.NewAuthorizationClient(dialGRPC(t, startFencegateServe(t, store).addr["authz"]))
 	noop := authv3.NewAuthorizationClient(dialGRPC(t, startNoopAuthz(t).addr["authz"]))
 
@@ -102,12 +101,12 @@ func TestAuthzBenchChecksTheFence(t *testing.T) {
 	}
 	var verified string
 	for _, h := range resp.GetOkResponse().GetHeaders() {
-		if h.GetHeader().GetKey() == authz.HeaderVerified {
+		if h.GetHeader().GetKey() == fencewire.HeaderVerified {
 			verified = h.GetHeader().GetValue()
 		}
 	}
 	if verified != fence {
-		t.Errorf("%s = %q, want the checked fence %s", authz.HeaderVerified, verified, fence)
+		t.Errorf("%s = %q, want the checked fence %s", fencewire.HeaderVerified, verified, fence)
 	}
 
 	// Move the key on to a newer fence: release the held lock and take

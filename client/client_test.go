@@ -14,7 +14,7 @@ import (
 
 // The tests in this file are the behaviour both clients share. Each runs
 // against the HTTP client and the gRPC client (forEachKind) talking to the
-// same real api.Server, with the same expectations.
+// same real lockserver.Server, with the same expectations.
 
 func TestLifecycle(t *testing.T) {
 	forEachKind(t, func(t *testing.T, k kind) {

@@ -16,18 +16,18 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/client"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/writeproof"
 )
 
 const token = "fg_test_token"
 
-// gatewayEnv is one real api.Server over a real bolt store, serving the
+// gatewayEnv is one real lockserver.Server over a real bolt store, serving the
 // lock API on a loopback HTTP listener and a loopback gRPC listener.
 type gatewayEnv struct {
 	httpURL  string
@@ -60,7 +60,7 @@ func gatewayWith(t *testing.T, cfg gatewayConfig) *gatewayEnv {
 	if cfg.wrap != nil {
 		served = cfg.wrap(store)
 	}
-	srv, err := api.New(api.Options{Store: served, Audit: store, Auth: authn, Proofs: cfg.proofs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := lockserver.New(lockserver.Options{Store: served, Audit: store, Auth: authn, Proofs: cfg.proofs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

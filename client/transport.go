@@ -4,15 +4,17 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/lock"
 )
 
-// Header names the edge check reads (docs/api.md, "Envoy ext_authz").
+// Header names the edge check reads (docs/api.md, "Envoy ext_authz"; package
+// fencewire's). net/http canonicalises them ("X-Fence-Key").
 const (
-	HeaderKey    = "X-Fence-Key"
-	HeaderToken  = "X-Fence-Token"
-	HeaderLockID = "X-Fence-Lock-Id"
-	HeaderProof  = "X-Fence-Proof"
+	HeaderKey    = fencewire.HeaderKey
+	HeaderToken  = fencewire.HeaderToken
+	HeaderLockID = fencewire.HeaderLockID
+	HeaderProof  = fencewire.HeaderProof
 )
 
 // Fence is what a request to a protected API presents: the lock key, its

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/lockstore"
 	"gopkg.in/yaml.v3"
 )
 
@@ -24,9 +25,11 @@ import (
 // default: exposing fencegate is a decision an operator makes explicitly.
 //
 // Everything else defaults to zero, which means "the default of the package
-// the setting is for" (fencecheck.DefaultTimeout, api.DefaultMaxWait, …):
-// config is data and restates no package's defaults or enums. Values are
-// parsed where cmd/fencegate turns the Config into those packages' options.
+// the setting is for" (fencecheck.DefaultTimeout, lockserver.DefaultMaxWait, …):
+// config is data and restates no package's defaults or enums; where it needs
+// a default to validate (a barrier route's maxWait within the cap) it reads
+// the owning package's constant. Values are parsed where cmd/fencegate turns
+// the Config into those packages' options.
 const (
 	DefaultStore         = "bolt://./fencegate.db"
 	DefaultHTTPAddr      = "127.0.0.1:8080"
@@ -98,7 +101,7 @@ type Shutdown struct {
 // has its own): at most MaxPerListener connections, at most MaxPerPeer of
 // them from one remote IP (IPv6: one /64). A full listener closes its longest-idle
 // connection to admit a new one. Zero fields take the defaults, 1024 and
-// 64 (cmd/fencegate's connlimit.go).
+// 64 (internal/connlimit's DefaultMax, DefaultPerPeer).
 type Connections struct {
 	MaxPerListener int `yaml:"maxPerListener"`
 	// MaxPerPeer: raise it (up to MaxPerListener) when one proxy
@@ -251,10 +254,10 @@ type Audit struct {
 
 // Locks configures the lock API.
 type Locks struct {
-	// MaxWait caps a request's waitMs; zero is api.DefaultMaxWait.
+	// MaxWait caps a request's waitMs; zero is lockserver.DefaultMaxWait.
 	MaxWait Duration `yaml:"maxWait"`
 	// OpTimeout bounds each store call a lock request makes (504 past it);
-	// zero is api.DefaultOpTimeout.
+	// zero is lockserver.DefaultOpTimeout.
 	OpTimeout Duration `yaml:"opTimeout"`
 }
 
@@ -417,7 +420,7 @@ func (c *Config) Validate() error {
 		add("check.timeout: must not be negative")
 	}
 	if c.Check.BarrierMaxInFlight < 0 || c.Check.BarrierMaxInFlight > maxBarrierInFlight {
-		add("check.barrierMaxInFlight: must be between 1 and %d (0: the default, 1024)", maxBarrierInFlight)
+		add("check.barrierMaxInFlight: must be between 1 and %d (0: the default, %d)", maxBarrierInFlight, lockstore.DefaultMaxInFlight)
 	}
 	if c.Locks.MaxWait < 0 {
 		add("locks.maxWait: must not be negative")

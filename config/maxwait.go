@@ -3,35 +3,29 @@ package config
 import (
 	"fmt"
 	"time"
+
+	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/lockstore"
 )
 
-// Defaults of the barrier's wait.
-const (
-	// DefaultProxyMaxWait is a proxy barrier route's maxWait when unset
-	// (proxy.DefaultMaxWait): long enough for a typical API write, since
-	// the proxy holds the client's connection anyway.
-	DefaultProxyMaxWait = 5 * time.Second
-	// DefaultMaxWaitCap is check.maxWaitCap when unset
-	// (fencecheck.DefaultMaxWaitCap): the longest any route may hold a
-	// client's connection at the barrier.
-	DefaultMaxWaitCap = 30 * time.Second
-	// maxBarrierWaiters bounds check.barrierMaxWaiters: every waiter is a
-	// held connection and a few store calls a second.
-	maxBarrierWaiters = 65536
-)
+// maxBarrierWaiters bounds check.barrierMaxWaiters: every waiter is a held
+// connection and a few store calls a second.
+const maxBarrierWaiters = 65536
 
-// EffectiveMaxWaitCap is check.maxWaitCap, or its default.
+// EffectiveMaxWaitCap is check.maxWaitCap, or its default
+// (fencecheck.DefaultMaxWaitCap: the longest any route may hold a client's
+// connection at the barrier).
 func (c Check) EffectiveMaxWaitCap() time.Duration {
 	if c.MaxWaitCap > 0 {
 		return c.MaxWaitCap.Std()
 	}
-	return DefaultMaxWaitCap
+	return fencecheck.DefaultMaxWaitCap
 }
 
 // EffectiveMaxWait is a barrier entry's maxWait with its default: on the
-// proxy (an entry with an upstream) DefaultProxyMaxWait, since the proxy
-// holds the client's connection anyway; on ext_proc 0, the check's timeout
-// (Envoy's message timeout bounds the wait). 0 without the barrier.
+// proxy (an entry with an upstream) fencecheck.DefaultMaxWait, since the
+// proxy holds the client's connection anyway; on ext_proc 0, the check's
+// timeout (Envoy's message timeout bounds the wait). 0 without the barrier.
 func (r Route) EffectiveMaxWait() time.Duration {
 	switch {
 	case !r.Barrier:
@@ -39,7 +33,7 @@ func (r Route) EffectiveMaxWait() time.Duration {
 	case r.MaxWait > 0:
 		return r.MaxWait.Std()
 	case r.Upstream != "":
-		return DefaultProxyMaxWait
+		return fencecheck.DefaultMaxWait
 	}
 	return 0
 }
@@ -49,17 +43,17 @@ func (r Route) EffectiveMaxWait() time.Duration {
 // default too) within the cap. Refused at load, never clamped, as maxWrite.
 func (c *Config) maxWaitProblems() []string {
 	var out []string
-	if c.Check.MaxWaitCap < 0 || (c.Check.MaxWaitCap > 0 && (c.Check.MaxWaitCap.Std() < time.Millisecond || c.Check.MaxWaitCap.Std() > maxWriteCapLimit)) {
+	if c.Check.MaxWaitCap < 0 || (c.Check.MaxWaitCap > 0 && (c.Check.MaxWaitCap.Std() < time.Millisecond || c.Check.MaxWaitCap.Std() > lockstore.MaxWriteLimit)) {
 		return append(out, "check.maxWaitCap: must be between 1ms and 24h")
 	}
 	if c.Check.BarrierMaxWaiters < 0 || c.Check.BarrierMaxWaiters > maxBarrierWaiters {
-		out = append(out, fmt.Sprintf("check.barrierMaxWaiters: must be between 1 and %d (0: the default, 256)", maxBarrierWaiters))
+		out = append(out, fmt.Sprintf("check.barrierMaxWaiters: must be between 1 and %d (0: the default, %d)", maxBarrierWaiters, fencecheck.DefaultBarrierMaxWaiters))
 	}
 	limit := c.Check.EffectiveMaxWaitCap()
 	for i, r := range c.RouteTable() {
 		where := c.tableWhere(i)
 		switch mw := r.MaxWait.Std(); {
-		case mw < 0 || (mw > 0 && (mw < time.Millisecond || mw > maxWriteCapLimit)):
+		case mw < 0 || (mw > 0 && (mw < time.Millisecond || mw > lockstore.MaxWriteLimit)):
 			out = append(out, where+".maxWait: must be between 1ms and 24h")
 		case mw > 0 && !r.Barrier:
 			out = append(out, where+".maxWait: set without barrier: true")

@@ -3,22 +3,19 @@ package config
 import (
 	"fmt"
 	"time"
+
+	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/lockstore"
 )
 
-// DefaultMaxWriteCap is check.maxWriteCap when unset
-// (fencecheck.DefaultMaxWriteCap): the longest one dropped barrier write
-// can hold back a key's next holder.
-const DefaultMaxWriteCap = 5 * time.Minute
-
-// maxWriteCapLimit is the largest cap (lockstore.MaxWriteLimit).
-const maxWriteCapLimit = 24 * time.Hour
-
-// EffectiveMaxWriteCap is check.maxWriteCap, or its default.
+// EffectiveMaxWriteCap is check.maxWriteCap, or its default
+// (fencecheck.DefaultMaxWriteCap: the longest one dropped barrier write can
+// hold back a key's next holder). The largest cap is lockstore.MaxWriteLimit.
 func (c Check) EffectiveMaxWriteCap() time.Duration {
 	if c.MaxWriteCap > 0 {
 		return c.MaxWriteCap.Std()
 	}
-	return DefaultMaxWriteCap
+	return fencecheck.DefaultMaxWriteCap
 }
 
 // maxWriteCapProblems checks check.maxWriteCap and that every proxy
@@ -27,7 +24,7 @@ func (c Check) EffectiveMaxWriteCap() time.Duration {
 // would silently weaken what the route asked for.
 func (c *Config) maxWriteCapProblems() []string {
 	var out []string
-	if c.Check.MaxWriteCap < 0 || (c.Check.MaxWriteCap > 0 && (c.Check.MaxWriteCap.Std() < time.Millisecond || c.Check.MaxWriteCap.Std() > maxWriteCapLimit)) {
+	if c.Check.MaxWriteCap < 0 || (c.Check.MaxWriteCap > 0 && (c.Check.MaxWriteCap.Std() < time.Millisecond || c.Check.MaxWriteCap.Std() > lockstore.MaxWriteLimit)) {
 		return append(out, "check.maxWriteCap: must be between 1ms and 24h")
 	}
 	limit := c.Check.EffectiveMaxWriteCap()
@@ -37,7 +34,7 @@ func (c *Config) maxWriteCapProblems() []string {
 		}
 		mw, src := r.MaxWrite.Std(), ""
 		if mw <= 0 {
-			mw, src = DefaultProxyMaxWrite, " (the default)"
+			mw, src = fencecheck.DefaultMaxWrite, " (the default)"
 		}
 		if mw > limit {
 			where := c.tableWhere(i)

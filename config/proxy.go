@@ -6,6 +6,9 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/lockstore"
 )
 
 // Defaults of the fencing reverse proxy (`fencegate proxy`, or the proxy
@@ -16,9 +19,6 @@ const (
 	// to the longest barrier route's maxWait + maxWrite plus a margin, so
 	// that an in-flight barrier write can finish and deregister.
 	DefaultProxyShutdownTimeout = 20 * time.Second
-	// DefaultProxyMaxWrite is a barrier route's maxWrite when unset
-	// (fencecheck.DefaultMaxWrite).
-	DefaultProxyMaxWrite = 30 * time.Second
 )
 
 // Proxy configures the fencing reverse proxy.
@@ -107,7 +107,7 @@ func (c *Config) Drain() time.Duration {
 		}
 		mw := r.MaxWrite.Std()
 		if mw <= 0 {
-			mw = DefaultProxyMaxWrite
+			mw = fencecheck.DefaultMaxWrite // a barrier route's maxWrite when unset
 		}
 		// A write may wait at the barrier before its exchange starts.
 		d = max(d, r.EffectiveMaxWait()+mw+5*time.Second)
@@ -160,7 +160,7 @@ func (p Proxy) problems() []string {
 		if r.MaxWrite > 0 && !r.Barrier {
 			add("%s.maxWrite: set without barrier: true", where)
 		}
-		if r.MaxWrite > 0 && (r.MaxWrite.Std() < time.Millisecond || r.MaxWrite.Std() > 24*time.Hour) {
+		if r.MaxWrite > 0 && (r.MaxWrite.Std() < time.Millisecond || r.MaxWrite.Std() > lockstore.MaxWriteLimit) {
 			add("%s.maxWrite: must be between 1ms and 24h", where)
 		}
 		for _, d := range []struct {
@@ -195,7 +195,7 @@ func (c *Config) ValidateProxy() error {
 		p = append(p, "check.timeout: must not be negative")
 	}
 	if c.Check.BarrierMaxInFlight < 0 || c.Check.BarrierMaxInFlight > maxBarrierInFlight {
-		p = append(p, fmt.Sprintf("check.barrierMaxInFlight: must be between 1 and %d (0: the default, 1024)", maxBarrierInFlight))
+		p = append(p, fmt.Sprintf("check.barrierMaxInFlight: must be between 1 and %d (0: the default, %d)", maxBarrierInFlight, lockstore.DefaultMaxInFlight))
 	}
 	c.Connections.validate(func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) })
 	c.Shutdown.validate(func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) })

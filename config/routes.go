@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fencegate/fencegate/lockstore"
 	"gopkg.in/yaml.v3"
 )
 
@@ -168,7 +169,7 @@ func (c *Config) routeProblems() []string {
 		if r.MaxWrite > 0 && !r.Barrier {
 			add("%s.maxWrite: set without barrier: true", where)
 		}
-		if r.MaxWrite > 0 && (r.MaxWrite.Std() < time.Millisecond || r.MaxWrite.Std() > 24*time.Hour) {
+		if r.MaxWrite > 0 && (r.MaxWrite.Std() < time.Millisecond || r.MaxWrite.Std() > lockstore.MaxWriteLimit) {
 			add("%s.maxWrite: must be between 1ms and 24h", where)
 		}
 		if r.Upstream == "" {

@@ -18,6 +18,16 @@ const (
 	// slow write, short enough that a dead edge blocks the next fence for
 	// seconds, not minutes.
 	DefaultMaxWrite = 30 * time.Second
+	// DefaultMaxWait is a barrier route's MaxWait when unset on a transport
+	// that holds the client's connection anyway (the proxy, and so a route
+	// table entry with an upstream): how long a write under a current fence
+	// waits at the barrier for older writes of its key to finish. Long
+	// enough for a typical API write (the older holder's writes in flight
+	// at a handover); a write that finishes here wakes its key's waiters at
+	// once. ext_proc's default is the check's timeout instead, since
+	// Envoy's message timeout bounds the stream. Every route's MaxWait is
+	// bounded by the gateway's cap (DefaultMaxWaitCap).
+	DefaultMaxWait = 5 * time.Second
 	// DefaultMaxWriteCap is the gateway's default bound on every barrier
 	// route's MaxWrite, wherever the route came from (check.maxWriteCap,
 	// given to Options.MaxWriteCap): an entry holds back every

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/fencegate/fencegate/fencewire"
 )
 
 func overrideInput(method, target string, hdr ...string) Input {
@@ -109,7 +111,7 @@ func TestCheckTarget(t *testing.T) {
 		}
 		for _, spec := range []RouteSpec{{Key: "docs/{2}"}, {}} {
 			rt, _ := CompileRoute(spec)
-			req, _ := rt.Request(overrideInput("PUT", target, HeaderKey, "docs/a", HeaderToken, "1"))
+			req, _ := rt.Request(overrideInput("PUT", target, fencewire.HeaderKey, "docs/a", fencewire.HeaderToken, "1"))
 			if !req.Write || !req.Ambiguous {
 				t.Errorf("PUT %q (key %q): write %v ambiguous %v, want refused 400", target, spec.Key, req.Write, req.Ambiguous)
 			}

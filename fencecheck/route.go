@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fencegate/fencegate/fencewire"
 )
 
 // RouteSpec is a route's options as written: an entry of the route table,
@@ -15,8 +17,8 @@ type RouteSpec struct {
 	// Key is a literal key or a template over path segments
 	// ("orders/{2:int}"); empty: the key comes from KeyHeader.
 	Key         string
-	KeyHeader   string // default HeaderKey
-	FenceHeader string // default HeaderToken
+	KeyHeader   string // default fencewire.HeaderKey
+	FenceHeader string // default fencewire.HeaderToken
 	Policy      string // ParsePolicy
 	Mode        string // ParseMode
 	Methods     string // WriteMethods
@@ -84,7 +86,7 @@ func CompileRoute(s RouteSpec) (*Route, error) {
 		rt.Methods, _ = WriteMethods("*") // fail closed: every request is a write
 		errs = append(errs, err)
 	}
-	rt.FenceHeader = HeaderToken
+	rt.FenceHeader = fencewire.HeaderToken
 	if s.FenceHeader != "" {
 		if !ValidHeaderName(s.FenceHeader) {
 			errs = append(errs, fmt.Errorf("fencecheck: fence header %q is not a header name", s.FenceHeader))
@@ -110,7 +112,7 @@ func CompileRoute(s RouteSpec) (*Route, error) {
 			rt.keyErr = err
 		}
 	default:
-		rt.KeyHeader = HeaderKey
+		rt.KeyHeader = fencewire.HeaderKey
 		if s.KeyHeader != "" {
 			if !ValidHeaderName(s.KeyHeader) {
 				rt.keyErr = fmt.Errorf("%w: key header %q is not a header name", ErrRouteOption, s.KeyHeader)
@@ -195,10 +197,10 @@ func (rt *Route) Request(in Input) (Request, error) {
 	}
 	req := rt.request(in, write)
 	req.Path = cutQuery(in.Path)
-	req.LockID, req.Proof, req.Fence = in.Header(HeaderLockID), in.Header(HeaderProof), in.Header(rt.FenceHeader)
+	req.LockID, req.Proof, req.Fence = in.Header(fencewire.HeaderLockID), in.Header(fencewire.HeaderProof), in.Header(rt.FenceHeader)
 	// A fence input sent twice is ambiguous: this check reads one copy,
 	// the upstream may read the other. Denied malformed.
-	if in.Count(rt.FenceHeader) > 1 || in.Count(HeaderLockID) > 1 || in.Count(HeaderProof) > 1 {
+	if in.Count(rt.FenceHeader) > 1 || in.Count(fencewire.HeaderLockID) > 1 || in.Count(fencewire.HeaderProof) > 1 {
 		req.Ambiguous = true
 	}
 	var keyErr error

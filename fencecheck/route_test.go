@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -110,7 +111,7 @@ func TestCompiledRequestDecidesAsParsed(t *testing.T) {
 						t.Fatal(err)
 					}
 					c := New(&stateStore{state: st}, Options{})
-					compiled, _ := rt.Request(hdrInput("PUT", "/x", map[string]string{HeaderKey: "k", HeaderToken: f5, HeaderLockID: idA}))
+					compiled, _ := rt.Request(hdrInput("PUT", "/x", map[string]string{fencewire.HeaderKey: "k", fencewire.HeaderToken: f5, fencewire.HeaderLockID: idA}))
 					byHand := Request{Key: "k", Fence: f5, LockID: idA, Write: true, Policy: Policy(spell[pol]), Mode: Mode(spell[mode]),
 						ProofMode: ProofMode(spell[proof]), Route: "r", Source: "s", Peer: "10.0.0.1:1", Method: "PUT", Path: "/x"}
 					dc, errC := c.Check(context.Background(), compiled)
@@ -133,7 +134,7 @@ func TestCompiledRequestDecidesAsParsed(t *testing.T) {
 func TestCompiledRequestChangedAfter(t *testing.T) {
 	rt, _ := CompileRoute(RouteSpec{Name: "r", Proof: "lockId"})
 	st := lockstore.KeyState{LatestFence: f5, Live: &lockstore.Lock{Fence: f5, LockID: idA}}
-	in := hdrInput("PUT", "/x", map[string]string{HeaderKey: "k", HeaderToken: f5})
+	in := hdrInput("PUT", "/x", map[string]string{fencewire.HeaderKey: "k", fencewire.HeaderToken: f5})
 	for _, broken := range []bool{false, true} {
 		c := New(&stateStore{state: st}, Options{})
 		c.trustRoute = broken
@@ -198,7 +199,7 @@ func TestRequestKeyNormalisedOnce(t *testing.T) {
 func TestRefuse(t *testing.T) {
 	st := &stateStore{state: lockstore.KeyState{LatestFence: f5}}
 	c := New(st, Options{})
-	in := hdrInput("PUT", "/Orders/1?x=1", map[string]string{HeaderKey: "k", HeaderToken: f5})
+	in := hdrInput("PUT", "/Orders/1?x=1", map[string]string{fencewire.HeaderKey: "k", fencewire.HeaderToken: f5})
 	req := Refuse("orders", in, true)
 	d, err := c.Check(context.Background(), req)
 	if err != nil || d.Allowed || d.Reason != ReasonMalformed || d.DecisionID == "" || st.reads.Load() != 0 ||

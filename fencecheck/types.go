@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -43,27 +44,27 @@ type Reason string
 
 // Reasons, with the HTTP status each maps to (StatusOf).
 const (
-	ReasonMissing     Reason = "missing"     // 428: a write without a fence
-	ReasonMalformed   Reason = "malformed"   // 400: fence not 15 digits, bad key (also one the backend refuses) or lockId
-	ReasonStale       Reason = "stale"       // 409: presented < latest issued
-	ReasonNotHeld     Reason = "not-held"    // 409: presented == latest, but no live lock holds it
-	ReasonUnknown     Reason = "unknown"     // 409: presented > latest issued (never issued)
-	ReasonWrongOwner  Reason = "wrong-owner" // 409: the lockId proof does not match the live lock
-	ReasonBadProof    Reason = "bad-proof"   // 403: the route's required proof is missing, or not genuine for this key and fence (ProofMode)
-	ReasonUnavailable Reason = "unavailable" // 503: backend error or deadline; fail closed
+	ReasonMissing     Reason = fencewire.ReasonMissing     // 428: a write without a fence
+	ReasonMalformed   Reason = fencewire.ReasonMalformed   // 400: fence not 15 digits, bad key (also one the backend refuses) or lockId
+	ReasonStale       Reason = fencewire.ReasonStale       // 409: presented < latest issued
+	ReasonNotHeld     Reason = fencewire.ReasonNotHeld     // 409: presented == latest, but no live lock holds it
+	ReasonUnknown     Reason = fencewire.ReasonUnknown     // 409: presented > latest issued (never issued)
+	ReasonWrongOwner  Reason = fencewire.ReasonWrongOwner  // 409: the lockId proof does not match the live lock
+	ReasonBadProof    Reason = fencewire.ReasonBadProof    // 403: the route's required proof is missing, or not genuine for this key and fence (ProofMode)
+	ReasonUnavailable Reason = fencewire.ReasonUnavailable // 503: backend error or deadline; fail closed
 	// ReasonDraining: the fence is current, but on a barrier route a write
 	// under an older fence of the key has not finished, and did not finish
 	// within the route's wait budget (Request.MaxWait). 429 with
 	// Retry-After: retriable, unlike 409 (the fence lost) and 503 (fail
 	// closed).
-	ReasonDraining Reason = "draining"
+	ReasonDraining Reason = fencewire.ReasonDraining
 	// ReasonTooManyWrites: the fence is current and nothing older blocks
 	// it, but on a barrier route the key already has its cap of writes in
 	// flight (lockstore.WriteAdmission.MaxInFlight; entries of abandoned
 	// writes count until their maxWrite). 429 with Retry-After: retriable
 	// once some finish. The cap is what keeps one key's abandoned writes
 	// from growing without bound in the store.
-	ReasonTooManyWrites Reason = "too-many-writes"
+	ReasonTooManyWrites Reason = fencewire.ReasonTooManyWrites
 )
 
 // Reasons lists every Reason in a stable order (for metrics and docs).
@@ -73,24 +74,10 @@ var Reasons = []Reason{ReasonMissing, ReasonMalformed, ReasonStale, ReasonNotHel
 // StatusOf returns the HTTP status a denial for reason r is answered with,
 // and 200 for the empty reason (allowed).
 func StatusOf(r Reason) int {
-	switch r {
-	case "":
+	if r == "" {
 		return http.StatusOK
-	case ReasonMissing:
-		return http.StatusPreconditionRequired
-	case ReasonMalformed:
-		return http.StatusBadRequest
-	case ReasonStale, ReasonNotHeld, ReasonUnknown, ReasonWrongOwner:
-		return http.StatusConflict
-	case ReasonDraining, ReasonTooManyWrites:
-		return http.StatusTooManyRequests
-	case ReasonBadProof:
-		// Not a conflict with the lock's state: the sender has not shown
-		// it may write at all (and retrying with the same input is futile).
-		return http.StatusForbidden
-	default: // ReasonUnavailable, and anything unexpected fails closed
-		return http.StatusServiceUnavailable
 	}
+	return fencewire.Status(string(r)) // anything unexpected fails closed: 503
 }
 
 // ParsePolicy parses a route's policy; "" is PolicyHolder. Matching is
@@ -179,7 +166,7 @@ type Request struct {
 	// "draining", counted from the first answer that found it blocked;
 	// 0 is the Checker's Timeout (what an edge whose caller allows one
 	// message timeout, such as Envoy ext_proc, can afford; `fencegate
-	// proxy` passes its own default, proxy.DefaultMaxWait). Above the
+	// proxy` passes its own default, DefaultMaxWait). Above the
 	// Checker's MaxWaitCap the write fails closed (ErrMaxWaitOverCap).
 	// Each store call of the wait keeps its own Timeout; the caller's
 	// context still ends the wait (a client that left).

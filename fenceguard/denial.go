@@ -1,18 +1,20 @@
 package fenceguard
 
 import (
-	"encoding/json"
 	"net/http"
+
+	"github.com/fencegate/fencegate/fencewire"
 )
 
-// Header names, as the edge sends them (docs/api.md). HTTP header names are
+// Header names, as the edge sends them (docs/api.md; package fencewire's, so
+// the guard and the edge cannot disagree). HTTP header names are
 // case-insensitive; net/http canonicalises them.
 const (
-	HeaderVerified   = "x-fence-verified"    // the fence the edge checked and found current
-	HeaderKey        = "x-fence-key"         // the lock key, when the route takes it from a header
-	HeaderProof      = "x-fence-proof"       // the signed write proof (package writeproof)
-	HeaderReason     = "x-fence-reason"      // denials: the reason
-	HeaderDecisionID = "x-fence-decision-id" // the edge's decision id, echoed in denials
+	HeaderVerified   = fencewire.HeaderVerified   // the fence the edge checked and found current
+	HeaderKey        = fencewire.HeaderKey        // the lock key, when the route takes it from a header
+	HeaderProof      = fencewire.HeaderProof      // the signed write proof (package writeproof)
+	HeaderReason     = fencewire.HeaderReason     // denials: the reason
+	HeaderDecisionID = fencewire.HeaderDecisionID // the edge's decision id, echoed in denials
 )
 
 // Reason says why a write was refused. The values, and the status each is
@@ -24,35 +26,23 @@ type Reason string
 const (
 	// ReasonMissing (428): the request carries no verified fence (it did
 	// not pass a checking edge, or the edge did not check it).
-	ReasonMissing Reason = "missing"
+	ReasonMissing Reason = fencewire.ReasonMissing
 	// ReasonMalformed (400): a fence that is not 15 digits, a header sent
 	// twice, or a key that does not match the handler's (see Options.Key).
-	ReasonMalformed Reason = "malformed"
+	ReasonMalformed Reason = fencewire.ReasonMalformed
 	// ReasonStale (409): a newer fence has already committed for the key.
-	ReasonStale Reason = "stale"
+	ReasonStale Reason = fencewire.ReasonStale
 	// ReasonBadProof (403): proofs are required and the proof is missing,
 	// malformed, not signed by a gateway key, or for another key or fence.
-	ReasonBadProof Reason = "bad-proof"
+	ReasonBadProof Reason = fencewire.ReasonBadProof
 	// ReasonUnavailable (503): the API could not decide (the gateway's keys
 	// could not be fetched, the database failed). Fail closed.
-	ReasonUnavailable Reason = "unavailable"
+	ReasonUnavailable Reason = fencewire.ReasonUnavailable
 )
 
-// Status is the HTTP status a refusal for r is answered with.
-func (r Reason) Status() int {
-	switch r {
-	case ReasonMissing:
-		return http.StatusPreconditionRequired
-	case ReasonMalformed:
-		return http.StatusBadRequest
-	case ReasonStale:
-		return http.StatusConflict
-	case ReasonBadProof:
-		return http.StatusForbidden
-	default:
-		return http.StatusServiceUnavailable
-	}
-}
+// Status is the HTTP status a refusal for r is answered with (the edge's:
+// fencewire.Status).
+func (r Reason) Status() int { return fencewire.Status(string(r)) }
 
 // Result is the outcome of a fenced commit (pgfence, redisfence).
 type Result struct {
@@ -70,16 +60,6 @@ type Result struct {
 // Stale reports whether the write was refused because a newer fence had
 // already committed for the key.
 func (r Result) Stale() bool { return !r.Applied }
-
-// denialBody is the edge's denial body (fencecheck.DenialJSON): a test
-// holds the two byte for byte equal.
-type denialBody struct {
-	Error      string `json:"error"`
-	Key        string `json:"key"`
-	Presented  string `json:"presented"`
-	Current    string `json:"current"`
-	DecisionID string `json:"decisionId"`
-}
 
 // Refuse answers r with the edge's denial for reason: its status,
 // Content-Type application/json, Cache-Control no-store, x-fence-reason,
@@ -105,7 +85,7 @@ func RefuseStale(w http.ResponseWriter, r *http.Request, res Result) {
 
 func refuse(w http.ResponseWriter, r *http.Request, reason Reason, key, presented, current string) {
 	id := edgeDecisionID(r)
-	body, _ := json.Marshal(denialBody{Error: string(reason), Key: key, Presented: presented, Current: current, DecisionID: id}) // strings always marshal
+	body := fencewire.Denial{Error: string(reason), Key: key, Presented: presented, Current: current, DecisionID: id}.JSON()
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")

@@ -247,6 +247,7 @@ func TestNoDriverDependencies(t *testing.T) {
 	}
 	allowed := map[string]bool{
 		"github.com/fencegate/fencegate/fenceguard": true,
+		"github.com/fencegate/fencegate/fencewire":  true,
 		"github.com/fencegate/fencegate/writeproof": true,
 		"github.com/fencegate/fencegate/lockstore":  true,
 		"golang.org/x/text/transform":               true,

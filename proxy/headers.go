@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 )
 
 // Request headers a client must not be able to hand an upstream. The rules
@@ -107,7 +108,7 @@ func newHeaderPolicy(r *fencecheck.Route) headerPolicy {
 		hp.inputs = append(hp.inputs, foldHeader(name))
 	}
 	add(fence)
-	add(fencecheck.HeaderProof)
+	add(fencewire.HeaderProof)
 	if r.Key == nil {
 		add(r.KeyHeader)
 	}
@@ -142,7 +143,7 @@ func (hp headerPolicy) strip(h http.Header) {
 }
 
 func (hp headerPolicy) drops(name string) bool {
-	if foldHasPrefix(name, "x-fence-") || foldHasPrefix(name, "x-forwarded-") || foldEqual(name, "forwarded") {
+	if foldHasPrefix(name, fencewire.HeaderPrefix) || foldHasPrefix(name, "x-forwarded-") || foldEqual(name, "forwarded") {
 		return true
 	}
 	for _, f := range hp.inputs {

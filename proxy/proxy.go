@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/tracing"
 	"github.com/fencegate/fencegate/routes"
 )
@@ -523,21 +524,21 @@ func (p *Proxy) rewrite(rt *upstream) func(*httputil.ProxyRequest) {
 		}
 		ex, _ := pr.In.Context().Value(ctxKey{}).(*exchange)
 		out := pr.Out.Header
-		out.Del(fencecheck.HeaderLockID)
-		out.Del(fencecheck.HeaderVerified)
-		out.Del(fencecheck.HeaderWouldDeny)
-		out.Del(fencecheck.HeaderDecisionID)
+		out.Del(fencewire.HeaderLockID)
+		out.Del(fencewire.HeaderVerified)
+		out.Del(fencewire.HeaderWouldDeny)
+		out.Del(fencewire.HeaderDecisionID)
 		if ex == nil {
 			return
 		}
 		if fencecheck.Verified(ex.dec) {
-			out.Set(fencecheck.HeaderVerified, ex.dec.Presented)
+			out.Set(fencewire.HeaderVerified, ex.dec.Presented)
 		}
 		if ex.dec.WouldDeny {
-			out.Set(fencecheck.HeaderWouldDeny, string(ex.dec.Reason))
+			out.Set(fencewire.HeaderWouldDeny, string(ex.dec.Reason))
 		}
 		if ex.dec.DecisionID != "" {
-			out.Set(fencecheck.HeaderDecisionID, ex.dec.DecisionID)
+			out.Set(fencewire.HeaderDecisionID, ex.dec.DecisionID)
 		}
 	}
 }

@@ -9,11 +9,12 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
 // Header is the request header a proof travels in.
-const Header = "x-fence-proof"
+const Header = fencewire.HeaderProof
 
 // Version is the only proof version this package reads and writes.
 const Version = "v1"

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/fencegate/fencegate/fencewire"
 )
 
 // runCheck asks a gateway's forward-auth endpoint whether a write carrying
@@ -34,7 +36,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	// X-Forwarded-*; route options then travel in the query.
 	target := strings.TrimRight(cf.server, "/") + "/v1/authz/check"
 	if *policy != "" {
-		target += "?" + url.Values{"fence_policy": {*policy}}.Encode()
+		target += "?" + url.Values{fencewire.ExtPolicy: {*policy}}.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
@@ -43,12 +45,12 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	req.Header.Set("X-Forwarded-Method", *method)
 	req.Header.Set("X-Forwarded-Uri", "/")
-	req.Header.Set("X-Fence-Key", *key)
+	req.Header.Set(fencewire.HeaderKey, *key)
 	if *fence != "" {
-		req.Header.Set("X-Fence-Token", *fence)
+		req.Header.Set(fencewire.HeaderToken, *fence)
 	}
 	if *lockID != "" {
-		req.Header.Set("X-Fence-Lock-Id", *lockID)
+		req.Header.Set(fencewire.HeaderLockID, *lockID)
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -70,10 +72,10 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	switch {
 	case resp.StatusCode == http.StatusOK:
-		fmt.Fprintf(stdout, "{\"allowed\":true,\"fence\":%q,\"decisionId\":%q}\n", resp.Header.Get("X-Fence-Verified"), resp.Header.Get("X-Fence-Decision-Id"))
+		fmt.Fprintf(stdout, "{\"allowed\":true,\"fence\":%q,\"decisionId\":%q}\n", resp.Header.Get(fencewire.HeaderVerified), resp.Header.Get(fencewire.HeaderDecisionID))
 		return exitOK
 	case resp.StatusCode >= 500:
-		fmt.Fprintf(stderr, "fencegate check: gateway answered %d (%s): %s\n", resp.StatusCode, resp.Header.Get("X-Fence-Reason"), strings.TrimSpace(string(body)))
+		fmt.Fprintf(stderr, "fencegate check: gateway answered %d (%s): %s\n", resp.StatusCode, resp.Header.Get(fencewire.HeaderReason), strings.TrimSpace(string(body)))
 		return exitFailure
 	default:
 		fmt.Fprintln(stdout, strings.TrimSpace(string(body)))

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/client"
+	"github.com/fencegate/fencegate/config"
 )
 
-// DefaultServer is where the client subcommands find a gateway.
-const DefaultServer = "http://127.0.0.1:8080"
+// DefaultServer is where the client subcommands find a gateway: `serve`'s
+// default HTTP listener.
+const DefaultServer = "http://" + config.DefaultHTTPAddr
 
 // clientFlags are the connection flags every client subcommand shares. The
 // token is best given as FENCEGATE_TOKEN or --token-file: a --token on the

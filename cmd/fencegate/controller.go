@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/fencepolicy"
 )
 
@@ -31,8 +32,8 @@ func runController(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var gateways gatewayFlags
 	fs.Var(&gateways, "gateway", "a gateway replica's metrics URL (http://fencegate-headless.fencegate.svc:8080/metrics: every address the host resolves to is a replica); repeatable")
 	resync := fs.Duration("resync", 0, "period of the full reconciliation (default 1s)")
-	maxWriteCap := fs.Duration("max-write-cap", config.DefaultMaxWriteCap, "the gateways' check.maxWriteCap")
-	maxWaitCap := fs.Duration("max-wait-cap", config.DefaultMaxWaitCap, "the gateways' check.maxWaitCap")
+	maxWriteCap := fs.Duration("max-write-cap", fencecheck.DefaultMaxWriteCap, "the gateways' check.maxWriteCap")
+	maxWaitCap := fs.Duration("max-wait-cap", fencecheck.DefaultMaxWaitCap, "the gateways' check.maxWaitCap")
 	proofSigning := fs.Bool("proof-signing", false, "the gateways have a proof key (proof.keys or proof.verifyKeys); without it a FencePolicy with proof: signed is Invalid")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "json", "json or text")

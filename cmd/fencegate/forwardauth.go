@@ -6,13 +6,13 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/connlimit"
 	"github.com/fencegate/fencegate/internal/serving"
+	"github.com/fencegate/fencegate/lockserver"
 )
 
 // authzOptions are the edge transports' options. With tokens (auth on),
@@ -47,7 +47,7 @@ func forwardAuthCredential(authn *auth.Authenticator) func(string) (authz.KeySco
 
 // mountForwardAuth serves forward-auth at authz.HTTPPath and below, behind
 // the access log, reading no request body.
-func mountForwardAuth(mux *http.ServeMux, srv *api.Server, checker *fencecheck.Checker, ao authz.Options) {
+func mountForwardAuth(mux *http.ServeMux, srv *lockserver.Server, checker *fencecheck.Checker, ao authz.Options) {
 	fwd := serving.Bodiless(srv.Middleware(authz.NewHTTPHandler(checker, ao)))
 	mux.Handle(authz.HTTPPath, fwd)
 	mux.Handle(authz.HTTPPath+"/", fwd)
@@ -57,7 +57,7 @@ func mountForwardAuth(mux *http.ServeMux, srv *api.Server, checker *fencecheck.C
 // /v1/authz/check and nothing else, so that the proxies' port can be told
 // apart from the lock clients' (a NetworkPolicy, a firewall) and the lock
 // API's port need not admit them.
-func newForwardAuthRunner(l config.Listener, conns connlimit.Limits, srv *api.Server, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*serving.HTTPRunner, error) {
+func newForwardAuthRunner(l config.Listener, conns connlimit.Limits, srv *lockserver.Server, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*serving.HTTPRunner, error) {
 	tc, _, err := serving.ServerTLS("authz-http", l.TLS, log, goBG)
 	if err != nil {
 		return nil, err

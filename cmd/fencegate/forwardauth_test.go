@@ -12,14 +12,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
-	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/connlimit"
 	"github.com/fencegate/fencegate/internal/console"
 	"github.com/fencegate/fencegate/internal/serving"
+	"github.com/fencegate/fencegate/lockserver"
 )
 
 // forwardAuthGateway runs the lock API's HTTP listener as serve builds it
@@ -39,7 +39,7 @@ func forwardAuthGatewayTB(t testing.TB, cfg config.Config, set serveSettings, ao
 		t.Fatal(err)
 	}
 	ui := console.New(ctx, console.Options{Store: gw.store, Audit: gw.auditLog, Auth: set.auth, Logger: log})
-	srv, err := api.New(api.Options{Store: gw.locks, Audit: gw.auditLog, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: log})
+	srv, err := lockserver.New(lockserver.Options{Store: gw.locks, Audit: gw.auditLog, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,9 +162,9 @@ func TestForwardAuthCredential(t *testing.T) {
 				switch {
 				case st == http.StatusOK:
 					found = true
-				case h.Get(authz.HeaderReason) == "stale": // below the hidden current fence
+				case h.Get(fencewire.HeaderReason) == "stale": // below the hidden current fence
 					lo = mid + 1
-				case h.Get(authz.HeaderReason) == "unknown": // above it
+				case h.Get(fencewire.HeaderReason) == "unknown": // above it
 					hi = mid - 1
 				default: // refused: nothing to learn
 					lo, hi = 1, 0
@@ -201,21 +201,14 @@ func TestForwardAuthCredential(t *testing.T) {
 					t.Errorf("%s: status %d, want %d", tc.name, st, tc.status)
 				}
 				decided := decisions(t, gw.reg) > n
-				if want := tc.status == 200 || tc.status == 409; decided != want || (h.Get(authz.HeaderDecisionID) != "") != want {
-					t.Errorf("%s: decided %v (decision id %q), want %v", tc.name, decided, h.Get(authz.HeaderDecisionID), want)
+				if want := tc.status == 200 || tc.status == 409; decided != want || (h.Get(fencewire.HeaderDecisionID) != "") != want {
+					t.Errorf("%s: decided %v (decision id %q), want %v", tc.name, decided, h.Get(fencewire.HeaderDecisionID), want)
 				}
 				if tc.status == 401 && !strings.HasPrefix(h.Get("WWW-Authenticate"), "Bearer") {
 					t.Errorf("%s: WWW-Authenticate %q", tc.name, h.Get("WWW-Authenticate"))
 				}
 			}
 		})
-	}
-}
-
-// TestMaxWriteCapDefaultsAgree: config restates fencecheck's default cap.
-func TestMaxWriteCapDefaultsAgree(t *testing.T) {
-	if config.DefaultMaxWriteCap != fencecheck.DefaultMaxWriteCap {
-		t.Fatalf("config.DefaultMaxWriteCap %s, fencecheck.DefaultMaxWriteCap %s", config.DefaultMaxWriteCap, fencecheck.DefaultMaxWriteCap)
 	}
 }
 
@@ -240,7 +233,7 @@ func TestForwardAuthOwnListener(t *testing.T) {
 		return authzOptions(a, false, authz.Options{Logger: discardLogger()})
 	}
 	base, gw := forwardAuthGateway(t, cfg, set, opts)
-	srv, err := api.New(api.Options{Store: gw.locks, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: discardLogger()})
+	srv, err := lockserver.New(lockserver.Options{Store: gw.locks, Auth: set.auth, Registerer: prometheus.NewRegistry(), Logger: discardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

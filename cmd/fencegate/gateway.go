@@ -9,13 +9,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/internal/connlimit"
 	"github.com/fencegate/fencegate/internal/health"
 	"github.com/fencegate/fencegate/internal/storetelemetry"
 	"github.com/fencegate/fencegate/internal/tracing/otelenv"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/writeproof"
 )
@@ -91,7 +91,7 @@ func startGateway(ctx context.Context, cfg config.Config, set gatewaySettings, l
 	gw.conns.Metrics = connlimit.NewMetrics(gw.reg)
 	// Every lock operation is also timed per store call, off the request
 	// path (the decorator's worker observes; a full queue drops and counts).
-	sm, err := api.NewStoreMetrics(gw.reg, gw.caps.Backend)
+	sm, err := lockserver.NewStoreMetrics(gw.reg, gw.caps.Backend)
 	if err != nil {
 		return nil, err
 	}

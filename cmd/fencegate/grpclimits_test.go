@@ -14,13 +14,13 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/internal/connlimit"
 	"github.com/fencegate/fencegate/internal/serving"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/lockserver"
 )
 
 // TestLocksGRPCListenerBoundsMessages: the lock API listener as serve
@@ -37,7 +37,7 @@ func TestLocksGRPCListenerBoundsMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.Options{Store: s, Auth: authn, Logger: discardLogger(), Authenticated: connlimit.MarkTrusted})
+	srv, err := lockserver.New(lockserver.Options{Store: s, Auth: authn, Logger: discardLogger(), Authenticated: connlimit.MarkTrusted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestLocksGRPCListenerBoundsMessages(t *testing.T) {
 // TestGRPCSlotsKeepAuthenticatedCallers: on the lock API listener, a
 // connection that carried a call with a valid token outlives idle
 // connections that arrive after it when the listener is full. Without the
-// api.Options.Authenticated hook (the broken variant) it is the longest
+// lockserver.Options.Authenticated hook (the broken variant) it is the longest
 // idle and the first closed.
 func TestGRPCSlotsKeepAuthenticatedCallers(t *testing.T) {
 	const token = "tok-grpc-trust-51aa"
@@ -112,7 +112,7 @@ func TestGRPCSlotsKeepAuthenticatedCallers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv, err := api.New(api.Options{Store: s, Auth: authn, Logger: discardLogger(), Authenticated: tc.hook})
+			srv, err := lockserver.New(lockserver.Options{Store: s, Auth: authn, Logger: discardLogger(), Authenticated: tc.hook})
 			if err != nil {
 				t.Fatal(err)
 			}

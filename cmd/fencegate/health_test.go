@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
 	"github.com/fencegate/fencegate/fencecheck"
@@ -18,6 +17,7 @@ import (
 	"github.com/fencegate/fencegate/internal/health"
 	"github.com/fencegate/fencegate/internal/serving"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -44,7 +44,7 @@ func TestGRPCHealthStartsNotServing(t *testing.T) {
 	s := locktest.OpenBolt(t)
 	store := gatedStore{Store: s, gate: make(chan struct{})}
 	log := discardLogger()
-	srv, err := api.New(api.Options{Store: store, Logger: log})
+	srv, err := lockserver.New(lockserver.Options{Store: store, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestGRPCHealthStartsNotServing(t *testing.T) {
 		return res.GetStatus()
 	}
 	targets := []struct{ addr, svc string }{
-		{locks.Addr(), ""}, {locks.Addr(), api.LocksServiceName},
+		{locks.Addr(), ""}, {locks.Addr(), lockserver.LocksServiceName},
 		{az.Addr(), ""}, {az.Addr(), authz.ServiceName},
 	}
 	for _, tg := range targets {

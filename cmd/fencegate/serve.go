@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fencegate/fencegate/admission"
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/auth"
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/config"
@@ -29,6 +28,7 @@ import (
 	"github.com/fencegate/fencegate/internal/routereload"
 	"github.com/fencegate/fencegate/internal/serving"
 	"github.com/fencegate/fencegate/internal/tracing/otelenv"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/routes"
 	"github.com/fencegate/fencegate/writeproof"
@@ -80,7 +80,7 @@ type serveSettings struct {
 	verifier *writeproof.Verifier
 	tracing  otelenv.Config // from the OTEL_* variables
 	// accessLog is log.access, parsed by the api package.
-	accessLog api.AccessLog
+	accessLog lockserver.AccessLog
 	// table is the route table every edge serves (nil: none; the proxy
 	// listener runs when it has entries with an upstream).
 	table *routes.Table
@@ -111,7 +111,7 @@ func loadServeConfig(build func(func(string) string) (config.Config, config.File
 	if set.store, err = parseStoreURL(cfg.Store); err != nil {
 		add("store", err)
 	}
-	if set.accessLog, err = api.ParseAccessLog(cfg.Log.Access); err != nil {
+	if set.accessLog, err = lockserver.ParseAccessLog(cfg.Log.Access); err != nil {
 		add("log.access", err)
 	}
 	if len(cfg.Tokens) > 0 {
@@ -254,9 +254,9 @@ func newAdmissionListener(c config.Admission, o admission.Options, gw *gateway, 
 // newLockAPI builds the lock API and the console. The console reads the
 // store (lockstore.As finds its LockLister) and records the lock
 // operations the API serves for its timeline.
-func newLockAPI(ctx context.Context, cfg config.Config, set serveSettings, gw *gateway, log *slog.Logger) (*api.Server, *console.Console, error) {
+func newLockAPI(ctx context.Context, cfg config.Config, set serveSettings, gw *gateway, log *slog.Logger) (*lockserver.Server, *console.Console, error) {
 	ui := console.New(ctx, console.Options{Store: gw.store, Audit: gw.auditLog, Auth: set.auth, RawKeys: cfg.Check.AuditRawKeys, Logger: log})
-	srv, err := api.New(api.Options{
+	srv, err := lockserver.New(lockserver.Options{
 		Store: ui.Record(gw.locks), Audit: gw.auditLog, Auth: set.auth, MaxWait: cfg.Locks.MaxWait.Std(), OpTimeout: cfg.Locks.OpTimeout.Std(),
 		Registerer: gw.reg, Gatherer: gw.reg, Logger: log, AccessLog: set.accessLog, Proofs: set.proofs,
 		Authenticated: connlimit.MarkTrusted,
@@ -319,7 +319,7 @@ var closeBuiltOnError = true
 
 // newMainHTTPRunner builds the HTTP listener: the lock API, forward-auth,
 // health (/healthz, /readyz: hs) and metrics.
-func newMainHTTPRunner(cfg config.Config, conns connlimit.Limits, srv *api.Server, ui *console.Console, hs *health.Readiness, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*serving.HTTPRunner, error) {
+func newMainHTTPRunner(cfg config.Config, conns connlimit.Limits, srv *lockserver.Server, ui *console.Console, hs *health.Readiness, checker *fencecheck.Checker, ao authz.Options, log *slog.Logger, goBG func(func(context.Context))) (*serving.HTTPRunner, error) {
 	tc, _, err := serving.ServerTLS("http", cfg.HTTP.TLS, log, goBG)
 	if err != nil {
 		return nil, err
@@ -335,7 +335,7 @@ func newMainHTTPRunner(cfg config.Config, conns connlimit.Limits, srv *api.Serve
 	// cancels a request whose connection passes ReadTimeout.
 	maxWait := cfg.Locks.MaxWait.Std()
 	if maxWait == 0 {
-		maxWait = api.DefaultMaxWait
+		maxWait = lockserver.DefaultMaxWait
 	}
 	return serving.NewHTTP("http", cfg.HTTP.Addr, tc, mux, serving.ReadTimeout+maxWait, conns, log)
 }
@@ -365,13 +365,13 @@ func connsOf(c config.Connections) connlimit.Limits {
 
 // newLocksGRPCRunner builds the gRPC lock API listener. A Locks call
 // without a valid token is refused before its message is read
-// (api.Server.GRPCTap).
-func newLocksGRPCRunner(l config.Listener, conns connlimit.Limits, srv *api.Server, hs *health.Readiness, log *slog.Logger, goBG func(func(context.Context))) (*serving.GRPCRunner, error) {
+// (lockserver.Server.GRPCTap).
+func newLocksGRPCRunner(l config.Listener, conns connlimit.Limits, srv *lockserver.Server, hs *health.Readiness, log *slog.Logger, goBG func(func(context.Context))) (*serving.GRPCRunner, error) {
 	limits := serving.DefaultGRPCLimits
 	limits.Conns, limits.MaxRecvMsg, limits.MaxHeaderList, limits.Tap = conns, locksMaxRecvMsg, locksMaxHeaderList, srv.GRPCTap
 	return newGRPCListener("grpc", l, limits, log, goBG, func(g *grpc.Server) {
 		srv.RegisterGRPC(g)
-		hs.GRPC(g, "", api.LocksServiceName)
+		hs.GRPC(g, "", lockserver.LocksServiceName)
 	})
 }
 

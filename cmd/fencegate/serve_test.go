@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -135,7 +135,7 @@ func TestMergeRetention(t *testing.T) {
 // builds its options: empty is api's default (errors), each name maps to
 // its mode, and anything else is a configuration problem.
 func TestAccessLogConfig(t *testing.T) {
-	for arg, want := range map[string]api.AccessLog{"": api.AccessErrors, "off": api.AccessOff, "errors": api.AccessErrors, "all": api.AccessAll} {
+	for arg, want := range map[string]lockserver.AccessLog{"": lockserver.AccessErrors, "off": lockserver.AccessOff, "errors": lockserver.AccessErrors, "all": lockserver.AccessAll} {
 		var args []string
 		if arg != "" {
 			args = []string{"--log-access", arg}

@@ -31,6 +31,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/fencewire"
 	rtable "github.com/fencegate/fencegate/routes"
 )
 
@@ -111,7 +112,7 @@ func (o Options) serviceHost() string {
 
 // RouteExtension is the ext_authz context extension (Envoy Gateway
 // contextExtensions, Contour authPolicy.context) naming the entry.
-const RouteExtension = "fence_route"
+const RouteExtension = fencewire.ExtRoute
 
 // maxEntries bounds the table a generator accepts: Istio's rules and a
 // Gateway API route's matches are bounded lists, and a table this large is

@@ -18,6 +18,7 @@ import (
 	"github.com/fencegate/fencegate/authz"
 	"github.com/fencegate/fencegate/deploy/nginx/nginxtest"
 	"github.com/fencegate/fencegate/fencecheck"
+	"github.com/fencegate/fencegate/fencewire"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
 	"github.com/fencegate/fencegate/lockstore"
 	"github.com/fencegate/fencegate/writeproof"
@@ -61,14 +62,14 @@ func (e *recordingEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			rec.Header().Set(kv[0], kv[1])
 		}
 		rec.Header().Set("Cache-Control", "no-store")
-		rec.Header().Set(authz.HeaderStatus, "429")
-		rec.Header().Set(authz.HeaderBody, string(body))
+		rec.Header().Set(fencewire.HeaderStatus, "429")
+		rec.Header().Set(fencewire.HeaderBody, string(body))
 		rec.WriteHeader(http.StatusForbidden)
 		_, _ = rec.Write(body)
 	} else {
 		e.h.ServeHTTP(rec, r)
 	}
-	if id := rec.Header().Get(fencecheck.HeaderDecisionID); id != "" {
+	if id := rec.Header().Get(fencewire.HeaderDecisionID); id != "" {
 		e.mu.Lock()
 		e.answers[id] = authAnswer{header: rec.Header().Clone(), body: rec.Body.Bytes()}
 		e.mu.Unlock()
@@ -151,12 +152,12 @@ func TestNginxDenialsPassThrough(t *testing.T) {
 			var wrong []string
 			for _, tc := range cases {
 				resp, body := do(t, base, tc.call)
-				id := resp.Header.Get(fencecheck.HeaderDecisionID)
+				id := resp.Header.Get(fencewire.HeaderDecisionID)
 				a, ok := edge.answer(id)
 				if !ok {
 					t.Fatalf("%s: no edge answer for decision id %q (%d %s)", tc.name, id, resp.StatusCode, body)
 				}
-				if got := a.header.Get(authz.HeaderStatus); got != fmt.Sprint(tc.status) {
+				if got := a.header.Get(fencewire.HeaderStatus); got != fmt.Sprint(tc.status) {
 					t.Fatalf("%s: the edge answered %s, want %d: the case does not produce its status", tc.name, got, tc.status)
 				}
 				var diffs []string
@@ -166,7 +167,7 @@ func TestNginxDenialsPassThrough(t *testing.T) {
 				if !bytes.Equal(body, a.body) {
 					diffs = append(diffs, fmt.Sprintf("body %q, the edge's %q", body, a.body))
 				}
-				for _, h := range []string{"Content-Type", "Cache-Control", fencecheck.HeaderReason, fencecheck.HeaderDecisionID, "Retry-After"} {
+				for _, h := range []string{"Content-Type", "Cache-Control", fencewire.HeaderReason, fencewire.HeaderDecisionID, "Retry-After"} {
 					if resp.Header.Get(h) != a.header.Get(h) {
 						diffs = append(diffs, fmt.Sprintf("%s %q, the edge's %q", h, resp.Header.Get(h), a.header.Get(h)))
 					}

@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/fencegate/fencegate/config"
+	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/routes"
 )
 
@@ -136,10 +137,10 @@ func New(o Options) (*Controller, error) {
 		o.Resync = time.Second
 	}
 	if o.MaxWriteCap == 0 {
-		o.MaxWriteCap = config.DefaultMaxWriteCap
+		o.MaxWriteCap = fencecheck.DefaultMaxWriteCap
 	}
 	if o.MaxWaitCap == 0 {
-		o.MaxWaitCap = config.DefaultMaxWaitCap
+		o.MaxWaitCap = fencecheck.DefaultMaxWaitCap
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -17,10 +17,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/proto/fencegate/v1"
 	"github.com/fencegate/fencegate/internal/testutil"
 	"github.com/fencegate/fencegate/internal/testutil/locktest"
+	"github.com/fencegate/fencegate/lockserver"
 	"github.com/fencegate/fencegate/lockstore"
 )
 
@@ -30,12 +30,12 @@ type panicStore struct{ lockstore.Store }
 
 func (panicStore) IsLocked(context.Context, string) (bool, error) { panic("boom") }
 
-func panickingAPI(t *testing.T) (*api.Server, *testutil.LogBuffer, *slog.Logger) {
+func panickingAPI(t *testing.T) (*lockserver.Server, *testutil.LogBuffer, *slog.Logger) {
 	t.Helper()
 	s := locktest.OpenBolt(t)
 	logs := &testutil.LogBuffer{}
 	log := testutil.Logger(logs, nil)
-	srv, err := api.New(api.Options{Store: panicStore{s}, Logger: log})
+	srv, err := lockserver.New(lockserver.Options{Store: panicStore{s}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestGRPCPanicIsRecoveredByTheListener(t *testing.T) {
 	defer cancel()
 	_, err = c.IsLocked(ctx, &fencegatev1.IsLockedRequest{Key: "a"})
 	st, _ := status.FromError(err)
-	if st.Code() != codes.Internal || api.CodeFromStatus(st) != lockstore.Internal {
+	if st.Code() != codes.Internal || lockserver.CodeFromStatus(st) != lockstore.Internal {
 		t.Fatalf("error %v, want INTERNAL with code Internal", err)
 	}
 	for _, want := range []string{"panic in gRPC handler", "boom", "stack=", "code=Internal"} {

@@ -88,7 +88,7 @@ var rawDenylist = []string{"token", "secret", "password", "credential", "apikey"
 //
 // It is SyncGuard's opt-in withTelemetry (docs/design.md, "Telemetry is opt-in"). The
 // gateway wraps its store's lock operations with it to time each store
-// call per backend (api.StoreMetrics); the lock API's own metrics count
+// call per backend (lockserver.StoreMetrics); the lock API's own metrics count
 // requests, which include refusals no store call sees (401, 403, 400) and
 // waits that span many store calls (waitMs).
 func WithTelemetry(l lockstore.Locks, opts TelemetryOptions) *Telemetry {

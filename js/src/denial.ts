@@ -1,6 +1,6 @@
 // The edge's denial (fencecheck.DenialJSON), byte for byte.
 
-/** Header names, as the edge sends them. */
+/** Header names, as the edge sends them (Go's package fencewire; test/vectors.test.js holds them equal). */
 export const HEADER_VERIFIED = 'x-fence-verified';
 export const HEADER_KEY = 'x-fence-key';
 export const HEADER_PROOF = 'x-fence-proof';

@@ -8,9 +8,37 @@ import express from 'express';
 import Fastify from 'fastify';
 import { Verifier, staticKeys, denial, parseFence, Guard, fenceOf, refuseStale, staleDenial } from '../dist/index.js';
 import { fenceKey } from '../dist/redis.js';
+import * as guardModule from '../dist/index.js';
 import { vectors, raw, listen } from './helpers.js';
 
 const verifier = Verifier.fromKeySet(vectors.keySet);
+
+// headerMismatches lists where a module's HEADER_* exports and Go's header
+// names (vectors.headers, by their fencewire names: HEADER_DECISION_ID is
+// HeaderDecisionID) differ, either way round.
+function headerMismatches(mod, headers) {
+  const goName = (js) => 'Header' + js.slice('HEADER_'.length).split('_')
+    .map((w) => (w === 'ID' ? w : w[0] + w.slice(1).toLowerCase())).join('');
+  const out = [];
+  const seen = new Set();
+  for (const [name, value] of Object.entries(mod)) {
+    if (!name.startsWith('HEADER_')) continue;
+    seen.add(goName(name));
+    if (headers[goName(name)] !== value) out.push(`${name} ${JSON.stringify(value)}, Go's ${goName(name)} ${JSON.stringify(headers[goName(name)])}`);
+  }
+  for (const g of Object.keys(headers)) if (!seen.has(g)) out.push(`Go's ${g} has no HEADER_ export`);
+  return out;
+}
+
+test('header names are Go\'s (fencewire)', () => {
+  assert.ok(Object.keys(vectors.headers).length >= 7);
+  assert.deepEqual(headerMismatches(guardModule, vectors.headers), []);
+  // The comparison can fail: one misspelt name, one missing, one extra.
+  assert.equal(headerMismatches({ ...guardModule, HEADER_VERIFIED: 'x-fence-verifed' }, vectors.headers).length, 1);
+  const { HEADER_LOCK_ID: _, ...withoutLockId } = guardModule;
+  assert.equal(headerMismatches(withoutLockId, vectors.headers).length, 1);
+  assert.equal(headerMismatches({ ...guardModule, HEADER_EXTRA: 'x-fence-extra' }, vectors.headers).length, 1);
+});
 
 test('proof verdicts are Go\'s', () => {
   assert.ok(vectors.proofs.length >= 20);
