@@ -115,25 +115,12 @@ func (c *Config) Drain() time.Duration {
 	return d
 }
 
-// problems lists what is wrong with the proxy section, as Validate's
-// "proxy…: …" lines. The route options that need fencecheck (policy, mode,
-// methods, key templates) are checked again when the proxy is built, and
-// reported with these before anything starts.
-func (p Proxy) problems() []string {
+// routeProblems lists what is wrong with proxy.routes' entries: part of
+// the route table, so a reload checks them as the start does
+// (Config.routeProblems).
+func (p Proxy) routeProblems() []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
-	if _, _, err := net.SplitHostPort(p.ProxyAddr()); err != nil {
-		add("proxy.addr: %q is not host:port (%v)", p.Addr, err)
-	}
-	if p.MetricsAddr != "" && p.MetricsAddr != Off {
-		if _, _, err := net.SplitHostPort(p.MetricsAddr); err != nil {
-			add("proxy.metricsAddr: %q is not host:port (%v)", p.MetricsAddr, err)
-		}
-	}
-	checkTLS(add, "proxy.tls", p.TLS)
-	if p.ShutdownTimeout < 0 {
-		add("proxy.shutdownTimeout: must not be negative")
-	}
 	for i, r := range p.Routes {
 		where := fmt.Sprintf("proxy.routes[%d]", i)
 		if r.Name != "" {
@@ -171,6 +158,28 @@ func (p Proxy) problems() []string {
 				add("%s.%s: must be between 1ms and 24h", where, d.name)
 			}
 		}
+	}
+	return out
+}
+
+// problems lists what is wrong with the proxy section, as Validate's
+// "proxy…: …" lines. The route options that need fencecheck (policy, mode,
+// methods, key templates) are checked again when the proxy is built, and
+// reported with these before anything starts.
+func (p Proxy) problems() []string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	if _, _, err := net.SplitHostPort(p.ProxyAddr()); err != nil {
+		add("proxy.addr: %q is not host:port (%v)", p.Addr, err)
+	}
+	if p.MetricsAddr != "" && p.MetricsAddr != Off {
+		if _, _, err := net.SplitHostPort(p.MetricsAddr); err != nil {
+			add("proxy.metricsAddr: %q is not host:port (%v)", p.MetricsAddr, err)
+		}
+	}
+	checkTLS(add, "proxy.tls", p.TLS)
+	if p.ShutdownTimeout < 0 {
+		add("proxy.shutdownTimeout: must not be negative")
 	}
 	return out
 }

@@ -201,7 +201,7 @@ func (c *Config) routeProblems() []string {
 	if upstreams && len(c.Proxy.Routes) > 0 {
 		add("routes: entries with an upstream and proxy.routes exclude each other: move proxy.routes into routes:")
 	}
-	return out
+	return append(out, c.Proxy.routeProblems()...)
 }
 
 // ValidateRoutes checks the route table's part of the configuration (what

@@ -207,7 +207,7 @@ func serveProxy(ctx context.Context, cfg config.Config, set proxySettings, log *
 		goBG(rl.Run)
 	}
 	log.Info("route table loaded", "routes", set.table.Len(), "hash", set.table.Hash())
-	ls := &serving.Group{Health: gw.health, Delay: cfg.Shutdown.Delay.Std(), Drain: cfg.Drain(), Name: "fencegate proxy"}
+	ls := &serving.Group{Health: gw.health, Delay: cfg.Shutdown.Delay.Std(), Drain: cfg.Drain(), DrainAtLeast: rl.Drain, Name: "fencegate proxy"}
 	defer closeUnserved(ls)
 	ls.Add("proxy", pr)
 	if m := cfg.Proxy.MetricsAddr; m != "" && m != config.Off {

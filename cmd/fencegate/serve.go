@@ -196,7 +196,10 @@ func addListeners(ctx context.Context, ls *serving.Group, cfg config.Config, set
 	if err != nil {
 		return err
 	}
-	table := serveTable(set, gw, log)
+	table, drain := serveTable(set, gw, log)
+	if proxy.HasUpstream(set.table) {
+		ls.DrainAtLeast = drain // a reload may lengthen what in-flight barrier writes need
+	}
 	edge := edgeOptions(cfg, set, table, log)
 	checker, conns, hs, goBG := gw.checker, gw.conns, gw.health, gw.goBG
 	// Both gRPC listeners' health follows gw.health: NOT_SERVING until
@@ -269,14 +272,16 @@ func newLockAPI(ctx context.Context, cfg config.Config, set serveSettings, gw *g
 // (SIGHUP, a changed config file or routesFile) when there is a config
 // file; else a SIGHUP is only logged. While the proxy listener serves, a
 // table with no upstream entry is refused.
-func serveTable(set serveSettings, gw *gateway, log *slog.Logger) *routes.Holder {
+func serveTable(set serveSettings, gw *gateway, log *slog.Logger) (*routes.Holder, func() time.Duration) {
 	table := routes.NewHolder(set.table)
+	var drain func() time.Duration
 	switch {
 	case set.configFile.Path != "":
 		rl := routereload.New(set.configFile, set.hup, table, gw.reg, log)
 		if proxy.HasUpstream(set.table) {
 			rl.Accept = acceptProxyTable
 		}
+		drain = rl.Drain
 		gw.goBG(rl.Run)
 	case set.hup != nil:
 		gw.goBG(func(ctx context.Context) {
@@ -293,7 +298,7 @@ func serveTable(set serveSettings, gw *gateway, log *slog.Logger) *routes.Holder
 	if set.table != nil {
 		log.Info("route table loaded", "routes", set.table.Len(), "hash", set.table.Hash(), "unmatched_writes", string(set.table.Unmatched()))
 	}
-	return table
+	return table, drain
 }
 
 // edgeOptions are the authz edges' options over the route table.

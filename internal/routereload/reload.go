@@ -79,6 +79,9 @@ type Reloader struct {
 	// fileInfo names the routes file's hash the served table was built
 	// from (fencegate controller compares it with what it published).
 	fileInfo *prometheus.GaugeVec
+	// drain is loaded's Drain(): what the proxy's barrier entries, as
+	// last applied, ask of a shutdown (read from the shutdown's goroutine).
+	drain atomic.Int64
 	// Accept, when set before Run, refuses a table the running listeners
 	// cannot serve (the proxy's: one with no upstream entry).
 	Accept func(*routes.Table) error
@@ -95,6 +98,7 @@ func New(f config.File, hup <-chan os.Signal, h *routes.Holder, reg prometheus.R
 		entries: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencegate_routes_entries",
 			Help: "Entries of the route table being served (0: none configured)."}),
 	}
+	r.drain.Store(int64(loaded.Drain()))
 	r.reloads.WithLabelValues("ok")
 	r.reloads.WithLabelValues("error")
 	r.entries.Set(float64(h.Load().Len()))
@@ -285,9 +289,13 @@ func (r *Reloader) reload(trigger string) {
 				problems = append(problems, "routes: empty, while a route table is served; removing the table takes a restart")
 			case t == nil && r.holder.Load() != nil:
 				problems = append(problems, "routes: the proxy's entries went missing; removing them takes a restart")
-			case r.Accept != nil && r.Accept(t) != nil:
-				problems = append(problems, r.Accept(t).Error())
 			default:
+				if r.Accept != nil {
+					if err := r.Accept(t); err != nil {
+						problems = append(problems, err.Error())
+						break
+					}
+				}
 				r.apply(trigger, c, t)
 				return
 			}
@@ -312,7 +320,14 @@ func (r *Reloader) apply(trigger string, c config.Config, t *routes.Table) {
 		r.log.Warn("config keys changed that apply only at restart; not applied", "keys", strings.Join(changed, ","))
 	}
 	r.loaded = c
+	r.drain.Store(int64(c.Drain()))
 }
+
+// Drain is how long a shutdown must let the table's barrier writes
+// finish, as the table was last applied (config.Config.Drain): a reload
+// may add a barrier entry or raise its maxWait or maxWrite. Safe to call
+// from any goroutine.
+func (r *Reloader) Drain() time.Duration { return time.Duration(r.drain.Load()) }
 
 // restartKeys names the top-level keys that differ between two loads of
 // the file, routes:, proxy.routes and check.unmatchedWrites aside: those a

@@ -158,3 +158,41 @@ func TestStartFileIsWhatAReloadReads(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainFollowsTheTable: a reload that adds a barrier upstream entry, or
+// lengthens its maxWrite, lengthens the drain a shutdown gives in-flight
+// barrier writes (Reloader.Drain, serving.Group.DrainAtLeast): the drain
+// fixed at start would cut them before their maxWrite. The broken variant
+// (the drain as the start computed it) is what the start value shows.
+func TestDrainFollowsTheTable(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fencegate.yaml")
+	write := func(body string) {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("routes:\n  - {name: a, match: {path: {value: /a}}, key: a, upstream: 'http://127.0.0.1:9'}\n")
+	loaded, err := ReadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := Compile(&loaded.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(loaded, nil, routes.NewHolder(tbl), prometheus.NewRegistry(), discardLogger())
+	atStart := r.Drain()
+	if atStart != loaded.Config.Drain() {
+		t.Fatalf("Drain = %v at start, want the file's %v", atStart, loaded.Config.Drain())
+	}
+	write("routes:\n  - {name: a, match: {path: {value: /a}}, key: a, upstream: 'http://127.0.0.1:9', barrier: true, maxWrite: 2m, maxWait: 10s}\n")
+	r.reload("test")
+	want := 2*time.Minute + 10*time.Second + 5*time.Second
+	if got := r.Drain(); got != want {
+		t.Fatalf("Drain after a reload that added a 2m barrier entry = %v, want %v", got, want)
+	}
+	if atStart >= want {
+		t.Fatalf("the start's drain %v already covers the reloaded entry: the test shows nothing", atStart)
+	}
+}

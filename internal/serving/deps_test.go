@@ -23,10 +23,10 @@ func TestArrowsPointOneWay(t *testing.T) {
 		forbidden []string
 	}{
 		{"they import no transport or command", []string{".", "../connlimit", "../routereload"}, ours,
-			[]string{"api", "authz", "admission", "proxy", "internal/console", "internal/fencepolicy", "cmd/fencegate"}},
-		{"no transport or library imports them", []string{"../../api", "../../authz", "../../admission", "../../proxy", "../../routes",
+			[]string{"lockserver", "authz", "admission", "proxy", "internal/console", "internal/fencepolicy", "cmd/fencegate"}},
+		{"no transport or library imports them", []string{"../../lockserver", "../../authz", "../../admission", "../../proxy", "../../routes",
 			"../../fencecheck", "../../lockstore/...", "../../lock", "../../client", "../../fenceguard/...", "../console"},
-			[]string{"api", "authz", "admission", "proxy", "routes", "fencecheck", "lockstore"}, ours},
+			[]string{"lockserver", "authz", "admission", "proxy", "routes", "fencecheck", "lockstore"}, ours},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := exec.Command("go", append([]string{"list", "-deps"}, tc.pkgs...)...).CombinedOutput()

@@ -175,6 +175,11 @@ type Group struct {
 	// drain bounds draining on shutdown; zero is ShutdownTimeout. A
 	// fencing proxy raises it to let barrier writes finish (maxWrite).
 	Drain time.Duration
+	// DrainAtLeast, when set, is read as the shutdown begins: the drain
+	// is at least what it returns (a fencing proxy's barrier entries as
+	// the route table was last reloaded, which may ask for longer than
+	// the start's).
+	DrainAtLeast func() time.Duration
 	// Name is the process's name in the ready line ("fencegate" when
 	// empty; the standalone proxy says "fencegate proxy").
 	Name string
@@ -227,9 +232,14 @@ func (ls *Group) Run(ctx context.Context, log *slog.Logger, attrs ...any) error 
 	var serveErr error
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: every listener reports unready, then drains", "delay", ls.Delay, "timeout", drain)
 	case serveErr = <-errc:
 		log.Error("a listener failed; shutting down", "err", serveErr)
+	}
+	if ls.DrainAtLeast != nil {
+		drain = max(drain, ls.DrainAtLeast())
+	}
+	if serveErr == nil {
+		log.Info("shutting down: every listener reports unready, then drains", "delay", ls.Delay, "timeout", drain)
 	}
 	if ls.Health != nil {
 		ls.Health.Drain()
