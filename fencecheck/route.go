@@ -123,6 +123,16 @@ func CompileRoute(s RouteSpec) (*Route, error) {
 	return rt, errors.Join(rt.err, rt.keyErr)
 }
 
+// EffectiveMaxWrite is how long a barrier write of this route may take:
+// MaxWrite, or DefaultMaxWrite when unset (what admit registers, and what
+// a transport times the write by).
+func (rt *Route) EffectiveMaxWrite() time.Duration {
+	if rt.MaxWrite <= 0 {
+		return DefaultMaxWrite
+	}
+	return rt.MaxWrite
+}
+
 // Failed returns a copy of rt whose writes fail closed with err (503
 // unavailable), as a route whose options do not parse.
 func (rt *Route) Failed(err error) *Route {

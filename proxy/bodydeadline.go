@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencegate/fencegate/fencecheck"
 	"github.com/fencegate/fencegate/routes"
 )
 
@@ -102,10 +101,7 @@ func bodyBounds(e *routes.Entry) (idle, total time.Duration) {
 		idle = DefaultBodyIdleTimeout
 	}
 	if rt := e.Route; rt.Barrier {
-		maxWrite := rt.MaxWrite
-		if maxWrite <= 0 {
-			maxWrite = fencecheck.DefaultMaxWrite
-		}
+		maxWrite := rt.EffectiveMaxWrite()
 		if total <= 0 || total > maxWrite {
 			total = maxWrite
 		}

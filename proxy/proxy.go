@@ -160,12 +160,7 @@ type upstream struct {
 func (u *upstream) name() string { return u.entry.Name }
 
 // maxWrite is the entry's MaxWrite with its default.
-func (u *upstream) maxWrite() time.Duration {
-	if u.compiled.MaxWrite <= 0 {
-		return fencecheck.DefaultMaxWrite
-	}
-	return u.compiled.MaxWrite
-}
+func (u *upstream) maxWrite() time.Duration { return u.compiled.EffectiveMaxWrite() }
 
 // ErrNoUpstream: the route table has no entry with an upstream, so the
 // proxy would serve nothing.

@@ -62,33 +62,6 @@ func stopNow(r serving.Runner) {
 	r.Shutdown(ctx)
 }
 
-// openIdle (as serving's tests have it) opens n connections that do what
-// the attack did: half send
-// the HTTP/2 preface and an empty SETTINGS frame (a finished handshake),
-// half only the preface; then nothing.
-func openIdle(t *testing.T, addr string, n int) []net.Conn {
-	t.Helper()
-	const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-	settings := []byte{0, 0, 0, 4, 0, 0, 0, 0, 0} // length 0, type SETTINGS, no flags, stream 0
-	var conns []net.Conn
-	for i := range n {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		msg := []byte(preface)
-		if i%2 == 0 {
-			msg = append(msg, settings...)
-		}
-		if _, err := c.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
-	return conns
-}
-
 // startSlots serves h behind the connection slots, as serving.NewHTTP does.
 func startSlots(t *testing.T, limits connlimit.Limits, h http.Handler) string {
 	t.Helper()
@@ -347,7 +320,7 @@ func TestGRPCSlotsServeCallersUnderAnIdleFlood(t *testing.T) {
 			addr := tc.start(t)
 			// Finished handshakes first (every other one of openIdle's),
 			// so the flood holds the slots as the attack's did.
-			conns := openIdle(t, addr, 3*capacity)
+			conns := testutil.OpenIdleH2(t, addr, 3*capacity)
 			time.Sleep(200 * time.Millisecond)
 			ctx, cancel := context.WithTimeout(context.Background(), answerWithin)
 			defer cancel()

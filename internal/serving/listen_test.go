@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fencegate/fencegate/internal/connlimit"
+	"github.com/fencegate/fencegate/internal/testutil"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -63,32 +64,6 @@ func startGRPCHealth(t *testing.T, limits GRPCLimits) string {
 	return r.Addr()
 }
 
-// openIdle opens n connections that do what the attack did: half send
-// the HTTP/2 preface and an empty SETTINGS frame (a finished handshake),
-// half only the preface; then nothing.
-func openIdle(t *testing.T, addr string, n int) []net.Conn {
-	t.Helper()
-	const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-	settings := []byte{0, 0, 0, 4, 0, 0, 0, 0, 0} // length 0, type SETTINGS, no flags, stream 0
-	var conns []net.Conn
-	for i := range n {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		msg := []byte(preface)
-		if i%2 == 0 {
-			msg = append(msg, settings...)
-		}
-		if _, err := c.Write(msg); err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
-	return conns
-}
-
 // reaped counts the connections the server closes within window. It reads
 // (and drops) whatever the server sends, so a GOAWAY never blocks it.
 func reaped(conns []net.Conn, window time.Duration) int {
@@ -132,7 +107,7 @@ func healthCheck(ctx context.Context, addr string) error {
 func TestGRPCIdleConnectionsAreReaped(t *testing.T) {
 	t.Run("limits", func(t *testing.T) {
 		addr := startGRPCHealth(t, testLimits)
-		conns := openIdle(t, addr, 3*testLimits.Conns.Max)
+		conns := testutil.OpenIdleH2(t, addr, 3*testLimits.Conns.Max)
 		// The check waits in the accept queue until idle connections
 		// are reaped; it must not need a slot of its own.
 		ctx, cancel := context.WithTimeout(context.Background(), reapWindow)
@@ -146,7 +121,7 @@ func TestGRPCIdleConnectionsAreReaped(t *testing.T) {
 	})
 	t.Run("no limits (the old listener) keeps them", func(t *testing.T) {
 		addr := startGRPCHealth(t, GRPCLimits{Conns: connlimit.Limits{Max: 1 << 20, PerPeer: 1 << 20}})
-		conns := openIdle(t, addr, 3*testLimits.Conns.Max)
+		conns := testutil.OpenIdleH2(t, addr, 3*testLimits.Conns.Max)
 		ctx, cancel := context.WithTimeout(context.Background(), reapWindow)
 		defer cancel()
 		if err := healthCheck(ctx, addr); err != nil {
