@@ -119,3 +119,51 @@ func TestGroupCloseUnserved(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGroupDrainAtLeast: a request in flight when the shutdown begins is
+// let finish for as long as DrainAtLeast asks at that moment (a fencing
+// proxy's barrier entries as last reloaded), beyond the Drain fixed at
+// start. The broken variant (Drain alone, as before) cuts it.
+func TestGroupDrainAtLeast(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		atLeast func() time.Duration
+		want    bool // the slow request is answered
+	}{
+		{"at least the reloaded drain", func() time.Duration { return 10 * time.Second }, true},
+		{"broken: the start's drain alone", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			started := make(chan struct{})
+			slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				close(started)
+				time.Sleep(1500 * time.Millisecond)
+			})
+			r, err := NewHTTP("http", "127.0.0.1:0", nil, slow, time.Minute, connlimit.Limits{}, discardLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := &Group{Drain: 200 * time.Millisecond, DrainAtLeast: tc.atLeast}
+			g.Add("http", r)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- g.Run(ctx, discardLogger()) }()
+			answered := make(chan bool, 1)
+			go func() {
+				c := http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+				res, err := c.Get("http://" + r.Addr() + "/")
+				if err == nil {
+					res.Body.Close()
+				}
+				answered <- err == nil && res.StatusCode == http.StatusOK
+			}()
+			<-started
+			cancel()
+			if got := <-answered; got != tc.want {
+				t.Fatalf("the request in flight answered: %v, want %v", got, tc.want)
+			}
+			<-done
+		})
+	}
+}
