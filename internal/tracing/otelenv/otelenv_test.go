@@ -8,6 +8,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -146,8 +147,14 @@ func TestTracingOffSetsNothingUp(t *testing.T) {
 		otel.SetTracerProvider(tpBefore)
 		otel.SetTextMapPropagator(propBefore)
 	})
+	// The SDK starts its goroutines as it sets up, not necessarily before
+	// Setup returns: wait for them (bounded) rather than look once.
+	deadline := time.Now().Add(5 * time.Second)
+	for sdkGoroutines(t) == "" && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if sdkGoroutines(t) == "" {
-		t.Errorf("an enabled setup shows no SDK goroutine: the check above proves nothing")
+		t.Errorf("an enabled setup shows no SDK goroutine within 5 s: the check above proves nothing")
 	}
 	if !installed() || !recording() || !tracing.Enabled() {
 		t.Errorf("an enabled setup installed nothing: the checks above prove nothing")
