@@ -110,12 +110,8 @@ func NewTransport() *http.Transport {
 type Proxy struct {
 	checker *fencecheck.Checker
 	holder  *routes.Holder
-	o       Options
-	log     *slog.Logger
-	trust   bool
-	drain   int64
-	// skipBodyBounds, skipHeaders, skipLogBounds, skipTarget: Options'.
-	skipBodyBounds, skipHeaders, skipLogBounds, skipTarget bool
+	o       Options      // with New's defaults filled in
+	log     *slog.Logger // o.Logger
 	// warn throttles the warn and error lines clients can cause.
 	warn *logThrottle
 	// cur is the table being served with what the proxy built for it;
@@ -124,8 +120,6 @@ type Proxy struct {
 	mu  sync.Mutex
 	// inflight counts barrier writes between admission and Finish/Abandon.
 	inflight atomic.Int64
-	// maxWriteFromArrival: Options'.
-	maxWriteFromArrival bool
 }
 
 var _ http.Handler = (*Proxy)(nil)
@@ -187,8 +181,7 @@ func New(c *fencecheck.Checker, h *routes.Holder, o Options) (*Proxy, error) {
 	if !HasUpstream(h.Load()) {
 		return nil, ErrNoUpstream
 	}
-	p := &Proxy{checker: c, holder: h, o: o, log: o.Logger, trust: o.TrustForwarded, drain: o.DrainLimit, skipBodyBounds: o.skipBodyBounds, skipHeaders: o.skipHeaders,
-		skipLogBounds: o.skipLogBounds, skipTarget: o.skipTarget, maxWriteFromArrival: o.maxWriteFromArrival}
+	p := &Proxy{checker: c, holder: h, o: o, log: o.Logger}
 	window := o.logWindow
 	if window <= 0 {
 		window = DefaultLogWindow
@@ -244,7 +237,7 @@ func (p *Proxy) build(t *routes.Table) *served {
 			FlushInterval:  p.o.FlushInterval,
 			ModifyResponse: p.modifyResponse,
 			ErrorHandler:   p.errorHandler(u),
-			ErrorLog:       log.New(throttledWriter{t: p.warn, log: p.log, bound: !p.skipLogBounds}, "", 0),
+			ErrorLog:       log.New(throttledWriter{t: p.warn, log: p.log, bound: !p.o.skipLogBounds}, "", 0),
 		}
 		s.up[e] = u
 		if s.preIdle == 0 || u.bodyIdle < s.preIdle {
@@ -280,7 +273,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// connection's read deadline, which without this is none. Until the
 	// entry is known the strictest entry's bounds apply.
 	var body *deadlineBody
-	if r.Body != nil && r.Body != http.NoBody && !p.skipBodyBounds {
+	if r.Body != nil && r.Body != http.NoBody && !p.o.skipBodyBounds {
 		body = newDeadlineBody(w, r.Body, s.preIdle, start.Add(s.preTotal))
 		if err := body.arm(); err != nil {
 			// A body read nothing bounds could hold the connection for
@@ -298,7 +291,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "non-canonical request path", http.StatusBadRequest)
 		return
 	}
-	if err := fencecheck.CheckTarget(r.RequestURI); err != nil && !p.skipTarget {
+	if err := fencecheck.CheckTarget(r.RequestURI); err != nil && !p.o.skipTarget {
 		// Go's server keeps a raw '#' in the path ("/orders/42#x"): no
 		// client sends one, and the edges that cut there would check
 		// another key than the upstream writes. Refused here for every
@@ -334,7 +327,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = body.arm() // it worked a moment ago on this connection
 	}
 
-	if name := methodOverride(r.Header); name != "" && !p.skipHeaders {
+	if name := methodOverride(r.Header); name != "" && !p.o.skipHeaders {
 		// An upstream that honours the override would run another method
 		// than the request's; the check reads every override as a method
 		// too (fencecheck.Input.Methods), but the proxy forwards none.
@@ -383,7 +376,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// no longer follows the client: a client that leaves must not cut the
 	// exchange short of a response the proxy can see complete.
 	admitted := admittedAt(dec, start)
-	if p.maxWriteFromArrival {
+	if p.o.maxWriteFromArrival {
 		admitted = start
 	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), admitted.Add(rt.maxWrite()))
@@ -462,7 +455,7 @@ func (p *Proxy) input(r *http.Request) fencecheck.Input {
 // appended (the earlier entries are whatever the client sent, so keying
 // the share on them would let one client be any number of clients).
 func (p *Proxy) clientAddr(r *http.Request) string {
-	if p.trust {
+	if p.o.TrustForwarded {
 		if xffs := r.Header.Values("X-Forwarded-For"); len(xffs) > 0 {
 			last := xffs[len(xffs)-1]
 			if i := strings.LastIndexByte(last, ','); i >= 0 {
@@ -495,10 +488,10 @@ func writeDenial(w http.ResponseWriter, dec fencecheck.Decision) {
 // X-Forwarded-*, and the fence headers the upstream may rely on.
 func (p *Proxy) rewrite(rt *upstream) func(*httputil.ProxyRequest) {
 	return func(pr *httputil.ProxyRequest) {
-		if !p.skipHeaders {
+		if !p.o.skipHeaders {
 			rt.headers.strip(pr.Out.Header)
 		}
-		if p.trust {
+		if p.o.TrustForwarded {
 			// ReverseProxy drops the client's X-Forwarded-* before
 			// Rewrite; a trusted chain keeps its hops.
 			if prior := pr.In.Header.Values("X-Forwarded-For"); len(prior) > 0 {
@@ -507,7 +500,7 @@ func (p *Proxy) rewrite(rt *upstream) func(*httputil.ProxyRequest) {
 		}
 		pr.SetURL(rt.url)
 		pr.SetXForwarded()
-		if p.trust {
+		if p.o.TrustForwarded {
 			for _, h := range []string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
 				if v := pr.In.Header.Get(h); v != "" {
 					pr.Out.Header.Set(h, v)
@@ -556,7 +549,7 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 		ex.bw.finish(res.Request.Context()) // the upstream's answer is all there is
 		return nil
 	}
-	res.Body = &completionBody{rc: res.Body, bw: ex.bw, ctx: res.Request.Context(), drain: p.drain}
+	res.Body = &completionBody{rc: res.Body, bw: ex.bw, ctx: res.Request.Context(), drain: p.o.DrainLimit}
 	return nil
 }
 
@@ -577,7 +570,7 @@ func (p *Proxy) errorHandler(rt *upstream) func(http.ResponseWriter, *http.Reque
 			level, msg = slog.LevelInfo, "proxy: request body passed its route's bounds; exchange cut"
 		}
 		ea := errAttr(err)
-		if p.skipLogBounds {
+		if p.o.skipLogBounds {
 			ea = slog.Any("error", err)
 		}
 		p.warn.log(r.Context(), p.log, level, msg,
