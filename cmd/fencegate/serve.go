@@ -170,9 +170,6 @@ func serve(ctx context.Context, cfg config.Config, set serveSettings, log *slog.
 	if set.store.backend == "bolt" {
 		log.Info("using the embedded single-node store; locks and fences live in one local file (use redis://, postgres:// or firestore:// for more than one gateway)")
 	}
-	if proxy.HasUpstream(set.table) {
-		ls.Drain = max(serving.ShutdownTimeout, cfg.Drain()) // in-flight barrier writes finish and deregister
-	}
 	authState := "off"
 	if set.auth != nil {
 		authState = "on"
@@ -197,8 +194,11 @@ func addListeners(ctx context.Context, ls *serving.Group, cfg config.Config, set
 		return err
 	}
 	table, drain := serveTable(set, gw, log)
-	if proxy.HasUpstream(set.table) {
-		ls.DrainAtLeast = drain // a reload may lengthen what in-flight barrier writes need
+	proxied := proxy.HasUpstream(set.table) // the proxy listener serves the table too
+	if proxied {
+		// In-flight barrier writes finish and deregister, for as long as
+		// the table as last reloaded asks.
+		ls.Drain, ls.DrainAtLeast = max(serving.ShutdownTimeout, cfg.Drain()), drain
 	}
 	edge := edgeOptions(cfg, set, table, log)
 	checker, conns, hs, goBG := gw.checker, gw.conns, gw.health, gw.goBG
@@ -220,7 +220,7 @@ func addListeners(ctx context.Context, ls *serving.Group, cfg config.Config, set
 		{"authz-http", cfg.Authz.HTTP.Enabled(), func() (serving.Runner, error) {
 			return newForwardAuthRunner(cfg.Authz.HTTP, conns, srv, checker, edge, log, goBG)
 		}},
-		{"proxy", proxy.HasUpstream(set.table), func() (serving.Runner, error) {
+		{"proxy", proxied, func() (serving.Runner, error) {
 			r, _, err := newProxyRunner(cfg.Proxy, conns, table, checker, log, goBG)
 			return r, err
 		}},
