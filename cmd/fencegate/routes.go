@@ -201,8 +201,10 @@ func explainRequest(t *routes.Table, spec string, h http.Header) (string, bool) 
 		path = "/"
 	}
 	head := fmt.Sprintf("%s %s → ", method, u.String())
-	e, err := t.MatchRequest(u.Host, fencecheck.Input{Method: method, Path: path, Header: h.Get,
-		Count: func(lc string) int { return len(h.Values(lc)) }})
+	// One Input for the match and the check, as the edges build it.
+	in := fencecheck.Input{Method: method, Path: path, Header: h.Get,
+		Count: func(lc string) int { return len(h.Values(lc)) }, CanFinish: true, Trusted: true}.WithMethods()
+	e, err := t.MatchRequest(u.Host, in)
 	if err != nil {
 		return head + "refused: writes are denied 400 malformed (" + err.Error() + ")", false
 	}
@@ -213,8 +215,7 @@ func explainRequest(t *routes.Table, spec string, h http.Header) (string, bool) 
 		return head + "no entry: writes fail closed, 503 unavailable (check.unmatchedWrites: deny); reads pass", false
 	}
 	rt := e.Route
-	req, kerr := rt.Request(fencecheck.Input{Method: method, Path: path, Header: h.Get,
-		Count: func(lc string) int { return len(h.Values(lc)) }, CanFinish: true, Trusted: true})
+	req, kerr := rt.Request(in)
 	out := head + "route " + e.Name
 	switch {
 	case !req.Write:
